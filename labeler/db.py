@@ -1,0 +1,332 @@
+"""The SQLite store: opening a database, its versioned schema, and the small query helpers.
+
+This is the only module that writes SQL by hand (besides the bulk loader in ``ingest``, which
+talks to the staging tables it owns). Every connection runs in WAL mode with foreign keys on and a
+busy timeout, may be used from Streamlit's threads, and starts transactions explicitly with
+``BEGIN IMMEDIATE`` so that read-then-write sequences never fail with "database is locked".
+
+Queries and documents carry an integer surrogate key (``pk``) next to their public string id;
+every other table references those integers, so metrics can join and rank on integers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from .errors import DatabaseError
+
+BUSY_TIMEOUT_MS = 5000
+
+migrations = Migrations("labeler")
+
+_SCHEMA_V1 = """
+CREATE TABLE documents (
+    pk INTEGER PRIMARY KEY,
+    doc_id TEXT NOT NULL UNIQUE,
+    text TEXT,
+    title TEXT,
+    source TEXT,
+    meta TEXT,
+    in_corpus INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE queries (
+    pk INTEGER PRIMARY KEY,
+    query_id TEXT NOT NULL UNIQUE,
+    question TEXT NOT NULL,
+    norm_question TEXT NOT NULL,
+    origin TEXT NOT NULL DEFAULT 'log' CHECK (origin IN ('log', 'synthetic', 'import')),
+    answer TEXT,
+    occurrences INTEGER NOT NULL DEFAULT 1,
+    first_seen TEXT,
+    last_seen TEXT,
+    meta TEXT,
+    source TEXT,
+    review_state TEXT,
+    seed_doc_ids TEXT,
+    generator TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX queries_norm ON queries (norm_question);
+CREATE TABLE query_versions (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    retriever TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    source TEXT NOT NULL,
+    PRIMARY KEY (query_pk, retriever)
+) WITHOUT ROWID;
+CREATE TABLE log_lines (
+    line_key TEXT PRIMARY KEY,
+    query_pk INTEGER NOT NULL REFERENCES queries (pk)
+) WITHOUT ROWID;
+CREATE TABLE retrievals (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    retriever TEXT NOT NULL DEFAULT 'production',
+    rank INTEGER NOT NULL,
+    doc_pk INTEGER NOT NULL REFERENCES documents (pk),
+    score REAL,
+    PRIMARY KEY (query_pk, retriever, rank)
+) WITHOUT ROWID;
+CREATE INDEX retrievals_doc ON retrievals (doc_pk);
+CREATE TABLE relevance_labels (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    doc_pk INTEGER NOT NULL REFERENCES documents (pk),
+    annotator TEXT NOT NULL,
+    grade INTEGER NOT NULL,
+    origin TEXT NOT NULL DEFAULT 'human',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, doc_pk, annotator)
+) WITHOUT ROWID;
+CREATE TABLE query_labels (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    annotator TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'in_progress'
+        CHECK (status IN ('in_progress', 'submitted', 'skipped', 'flagged', 'discarded')),
+    expected_answer TEXT,
+    answer_faithful TEXT,
+    answer_relevant TEXT,
+    notes TEXT,
+    flag_reason TEXT,
+    seconds REAL NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    submitted_at TEXT,
+    PRIMARY KEY (query_pk, annotator)
+) WITHOUT ROWID;
+CREATE INDEX query_labels_annotator ON query_labels (annotator, status);
+CREATE TABLE assignments (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    annotator TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('leased', 'done', 'released')),
+    lease_expires TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, annotator)
+) WITHOUT ROWID;
+CREATE INDEX assignments_annotator ON assignments (annotator, state);
+CREATE TABLE adjudications (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    doc_pk INTEGER NOT NULL REFERENCES documents (pk),
+    grade INTEGER NOT NULL,
+    lead TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, doc_pk)
+) WITHOUT ROWID;
+CREATE TABLE label_events (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    annotator TEXT NOT NULL,
+    query_pk INTEGER NOT NULL,
+    doc_pk INTEGER,
+    field TEXT NOT NULL,
+    old TEXT,
+    new TEXT
+);
+CREATE INDEX label_events_query ON label_events (query_pk);
+CREATE TABLE ingests (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    format TEXT NOT NULL,
+    counts TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE annotators (
+    name TEXT PRIMARY KEY,
+    role TEXT NOT NULL DEFAULT 'annotator' CHECK (role IN ('annotator', 'lead')),
+    created_at TEXT NOT NULL
+);
+CREATE TABLE llm_calls (
+    hash TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    response TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    cost REAL,
+    error TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE exports (
+    version INTEGER PRIMARY KEY,
+    format TEXT NOT NULL,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    filters TEXT NOT NULL,
+    counts TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+@migrations()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    for statement in _statements(_SCHEMA_V1):
+        db.execute(statement)
+
+
+def now() -> str:
+    """The current UTC time as ISO 8601 with microseconds (sortable as text)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def connect(path: str | Path = "labeler.db", *, migrate: bool = True) -> sqlite_utils.Database:
+    """Open (creating if needed) the labeler database at ``path`` and bring its schema up to date.
+
+    ``":memory:"`` gives a private in-memory database (handy in tests). The connection may be
+    shared across threads (Streamlit runs each session in its own thread); each write goes
+    through ``transaction()`` which takes the write lock up front.
+    """
+    path_str = str(path)
+    if path_str != ":memory:":
+        p = Path(path_str)
+        if not p.parent.exists():
+            raise DatabaseError(
+                f"cannot create database {path_str}: folder {p.parent} does not exist "
+                "(create it first or pass another --db)"
+            )
+        if p.is_dir():
+            raise DatabaseError(f"cannot open database {path_str}: it is a folder, not a file")
+    try:
+        conn = sqlite3.connect(path_str, check_same_thread=False, isolation_level=None,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if path_str != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as e:
+        raise DatabaseError(f"cannot open database {path_str}: {e}") from None
+    db = sqlite_utils.Database(conn)
+    if migrate:
+        try:
+            pending = migrations.pending(db)
+            if pending:
+                with transaction(db):
+                    migrations.ensure_migrations_table(db)
+                    for m in migrations.pending(db):
+                        m.fn(db)
+                        migrations._record_applied(db, m.name)
+        except sqlite3.DatabaseError as e:
+            raise DatabaseError(f"cannot open database {path_str}: {e}") from None
+    return db
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """A write transaction taken with BEGIN IMMEDIATE (nested calls become savepoints)."""
+    conn = db.conn
+    if conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    else:
+        conn.execute("COMMIT")
+
+
+def dumps(value: Any) -> str:
+    """JSON as stored in meta columns: compact, keys sorted, unicode kept."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def loads(value: str | None) -> Any:
+    return json.loads(value) if value else None
+
+
+# --- settings -------------------------------------------------------------------------------
+
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "grade_names": ["irrelevant", "related", "relevant", "highly relevant"],
+    "grade_help": [
+        "does not address the question",
+        "on topic, but does not help answer the question",
+        "partly answers the question",
+        "answers the question",
+    ],
+    "threshold": 2,
+    "overlap_fraction": 0.1,
+    "overlap_annotators": 2,
+    "queue_order": "random",
+    "queue_seed": 7,
+    "lease_minutes": 15,
+    "guidelines": (
+        "Grade every retrieved chunk for how well it helps answer the question.\n\n"
+        "- Judge the chunk alone, not the production answer.\n"
+        "- If the right chunk is missing, search the corpus and add it.\n"
+        "- Write the answer you would expect a good assistant to give, using only the chunks."
+    ),
+}
+
+
+def get_setting(db: sqlite_utils.Database, key: str) -> Any:
+    row = db.execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+    if row is None:
+        return DEFAULT_SETTINGS.get(key)
+    return json.loads(row[0])
+
+
+def get_settings(db: sqlite_utils.Database) -> dict[str, Any]:
+    values = dict(DEFAULT_SETTINGS)
+    for key, value in db.execute("SELECT key, value FROM settings").fetchall():
+        values[key] = json.loads(value)
+    return values
+
+
+def set_setting(db: sqlite_utils.Database, key: str, value: Any) -> None:
+    with transaction(db):
+        db.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [key, dumps(value)],
+        )
+
+
+# --- stats ----------------------------------------------------------------------------------
+
+def stats(db: sqlite_utils.Database) -> dict[str, Any]:
+    """Counts of what the database holds: documents, queries by origin, retrievals, labels."""
+    one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    by_origin = {o: 0 for o in ("log", "synthetic", "import")}
+    for origin, n in db.execute("SELECT origin, count(*) FROM queries GROUP BY origin"):
+        by_origin[origin] = n
+    labeled = one("SELECT count(DISTINCT query_pk) FROM query_labels WHERE status = 'submitted'")
+    total_queries = sum(by_origin.values())
+    return {
+        "documents": one("SELECT count(*) FROM documents"),
+        "documents_without_text": one("SELECT count(*) FROM documents WHERE text IS NULL"),
+        "queries": total_queries,
+        "queries_by_origin": by_origin,
+        "occurrences": one("SELECT coalesce(sum(occurrences), 0) FROM queries"),
+        "retrievals": one("SELECT count(*) FROM retrievals"),
+        "retrievers": [r[0] for r in db.execute(
+            "SELECT DISTINCT retriever FROM retrievals ORDER BY retriever")],
+        "relevance_labels": one("SELECT count(*) FROM relevance_labels"),
+        "labeled_queries": labeled,
+        "unlabeled_queries": total_queries - labeled,
+        "ingests": one("SELECT count(*) FROM ingests"),
+    }

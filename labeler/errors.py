@@ -1,0 +1,24 @@
+"""The small family of errors that labeler raises for things a user can fix.
+
+The CLI turns a ``LabelerError`` into one line on stderr and exit code 1; the app shows it with
+``st.error``. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class LabelerError(Exception):
+    """A problem with the user's input or setup; the message says how to fix it."""
+
+
+class DatabaseError(LabelerError):
+    """The database file cannot be opened or is not a labeler database."""
+
+
+class IngestError(LabelerError):
+    """A log or corpus file could not be ingested; ``problems`` lists every bad record."""
+
+    def __init__(self, message: str, problems: list | None = None, total: int | None = None):
+        super().__init__(message)
+        self.problems = problems or []
+        self.total = total if total is not None else len(self.problems)

@@ -1,0 +1,685 @@
+"""Ingest production query logs and corpus files into the store, validated, deduplicated, idempotent.
+
+A log record is mapped to the canonical shape ``{"query_id"?, "question", "retrieved": [{"id",
+"text"?, "score"?, "title"?}], "answer"?, "timestamp"?, "retriever"?}`` through field aliases,
+``--map`` paths, or OpenInference (Arize Phoenix) retriever-span detection; every unmapped field is
+kept in ``meta``. Records are written in batches inside one transaction per file: in strict mode
+(the default) one bad record means nothing from the file is written; in lenient mode the valid
+records are written and the rejects go to ``FILE.rejects.jsonl`` with their reasons.
+
+Deduplication: a record with a ``query_id`` seen before with identical content changes nothing; with
+different content it is an error naming both places. Without an id, records with the same
+normalized question and the same retrieved list merge into one query whose ``occurrences`` counts
+the distinct log lines (a line is identified by its content plus its ordinal among identical lines
+of its file), so re-ingesting a file changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from . import db as store
+from .errors import IngestError
+from .readers import MAX_LINE_BYTES, BadRecord, detect_format, is_number, iter_records
+
+MAX_ERRORS_SHOWN = 20
+BATCH = 2000
+DEFAULT_RETRIEVER = "production"
+
+# canonical field -> aliases accepted at the top level of a log record (first match wins)
+LOG_ALIASES: dict[str, tuple[str, ...]] = {
+    "query_id": ("query_id", "qid", "request_id", "trace_id", "id"),
+    "question": ("question", "query", "input", "user_input", "user_query"),
+    "retrieved": ("retrieved", "contexts", "retrieved_contexts", "documents", "chunks",
+                  "retrieved_chunks", "retrieved_documents", "sources"),
+    "answer": ("answer", "response", "output", "generated_answer"),
+    "timestamp": ("timestamp", "ts", "time", "created_at", "start_time"),
+    "retriever": ("retriever",),
+}
+CHUNK_ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("id", "doc_id", "chunk_id", "document_id", "document.id"),
+    "text": ("text", "content", "page_content", "chunk", "document.content"),
+    "title": ("title", "document.title"),
+    "score": ("score", "relevance_score", "similarity", "document.score"),
+    "source": ("source", "url"),
+}
+LOG_FIELDS = tuple(LOG_ALIASES)
+_PHOENIX_DOC = re.compile(r"^(?:attributes\.)?retrieval\.documents\.(\d+)\.document\.(id|content|score|metadata)$")
+
+
+@dataclass
+class Problem:
+    """One rejected record: where it is and what is wrong with which field."""
+
+    path: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+
+
+@dataclass
+class IngestResult:
+    """What one file did to the store. ``new + merged + unchanged + rejected == records``."""
+
+    path: str
+    kind: str
+    format: str
+    records: int = 0
+    new: int = 0
+    merged: int = 0
+    unchanged: int = 0
+    rejected: int = 0
+    retrievals: int = 0
+    documents_new: int = 0
+    documents_updated: int = 0
+    documents_without_text: int = 0
+    rejects_path: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["problems"] = [str(p) for p in self.problems]
+        return d
+
+
+class _FieldError(Exception):
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+
+
+# --- mapping ------------------------------------------------------------------------------
+
+def parse_mapping(pairs: Iterable[str]) -> dict[str, str]:
+    """Parse ``--map question=inputs.query`` options into {canonical field: dotted path}."""
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise IngestError(f"--map {pair!r}: expected FIELD=PATH, e.g. --map question=inputs.query")
+        if name not in LOG_FIELDS:
+            raise IngestError(f"--map {pair!r}: unknown field {name!r}; known fields: {', '.join(LOG_FIELDS)}")
+        mapping[name] = path
+    return mapping
+
+
+def _get_path(record: dict, path: str) -> Any:
+    """Look up a dotted path, preferring a literal key with dots (``input.value``) when present."""
+    if path in record:
+        return record[path]
+    head, dot, rest = path.partition(".")
+    while dot:
+        value = record.get(head)
+        if isinstance(value, dict):
+            found = _get_path(value, rest)
+            if found is not None:
+                return found
+        more, dot, rest = rest.partition(".")
+        head = f"{head}.{more}"
+    return record.get(path)
+
+
+def _first(record: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
+    for name in names:
+        if name in record:
+            return name, record[name]
+    return None, None
+
+
+def _is_phoenix(record: dict) -> bool:
+    attrs = record.get("attributes")
+    keys = attrs.keys() if isinstance(attrs, dict) else record.keys()
+    return any(k.startswith("retrieval.documents") or k.startswith("attributes.retrieval.documents")
+               for k in keys) or (isinstance(attrs, dict) and isinstance(attrs.get("retrieval"), dict))
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                out.update(_flatten(v, key + "."))
+            else:
+                out[key] = v
+    return out
+
+
+def _phoenix(record: dict) -> dict[str, Any]:
+    """Map an OpenInference retriever span (Phoenix export) to the canonical record."""
+    flat = _flatten(record)
+    docs: dict[int, dict[str, Any]] = {}
+    listed = None
+    for key, value in flat.items():
+        m = _PHOENIX_DOC.match(key)
+        if m:
+            docs.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        elif key.endswith("retrieval.documents") and isinstance(value, list):
+            listed = value
+    if listed is not None:
+        retrieved = [_flatten(d).get("document.id") and {
+            "id": _flatten(d).get("document.id"), "text": _flatten(d).get("document.content"),
+            "score": _flatten(d).get("document.score")} or d for d in listed]
+    else:
+        retrieved = [{"id": d.get("id"), "text": d.get("content"), "score": d.get("score")}
+                     for _, d in sorted(docs.items())]
+    question = flat.get("attributes.input.value", flat.get("input.value"))
+    span_id = flat.get("context.span_id", flat.get("span_id"))
+    used = {"attributes", "context", "span_id"}
+    return {
+        "query_id": span_id,
+        "question": question,
+        "retrieved": retrieved,
+        "timestamp": flat.get("start_time"),
+        "retriever": None,
+        "answer": None,
+        "meta": {k: v for k, v in record.items() if k not in used},
+    }
+
+
+def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, Any]:
+    """Map a raw record to canonical fields (unvalidated); unmapped fields go to ``meta``."""
+    if mapping is None:
+        mapping = {}
+    if not mapping and _is_phoenix(record):
+        return _phoenix(record)
+    out: dict[str, Any] = {}
+    used: set[str] = set()
+    for name in LOG_FIELDS:
+        if name in mapping:
+            path = mapping[name]
+            out[name] = _get_path(record, path)
+            used.add(path.split(".", 1)[0])
+        else:
+            key, value = _first(record, LOG_ALIASES[name])
+            out[name] = value
+            if key:
+                used.add(key)
+    meta = {k: v for k, v in record.items() if k not in used}
+    out["meta"] = meta or None
+    return out
+
+
+# --- validation ---------------------------------------------------------------------------
+
+def _text_or_none(v: Any, fld: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise _FieldError(fld, f"expected text, got {type(v).__name__}")
+
+
+def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
+    where = f"retrieved[{i}]"
+    if isinstance(raw, str):
+        # a bare context string (Ragas style): identify it by its content
+        return "sha1:" + hashlib.sha1(raw.encode()).hexdigest()[:16], raw, None, None
+    if not isinstance(raw, dict):
+        raise _FieldError(where, f"expected an object with an id, got {type(raw).__name__}")
+    _, cid = _first(raw, CHUNK_ALIASES["id"])
+    if cid is None and isinstance(raw.get("metadata"), dict):
+        _, cid = _first(raw["metadata"], CHUNK_ALIASES["id"])
+    if cid is None:
+        raise _FieldError(f"{where}.id", "missing (a chunk needs an id, doc_id or chunk_id)")
+    if isinstance(cid, bool) or not isinstance(cid, str | int):
+        raise _FieldError(f"{where}.id", f"expected a string id, got {type(cid).__name__} {cid!r}")
+    cid = str(cid).strip()
+    if not cid:
+        raise _FieldError(f"{where}.id", "is empty")
+    _, text = _first(raw, CHUNK_ALIASES["text"])
+    _, title = _first(raw, CHUNK_ALIASES["title"])
+    _, score = _first(raw, CHUNK_ALIASES["score"])
+    text = _text_or_none(text, f"{where}.text")
+    title = _text_or_none(title, f"{where}.title")
+    if score is not None:
+        if isinstance(score, str):
+            try:
+                score = float(score)
+            except ValueError:
+                raise _FieldError(f"{where}.score", f"expected a number, got {score!r}") from None
+        if not is_number(score):
+            raise _FieldError(f"{where}.score", f"expected a finite number, got {score!r}")
+        score = float(score)
+    return cid, text, title, score
+
+
+def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
+    """Check a canonical record's types and values; raise _FieldError naming the field."""
+    q = rec["question"]
+    if q is None:
+        raise _FieldError("question", "missing (expected one of: " + ", ".join(LOG_ALIASES["question"])
+                          + "; or use --map question=PATH)")
+    if not isinstance(q, str):
+        raise _FieldError("question", f"expected text, got {type(q).__name__}")
+    if not q.strip():
+        raise _FieldError("question", "is empty")
+    retrieved = rec["retrieved"]
+    if retrieved is None:
+        retrieved = []
+    if not isinstance(retrieved, list):
+        raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
+    chunks = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(retrieved):
+        c = _chunk(raw, i)
+        if c[0] in seen:
+            raise _FieldError(f"retrieved[{i}].id", f"duplicate chunk id {c[0]!r} (also at retrieved[{seen[c[0]]}])")
+        seen[c[0]] = i
+        chunks.append(c)
+    qid = rec["query_id"]
+    if qid is not None:
+        if isinstance(qid, bool) or not isinstance(qid, str | int):
+            raise _FieldError("query_id", f"expected a string id, got {type(qid).__name__}")
+        qid = str(qid).strip() or None
+    retriever = rec["retriever"] or DEFAULT_RETRIEVER
+    if not isinstance(retriever, str):
+        raise _FieldError("retriever", f"expected text, got {type(retriever).__name__}")
+    ts = rec["timestamp"]
+    if ts is not None and not isinstance(ts, str):
+        ts = str(ts)
+    return {
+        "query_id": qid,
+        "question": q.strip(),
+        "chunks": chunks,
+        "answer": _text_or_none(rec["answer"], "answer"),
+        "timestamp": ts,
+        "retriever": retriever,
+        "meta": rec.get("meta"),
+    }
+
+
+def normalize_question(question: str) -> str:
+    """Lower-case and collapse white space: the dedupe key of a question."""
+    return " ".join(question.lower().split())
+
+
+def _hash(*parts: Any) -> str:
+    return hashlib.sha1(store.dumps(parts).encode()).hexdigest()
+
+
+# --- writing ------------------------------------------------------------------------------
+
+@dataclass
+class _Row:
+    line: int
+    rec: dict[str, Any]
+    query_id: str
+    content_hash: str
+    line_key: str | None
+
+
+class _LogWriter:
+    """Writes validated log records batch by batch inside the caller's transaction."""
+
+    def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult):
+        self.db, self.path, self.result = db, path, result
+        self.conn = db.conn
+        self.created = store.now()
+        self.ordinals: dict[str, int] = {}
+
+    def key(self, line: int, rec: dict[str, Any]) -> _Row:
+        ids = [(c[0], c[3]) for c in rec["chunks"]]
+        content = _hash(rec["question"], rec["answer"], ids)
+        if rec["query_id"] is not None:
+            return _Row(line, rec, rec["query_id"], content, None)
+        norm = normalize_question(rec["question"])
+        qid = "q-" + _hash(norm, rec["retriever"], [c[0] for c in rec["chunks"]])[:16]
+        raw = _hash(content, rec["timestamp"], rec["meta"])
+        n = self.ordinals.get(raw, 0)
+        self.ordinals[raw] = n + 1
+        # without an id, a different answer or score is another occurrence, never a conflict
+        return _Row(line, rec, qid, qid, f"{raw}#{n}")
+
+    def _doc_pks(self, rows: list[_Row]) -> dict[str, int]:
+        wanted: dict[str, tuple[str | None, str | None]] = {}
+        for r in rows:
+            for cid, text, title, _ in r.rec["chunks"]:
+                old = wanted.get(cid)
+                if old is None or (old[0] is None and text is not None):
+                    wanted[cid] = (text, title)
+        found: dict[str, tuple[int, bool]] = {}
+        for pk, doc_id, missing in self.conn.execute(
+            "SELECT pk, doc_id, text IS NULL FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
+            [json.dumps(list(wanted))],
+        ):
+            found[doc_id] = (pk, bool(missing))
+        new = [(cid, t, ti, self.created) for cid, (t, ti) in wanted.items() if cid not in found]
+        fill = [(t, ti, found[cid][0]) for cid, (t, ti) in wanted.items()
+                if cid in found and found[cid][1] and t is not None]
+        if new:
+            self.conn.executemany(
+                "INSERT INTO documents (doc_id, text, title, created_at) VALUES (?, ?, ?, ?)", new)
+            self.result.documents_new += len(new)
+            for pk, doc_id in self.conn.execute(
+                "SELECT pk, doc_id FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
+                [json.dumps([n[0] for n in new])],
+            ):
+                found[doc_id] = (pk, False)
+        if fill:
+            self.conn.executemany(
+                "UPDATE documents SET text = ?, title = coalesce(title, ?) WHERE pk = ?", fill)
+            self.result.documents_updated += len(fill)
+        return {cid: v[0] for cid, v in found.items()}
+
+    def write(self, batch: list[_Row], problems: list[Problem], write: bool) -> list[tuple[int, Problem]]:
+        """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true."""
+        conn = self.conn
+        ids = list({r.query_id for r in batch})
+        existing: dict[str, tuple[int, str]] = {
+            qid: (pk, q) for pk, qid, q in conn.execute(
+                "SELECT pk, query_id, question FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
+                [json.dumps(ids)])
+        }
+        versions: dict[tuple[int, str], tuple[str, str]] = {}
+        if existing:
+            for pk, retriever, chash, source in conn.execute(
+                "SELECT query_pk, retriever, content_hash, source FROM query_versions "
+                "WHERE query_pk IN (SELECT value FROM json_each(?))",
+                [json.dumps([v[0] for v in existing.values()])],
+            ):
+                versions[(pk, retriever)] = (chash, source)
+        seen_keys: set[str] = set()
+        keyed = [r.line_key for r in batch if r.line_key]
+        if keyed:
+            seen_keys = {k for (k,) in conn.execute(
+                "SELECT line_key FROM log_lines WHERE line_key IN (SELECT value FROM json_each(?))",
+                [json.dumps(keyed)])}
+        rejected: list[tuple[int, Problem]] = []
+        pending_versions: dict[tuple[str, str], tuple[str, str]] = {}
+        batch_questions: dict[str, str] = {}
+        new_queries: list[_Row] = []
+        new_versions: list[_Row] = []
+        new_lines: list[_Row] = []
+        bumps: list[_Row] = []  # rows that add one occurrence to an existing query
+        for r in batch:
+            rec = r.rec
+            known = existing.get(r.query_id)
+            vkey = (r.query_id, rec["retriever"])
+            prior = pending_versions.get(vkey)
+            if prior is None and known is not None:
+                prior = versions.get((known[0], rec["retriever"]))
+            if prior is not None:
+                if prior[0] != r.content_hash:
+                    rejected.append((r.line, Problem(
+                        self.path, r.line, "query_id",
+                        f"{r.query_id!r} was already ingested from {prior[1]} with different content "
+                        "(question, answer or retrieved list); give it a new query_id")))
+                elif r.line_key is None or r.line_key in seen_keys:
+                    self.result.unchanged += 1
+                else:
+                    seen_keys.add(r.line_key)
+                    new_lines.append(r)
+                    bumps.append(r)
+                    self.result.merged += 1
+                continue
+            question = known[1] if known is not None else batch_questions.get(r.query_id)
+            if question is not None and question != rec["question"]:
+                rejected.append((r.line, Problem(self.path, r.line, "query_id",
+                                 f"{r.query_id!r} already exists with another question")))
+                continue
+            pending_versions[vkey] = (r.content_hash, f"{self.path}:{r.line}")
+            new_versions.append(r)
+            if r.line_key is not None:
+                seen_keys.add(r.line_key)
+                new_lines.append(r)
+            if question is None:
+                batch_questions[r.query_id] = rec["question"]
+                new_queries.append(r)
+                self.result.new += 1
+            else:
+                self.result.merged += 1
+                if r.line_key is not None:
+                    bumps.append(r)
+        if not write:
+            return rejected
+        if new_queries:
+            conn.executemany(
+                "INSERT INTO queries (query_id, question, norm_question, origin, answer, occurrences, "
+                "first_seen, last_seen, meta, source, created_at) VALUES (?, ?, ?, 'log', ?, 0, ?, ?, ?, ?, ?)",
+                [(r.query_id, r.rec["question"], normalize_question(r.rec["question"]), r.rec["answer"],
+                  r.rec["timestamp"], r.rec["timestamp"],
+                  store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
+                  f"{self.path}:{r.line}", self.created) for r in new_queries])
+        pks = dict(conn.execute(
+            "SELECT query_id, pk FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
+            [json.dumps(ids)]).fetchall())
+        if new_versions:
+            docs = self._doc_pks(new_versions)
+            conn.executemany(
+                "INSERT INTO query_versions (query_pk, retriever, content_hash, source) VALUES (?, ?, ?, ?)",
+                [(pks[r.query_id], r.rec["retriever"], r.content_hash, f"{self.path}:{r.line}")
+                 for r in new_versions])
+            rows = [(pks[r.query_id], r.rec["retriever"], rank, docs[c[0]], c[3])
+                    for r in new_versions for rank, c in enumerate(r.rec["chunks"], 1)]
+            conn.executemany(
+                "INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score) VALUES (?, ?, ?, ?, ?)", rows)
+            self.result.retrievals += len(rows)
+        if new_lines:
+            conn.executemany("INSERT INTO log_lines (line_key, query_pk) VALUES (?, ?)",
+                             [(r.line_key, pks[r.query_id]) for r in new_lines])
+        touched = new_queries + bumps
+        if touched:
+            conn.executemany(
+                "UPDATE queries SET occurrences = occurrences + 1, "
+                "first_seen = CASE WHEN first_seen IS NULL OR ?1 < first_seen THEN ?1 ELSE first_seen END, "
+                "last_seen = CASE WHEN last_seen IS NULL OR ?1 > last_seen THEN ?1 ELSE last_seen END, "
+                "answer = coalesce(answer, ?2) WHERE pk = ?3",
+                [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id]) for r in touched])
+        return rejected
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise IngestError(f"{path}: no such file")
+    if path.is_dir():
+        raise IngestError(f"{path}: is a folder; give a file")
+
+
+def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: IngestResult,
+            lenient: bool, rejects: list[dict]) -> IngestResult:
+    if result.records == 0 and not result.problems:
+        raise IngestError(f"{path}: empty file: no records found")
+    if result.problems and not lenient:
+        shown = "\n".join(str(p) for p in result.problems[:MAX_ERRORS_SHOWN])
+        more = len(result.problems) - MAX_ERRORS_SHOWN
+        tail = f"\n... and {more} more" if more > 0 else ""
+        raise IngestError(
+            f"{path}: {len(result.problems)} invalid record(s); nothing was written "
+            f"(fix them, or pass --lenient to write the valid ones):\n{shown}{tail}",
+            result.problems, len(result.problems))
+    if rejects:
+        rejects_path = Path(str(path) + ".rejects.jsonl")
+        with open(rejects_path, "w", encoding="utf-8") as f:
+            for r in rejects:
+                f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+        result.rejects_path = str(rejects_path)
+    result.rejected = len(result.problems)
+    counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
+    db.conn.execute(
+        "INSERT INTO ingests (kind, path, sha256, format, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        [kind, str(path), _sha256(path), fmt, store.dumps(counts), store.now()])
+    return result
+
+
+def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
+                mapping: dict[str, str] | None = None, lenient: bool = False,
+                progress: Callable[[int, int], None] | None = None,
+                max_line_bytes: int = MAX_LINE_BYTES) -> IngestResult:
+    """Ingest one production log file; see the module docstring for the rules.
+
+    Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
+    file cannot be read, is empty, or, in strict mode, has any invalid record; then nothing is
+    written. ``progress(done_bytes, total_bytes)`` is called as the file is read.
+    """
+    path = Path(path)
+    _check_path(path)
+    fmt, gz = detect_format(path, fmt)
+    result = IngestResult(path=str(path), kind="logs", format=fmt)
+    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
+    total = path.stat().st_size
+    writer = _LogWriter(db, str(path), result)
+    rejects: list[dict] = []
+
+    def reject(line: int, problem: Problem, raw: Any) -> None:
+        result.problems.append(problem)
+        if lenient:
+            rejects.append({"line": line, "field": problem.field, "error": problem.message,
+                            "record": raw})
+
+    with store.transaction(db):
+        batch: list[_Row] = []
+        raws: dict[int, Any] = {}
+
+        def flush() -> None:
+            clean = not result.problems or lenient
+            for line, problem in writer.write(batch, result.problems, write=clean):
+                reject(line, problem, raws.get(line))
+            batch.clear()
+            raws.clear()
+
+        for line, raw in records:
+            result.records += 1
+            if isinstance(raw, BadRecord):
+                reject(line, Problem(str(path), line, raw.field, raw.message), raw.raw)
+                continue
+            try:
+                rec = validate_log(canonical(raw, mapping))
+            except _FieldError as e:
+                reject(line, Problem(str(path), line, e.field, e.message), raw)
+                continue
+            batch.append(writer.key(line, rec))
+            if lenient:
+                raws[line] = raw
+            if len(batch) >= BATCH:
+                flush()
+                if progress:
+                    progress(bytes_read(), total)
+        flush()
+        if progress:
+            progress(total, total)
+        if result.records:
+            result.documents_without_text = db.execute(
+                "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
+        return _finish(db, path, "logs", fmt, result, lenient, rejects)
+
+
+CORPUS_ALIASES = {
+    "id": CHUNK_ALIASES["id"],
+    "text": CHUNK_ALIASES["text"] + ("body", "abstract"),
+    "title": ("title", "name"),
+    "source": ("source", "url", "path"),
+}
+
+
+def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | None]:
+    used = set()
+    values = {}
+    for name, aliases in CORPUS_ALIASES.items():
+        key, value = _first(raw, aliases)
+        values[name] = value
+        if key:
+            used.add(key)
+    cid = values["id"]
+    if cid is None:
+        raise _FieldError("id", "missing (expected one of: " + ", ".join(CORPUS_ALIASES["id"]) + ")")
+    if isinstance(cid, bool) or not isinstance(cid, str | int):
+        raise _FieldError("id", f"expected a string id, got {type(cid).__name__}")
+    cid = str(cid).strip()
+    if not cid:
+        raise _FieldError("id", "is empty")
+    text = values["text"]
+    if not isinstance(text, str) or not text.strip():
+        raise _FieldError("text", "missing or empty" if text in (None, "") else
+                          f"expected text, got {type(text).__name__}")
+    title = _text_or_none(values["title"], "title")
+    source = _text_or_none(values["source"], "source")
+    meta = {k: v for k, v in raw.items() if k not in used and k != "metadata"}
+    if isinstance(raw.get("metadata"), dict):
+        meta.update(raw["metadata"])
+    return cid, text, title, source, meta or None
+
+
+def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
+                  lenient: bool = False, progress: Callable[[int, int], None] | None = None) -> IngestResult:
+    """Ingest a corpus file (records with id, text, title?, source?) into ``documents``.
+
+    The corpus is authoritative: its text replaces text seen in logs. The same id twice in one
+    file is an error naming both lines. Same strict/lenient rules as ``ingest_logs``.
+    """
+    path = Path(path)
+    _check_path(path)
+    fmt, gz = detect_format(path, fmt)
+    result = IngestResult(path=str(path), kind="corpus", format=fmt)
+    records, bytes_read = iter_records(path, fmt, gz)
+    total = path.stat().st_size
+    rejects: list[dict] = []
+    conn = db.conn
+    created = store.now()
+    with store.transaction(db):
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS corpus_seen (doc_id TEXT PRIMARY KEY, line INTEGER)")
+        conn.execute("DELETE FROM corpus_seen")
+        for line, raw in _progress(records, progress, bytes_read, total):
+            result.records += 1
+            try:
+                if isinstance(raw, BadRecord):
+                    raise _FieldError(raw.field, raw.message)
+                cid, text, title, source, meta = _corpus_record(raw)
+                prev = conn.execute("SELECT line FROM corpus_seen WHERE doc_id = ?", [cid]).fetchone()
+                if prev:
+                    raise _FieldError("id", f"duplicate id {cid!r} (first at {path}:{prev[0]})")
+            except _FieldError as e:
+                result.problems.append(Problem(str(path), line, e.field, e.message))
+                if lenient:
+                    rejects.append({"line": line, "field": e.field, "error": e.message,
+                                    "record": raw if isinstance(raw, dict) else raw.raw})
+                continue
+            conn.execute("INSERT INTO corpus_seen VALUES (?, ?)", [cid, line])
+            if result.problems and not lenient:
+                continue
+            old = conn.execute("SELECT text, title, source, in_corpus FROM documents WHERE doc_id = ?",
+                               [cid]).fetchone()
+            meta_json = store.dumps(meta) if meta else None
+            if old is None:
+                conn.execute("INSERT INTO documents (doc_id, text, title, source, meta, in_corpus, created_at) "
+                             "VALUES (?, ?, ?, ?, ?, 1, ?)", [cid, text, title, source, meta_json, created])
+                result.new += 1
+                result.documents_new += 1
+            elif tuple(old) == (text, title, source, 1):
+                result.unchanged += 1
+            else:
+                conn.execute("UPDATE documents SET text = ?, title = coalesce(?, title), "
+                             "source = coalesce(?, source), meta = coalesce(?, meta), in_corpus = 1 "
+                             "WHERE doc_id = ?", [text, title, source, meta_json, cid])
+                result.merged += 1
+                result.documents_updated += 1
+        result.documents_without_text = conn.execute(
+            "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
+        return _finish(db, path, "corpus", fmt, result, lenient, rejects)
+
+
+def _progress(records: Iterator, progress: Callable[[int, int], None] | None,
+              bytes_read: Callable[[], int], total: int) -> Iterator:
+    for i, item in enumerate(records, 1):
+        yield item
+        if progress and i % 1000 == 0:
+            progress(bytes_read(), total)
+    if progress:
+        progress(total, total)

@@ -1,0 +1,333 @@
+"""Streaming record readers for JSONL, JSON arrays, CSV/TSV and Parquet (plain or gzip-compressed).
+
+Each reader yields ``(line, record)`` pairs where ``line`` is the 1-based line (or Parquet row) a
+record starts on and ``record`` is a dict, or ``(line, BadRecord)`` for a record that cannot be
+read at all (invalid JSON, invalid UTF-8, a ragged CSV row, a line over the size limit). Readers
+never hold more than one batch of the file in memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import IngestError
+
+try:  # orjson is a dependency, but keep a pure-Python fallback for unusual platforms
+    import orjson
+
+    _json_loads: Callable[[bytes | str], Any] = orjson.loads
+    _JSONDecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
+except ImportError:  # pragma: no cover
+    _json_loads = json.loads
+    _JSONDecodeError = (ValueError,)
+
+FORMATS = ("jsonl", "json", "csv", "tsv", "parquet")
+_EXTENSIONS = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
+    ".parquet": "parquet", ".pq": "parquet",
+}
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that could not be read; ``field`` names what was wrong (``json``, ``encoding``...)."""
+
+    field: str
+    message: str
+    raw: str | None = None
+
+
+def detect_format(path: Path, fmt: str | None = None) -> tuple[str, bool]:
+    """Return ``(format, gzipped)`` from ``fmt`` or the file extension (``.jsonl.gz`` works)."""
+    gz = path.suffix.lower() == ".gz"
+    if fmt:
+        fmt = fmt.lower()
+        if fmt not in FORMATS:
+            raise IngestError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+        return fmt, gz
+    suffix = Path(path.stem).suffix.lower() if gz else path.suffix.lower()
+    if suffix not in _EXTENSIONS:
+        shown = suffix or "(none)"
+        raise IngestError(
+            f"{path}: unknown file extension {shown}; use .jsonl, .json, .csv, .tsv or .parquet "
+            f"(optionally .gz), or pass --format {'|'.join(FORMATS)}"
+        )
+    return _EXTENSIONS[suffix], gz
+
+
+class _Counting(io.RawIOBase):
+    """Wraps a binary file and counts the compressed bytes read, for the progress bar."""
+
+    def __init__(self, f: IO[bytes]):
+        self.f = f
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.f.readinto(b)
+        self.bytes_read += n or 0
+        return n
+
+
+def open_binary(path: Path, gz: bool) -> tuple[IO[bytes], _Counting]:
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the returned handle
+    counter = _Counting(raw)
+    buffered = io.BufferedReader(counter, buffer_size=1 << 20)
+    if gz:
+        return gzip.GzipFile(fileobj=buffered), counter  # type: ignore[return-value]
+    return buffered, counter
+
+
+def _decode(data: bytes) -> str | BadRecord:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return BadRecord("encoding", f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {e.start + 1})")
+
+
+def _lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | BadRecord]]:
+    """Yield (line number, raw line) with over-long lines replaced by a BadRecord."""
+    n = 0
+    while True:
+        line = f.readline(max_bytes + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            # skip the rest of the line without holding it in memory
+            while True:
+                rest = f.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield n, BadRecord("line", f"longer than the {max_bytes // (1024 * 1024)} MiB limit "
+                                       "(raise --max-line-mb if this is intended)")
+            continue
+        yield n, line
+
+
+def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
+    for n, line in _lines(f, max_bytes):
+        if isinstance(line, BadRecord):
+            yield n, line
+            continue
+        if not line.strip():
+            continue
+        text = _decode(line)
+        if isinstance(text, BadRecord):
+            yield n, text
+            continue
+        try:
+            value = _json_loads(text)
+        except _JSONDecodeError as e:
+            truncated = not line.endswith(b"\n")
+            what = "truncated or invalid JSON" if truncated else "invalid JSON"
+            yield n, BadRecord("json", f"{what}: {e}", text[:200])
+            continue
+        if not isinstance(value, dict):
+            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", text[:200])
+            continue
+        yield n, value
+
+
+class _EncodingProblem(Exception):
+    def __init__(self, line: int, reason: str):
+        self.line, self.reason = line, reason
+
+
+def read_json_array(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
+    try:
+        yield from _read_json_array(f, max_bytes)
+    except _EncodingProblem as e:
+        yield e.line, BadRecord("encoding", f"not valid UTF-8 ({e.reason}); nothing after it was read")
+
+
+def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict | BadRecord]]:
+    """Stream the objects of a top-level JSON array (or a single top-level object).
+
+    Objects are decoded one at a time from a sliding buffer, so a large array never sits in
+    memory whole; the line number is where each object starts.
+    """
+    decoder = json.JSONDecoder()
+    reader = io.TextIOWrapper(f, encoding="utf-8", errors="strict")
+    buf = ""
+    line = 1
+    pos = 0
+    eof = False
+
+    def fill() -> bool:
+        nonlocal buf, pos, eof
+        if eof:
+            return False
+        try:
+            chunk = reader.read(1 << 20)
+        except UnicodeDecodeError as e:
+            raise _EncodingProblem(line + buf.count("\n", pos), e.reason) from None
+        if not chunk:
+            eof = True
+            return False
+        buf = buf[pos:] + chunk
+        pos = 0
+        return True
+
+    def skip_ws() -> None:
+        nonlocal pos, line
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                if buf[pos] == "\n":
+                    line += 1
+                pos += 1
+            if pos < len(buf) or not fill():
+                return
+
+    skip_ws()
+    if pos >= len(buf):
+        return
+    if buf[pos] == "{":
+        # a single object: read it all (it is one record)
+        while fill():
+            pass
+        try:
+            value, _ = decoder.raw_decode(buf, pos)
+        except json.JSONDecodeError as e:
+            yield line, BadRecord("json", f"invalid JSON: {e}")
+            return
+        yield line, value
+        return
+    if buf[pos] != "[":
+        yield line, BadRecord("json", "expected a JSON array of objects")
+        return
+    pos += 1
+    while True:
+        skip_ws()
+        if pos >= len(buf):
+            yield line, BadRecord("json", "truncated JSON: the array is not closed")
+            return
+        if buf[pos] == "]":
+            return
+        if buf[pos] == ",":
+            pos += 1
+            continue
+        start_line = line
+        while True:
+            try:
+                value, end = decoder.raw_decode(buf, pos)
+                break
+            except json.JSONDecodeError as e:
+                if len(buf) - pos > max_bytes:
+                    yield start_line, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit")
+                    return
+                if not fill():
+                    yield start_line, BadRecord("json", f"truncated or invalid JSON: {e.msg}")
+                    return
+        line += buf.count("\n", pos, end)
+        pos = end
+        if not isinstance(value, dict):
+            yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
+            continue
+        yield start_line, value
+
+
+def _csv_value(v: str) -> Any:
+    return v if v != "" else None
+
+
+def read_csv(f: IO[bytes], delimiter: str) -> Iterator[tuple[int, dict | BadRecord]]:
+    """CSV/TSV with a header row; list-valued columns (retrieved chunks) hold JSON text."""
+    bad: dict[int, BadRecord] = {}
+
+    def decoded() -> Iterator[str]:
+        for n, raw in _lines(f, MAX_LINE_BYTES):
+            if isinstance(raw, BadRecord):
+                bad[n] = raw
+                yield "\n"
+                continue
+            text = _decode(raw)
+            if isinstance(text, BadRecord):
+                bad[n] = text
+                yield "\n"
+                continue
+            yield text
+
+    reader = csv.reader(decoded(), delimiter=delimiter)
+    header: list[str] | None = None
+    start = 1
+    for row in reader:
+        line = start
+        start = reader.line_num + 1
+        if line in bad:
+            yield line, bad.pop(line)
+            continue
+        if header is None:
+            header = [h.strip().lstrip("\ufeff") for h in row]
+            continue
+        if not row or row == [""]:
+            continue
+        if len(row) != len(header):
+            yield line, BadRecord("row", f"has {len(row)} fields, the header has {len(header)}")
+            continue
+        record: dict[str, Any] = {}
+        for key, value in zip(header, row, strict=True):
+            v = _csv_value(value)
+            if isinstance(v, str) and v[:1] in "[{":
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError as e:
+                    yield line, BadRecord(key, f"is not valid JSON: {e}")
+                    break
+            record[key] = v
+        else:
+            yield line, record
+
+
+def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for corrupt files
+        raise IngestError(f"{path}: not a readable Parquet file: {e}") from None
+    row = 0
+    for batch in pf.iter_batches(batch_size=4096):
+        for record in batch.to_pylist():
+            row += 1
+            yield row, record
+
+
+def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LINE_BYTES,
+                 ) -> tuple[Iterator[tuple[int, dict | BadRecord]], Callable[[], int]]:
+    """Open ``path`` and return (records, bytes_read) where bytes_read() reports progress."""
+    if fmt == "parquet":
+        size = path.stat().st_size
+        return read_parquet(path), lambda: size
+    f, counter = open_binary(path, gz)
+    if fmt == "jsonl":
+        it = read_jsonl(f, max_line_bytes)
+    elif fmt == "json":
+        it = read_json_array(f, max_line_bytes)
+    else:
+        it = read_csv(f, "," if fmt == "csv" else "\t")
+
+    def closing() -> Iterator[tuple[int, dict | BadRecord]]:
+        try:
+            yield from it
+        except (OSError, EOFError) as e:  # gzip errors, truncated gzip streams
+            raise IngestError(f"{path}: cannot read file: {e}") from None
+        finally:
+            f.close()
+
+    return closing(), lambda: counter.bytes_read
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
