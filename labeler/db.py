@@ -76,7 +76,6 @@ CREATE TABLE retrievals (
     score REAL,
     PRIMARY KEY (query_pk, retriever, rank)
 ) WITHOUT ROWID;
-CREATE INDEX retrievals_doc ON retrievals (doc_pk);
 CREATE TABLE relevance_labels (
     query_pk INTEGER NOT NULL REFERENCES queries (pk),
     doc_pk INTEGER NOT NULL REFERENCES documents (pk),
@@ -231,13 +230,19 @@ def connect(path: str | Path = "labeler.db", *, migrate: bool = True) -> sqlite_
 
 
 @contextlib.contextmanager
-def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
-    """A write transaction taken with BEGIN IMMEDIATE (nested calls become savepoints)."""
+def transaction(db: sqlite_utils.Database, *, check_foreign_keys: bool = True) -> Iterator[sqlite_utils.Database]:
+    """A write transaction taken with BEGIN IMMEDIATE (nested calls become savepoints).
+
+    ``check_foreign_keys=False`` is for bulk loaders whose keys come from the database itself:
+    per-row foreign key probes cost more than the inserts.
+    """
     conn = db.conn
     if conn.in_transaction:
         with db.atomic():
             yield db
         return
+    if not check_foreign_keys:
+        conn.execute("PRAGMA foreign_keys = OFF")
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield db
@@ -247,6 +252,9 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
         raise
     else:
         conn.execute("COMMIT")
+    finally:
+        if not check_foreign_keys:
+            conn.execute("PRAGMA foreign_keys = ON")
 
 
 def dumps(value: Any) -> str:
@@ -330,3 +338,61 @@ def stats(db: sqlite_utils.Database) -> dict[str, Any]:
         "unlabeled_queries": total_queries - labeled,
         "ingests": one("SELECT count(*) FROM ingests"),
     }
+
+
+# --- m003: llm_calls as cache + ledger (labeler.llm) -----------------------------------------
+
+_SCHEMA_M003_LLM = """
+ALTER TABLE llm_calls ADD COLUMN status TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'failed'));
+ALTER TABLE llm_calls ADD COLUMN parsed TEXT;
+ALTER TABLE llm_calls ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE llm_calls ADD COLUMN updated_at TEXT;
+UPDATE llm_calls SET status = 'failed' WHERE error IS NOT NULL;
+UPDATE llm_calls SET updated_at = created_at
+"""
+
+
+@migrations()
+def m003_llm_calls_status(db: sqlite_utils.Database) -> None:
+    """``status`` ok/failed (only ok rows are a cache hit), the validated output as ``parsed``,
+    the number of HTTP requests paid for, and when the row last changed. Tokens and cost add up
+    over every attempt for the same request hash, so the table is a ledger of what was spent."""
+    for statement in _statements(_SCHEMA_M003_LLM):
+        db.execute(statement)
+
+
+# --- m002: the labeling queue (labeler.labels) ----------------------------------------------
+
+_SCHEMA_M002_QUEUE = """
+CREATE TABLE queue (
+    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
+    sort_key NOT NULL,
+    overlap_key INTEGER NOT NULL,
+    overlap INTEGER NOT NULL DEFAULT 0,
+    needed INTEGER NOT NULL DEFAULT 1,
+    taken INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX queue_open ON queue (sort_key, query_pk) WHERE taken < needed;
+CREATE TABLE queue_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE INDEX assignments_leases ON assignments (lease_expires) WHERE state = 'leased';
+CREATE INDEX queries_synthetic ON queries (review_state) WHERE origin = 'synthetic';
+ALTER TABLE query_labels ADD COLUMN status_at TEXT;
+ALTER TABLE query_labels ADD COLUMN status_reason TEXT;
+CREATE INDEX query_labels_history ON query_labels (annotator, status_at);
+CREATE INDEX relevance_labels_annotator ON relevance_labels (annotator)
+"""
+
+
+@migrations()
+def m002_labels_queue(db: sqlite_utils.Database) -> None:
+    """The queue: one row per labelable query with its sort key (``queue_order``), its overlap
+    target (``needed``) and how many annotators hold or finished it (``taken``, ``done``); the
+    partial index ``queue_open`` holds only items with a free slot, so finding the next item never
+    scans labeled ones. ``query_labels`` gains when its status last changed (history order) and the
+    reason given with a skip or discard."""
+    for statement in _statements(_SCHEMA_M002_QUEUE):
+        db.execute(statement)

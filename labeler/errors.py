@@ -22,3 +22,19 @@ class IngestError(LabelerError):
         super().__init__(message)
         self.problems = problems or []
         self.total = total if total is not None else len(self.problems)
+
+
+class LLMError(LabelerError):
+    """The language model endpoint cannot be used as configured (key, URL, model, settings)."""
+
+
+class LabelError(LabelerError):
+    """A label read or write got something invalid: unknown query or chunk, a grade off the scale."""
+
+
+class ItemTakenError(LabelError):
+    """The item already has all the annotators it needs (e.g. a lease expired and it went to another)."""
+
+
+class RoleError(LabelError):
+    """The annotator lacks the role for this action (only a lead may adjudicate or change roles)."""

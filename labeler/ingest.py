@@ -29,6 +29,7 @@ import sqlite_utils
 from . import db as store
 from .errors import IngestError
 from .readers import MAX_LINE_BYTES, BadRecord, detect_format, is_number, iter_records
+from .readers import dumps_sorted as _dumps_sorted
 
 MAX_ERRORS_SHOWN = 20
 BATCH = 2000
@@ -192,7 +193,7 @@ def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, 
     """Map a raw record to canonical fields (unvalidated); unmapped fields go to ``meta``."""
     if mapping is None:
         mapping = {}
-    if not mapping and _is_phoenix(record):
+    if not mapping and not any(k in record for k in LOG_ALIASES["question"]) and _is_phoenix(record):
         return _phoenix(record)
     out: dict[str, Any] = {}
     used: set[str] = set()
@@ -219,7 +220,38 @@ def _text_or_none(v: Any, fld: str) -> str | None:
     raise _FieldError(fld, f"expected text, got {type(v).__name__}")
 
 
+def _chunk_fast(raw: Any) -> tuple[str, str | None, str | None, float | None] | None:
+    """The common shape {"id": str, "text"?: str, "score"?: float, "title"?: str}, checked cheaply.
+
+    Returns None when the chunk needs the general path (aliases, conversions, or an error).
+    """
+    if type(raw) is not dict:
+        return None
+    cid = raw.get("id")
+    if type(cid) is not str or not cid or cid != cid.strip():
+        return None
+    text = raw.get("text")
+    title = raw.get("title")
+    score = raw.get("score")
+    if (text is not None and type(text) is not str) or (title is not None and type(title) is not str):
+        return None
+    if score is not None:
+        if type(score) is int:
+            score = float(score)
+        elif type(score) is not float or score != score or score in (_INF, -_INF):
+            return None
+    if text is None and "content" in raw or "page_content" in raw or "doc_id" in raw:
+        return None
+    return cid, text, title, score
+
+
+_INF = float("inf")
+
+
 def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
+    fast = _chunk_fast(raw)
+    if fast is not None:
+        return fast
     where = f"retrieved[{i}]"
     if isinstance(raw, str):
         # a bare context string (Ragas style): identify it by its content
@@ -268,14 +300,14 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         retrieved = []
     if not isinstance(retrieved, list):
         raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
-    chunks = []
-    seen: dict[str, int] = {}
-    for i, raw in enumerate(retrieved):
-        c = _chunk(raw, i)
-        if c[0] in seen:
-            raise _FieldError(f"retrieved[{i}].id", f"duplicate chunk id {c[0]!r} (also at retrieved[{seen[c[0]]}])")
-        seen[c[0]] = i
-        chunks.append(c)
+    chunks = [_chunk(raw, i) for i, raw in enumerate(retrieved)]
+    if len({c[0] for c in chunks}) != len(chunks):
+        seen: dict[str, int] = {}
+        for i, c in enumerate(chunks):
+            if c[0] in seen:
+                raise _FieldError(f"retrieved[{i}].id",
+                                  f"duplicate chunk id {c[0]!r} (also at retrieved[{seen[c[0]]}])")
+            seen[c[0]] = i
     qid = rec["query_id"]
     if qid is not None:
         if isinstance(qid, bool) or not isinstance(qid, str | int):
@@ -304,7 +336,7 @@ def normalize_question(question: str) -> str:
 
 
 def _hash(*parts: Any) -> str:
-    return hashlib.sha1(store.dumps(parts).encode()).hexdigest()
+    return hashlib.sha1(_dumps_sorted(parts)).hexdigest()
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -326,6 +358,8 @@ class _LogWriter:
         self.conn = db.conn
         self.created = store.now()
         self.ordinals: dict[str, int] = {}
+        # doc_id -> pk for documents already resolved in this file; bounded so memory stays flat
+        self.doc_cache: dict[str, int] = {}
 
     def key(self, line: int, rec: dict[str, Any]) -> _Row:
         ids = [(c[0], c[3]) for c in rec["chunks"]]
@@ -341,18 +375,21 @@ class _LogWriter:
         return _Row(line, rec, qid, qid, f"{raw}#{n}")
 
     def _doc_pks(self, rows: list[_Row]) -> dict[str, int]:
-        wanted: dict[str, tuple[str | None, str | None]] = {}
-        for r in rows:
-            for cid, text, title, _ in r.rec["chunks"]:
-                old = wanted.get(cid)
-                if old is None or (old[0] is None and text is not None):
-                    wanted[cid] = (text, title)
+        chunks = {c[0]: c for r in rows for c in r.rec["chunks"]}
+        # a chunk logged with text in one line and without in another keeps its text
+        chunks.update({c[0]: c for r in rows for c in r.rec["chunks"] if c[1] is not None})
+        cache = self.doc_cache  # pk, negated while the document has no text
+        if len(cache) > 1_000_000:
+            cache.clear()
+        wanted = {cid: (c[1], c[2]) for cid, c in chunks.items()
+                  if cid not in cache or (cache[cid] < 0 and c[1] is not None)}
         found: dict[str, tuple[int, bool]] = {}
-        for pk, doc_id, missing in self.conn.execute(
-            "SELECT pk, doc_id, text IS NULL FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
-            [json.dumps(list(wanted))],
-        ):
-            found[doc_id] = (pk, bool(missing))
+        if wanted:
+            for pk, doc_id, missing in self.conn.execute(
+                "SELECT pk, doc_id, text IS NULL FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
+                [json.dumps(list(wanted))],
+            ):
+                found[doc_id] = (pk, bool(missing))
         new = [(cid, t, ti, self.created) for cid, (t, ti) in wanted.items() if cid not in found]
         fill = [(t, ti, found[cid][0]) for cid, (t, ti) in wanted.items()
                 if cid in found and found[cid][1] and t is not None]
@@ -364,12 +401,15 @@ class _LogWriter:
                 "SELECT pk, doc_id FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
                 [json.dumps([n[0] for n in new])],
             ):
-                found[doc_id] = (pk, False)
+                found[doc_id] = (pk, wanted[doc_id][0] is None)
         if fill:
             self.conn.executemany(
                 "UPDATE documents SET text = ?, title = coalesce(title, ?) WHERE pk = ?", fill)
             self.result.documents_updated += len(fill)
-        return {cid: v[0] for cid, v in found.items()}
+        for cid, (pk, missing) in found.items():
+            has_text = not missing or wanted[cid][0] is not None
+            cache[cid] = pk if has_text else -pk
+        return {cid: abs(cache[cid]) for cid in chunks}
 
     def write(self, batch: list[_Row], problems: list[Problem], write: bool) -> list[tuple[int, Problem]]:
         """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true."""
@@ -445,7 +485,7 @@ class _LogWriter:
         if new_queries:
             conn.executemany(
                 "INSERT INTO queries (query_id, question, norm_question, origin, answer, occurrences, "
-                "first_seen, last_seen, meta, source, created_at) VALUES (?, ?, ?, 'log', ?, 0, ?, ?, ?, ?, ?)",
+                "first_seen, last_seen, meta, source, created_at) VALUES (?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?)",
                 [(r.query_id, r.rec["question"], normalize_question(r.rec["question"]), r.rec["answer"],
                   r.rec["timestamp"], r.rec["timestamp"],
                   store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
@@ -467,7 +507,7 @@ class _LogWriter:
         if new_lines:
             conn.executemany("INSERT INTO log_lines (line_key, query_pk) VALUES (?, ?)",
                              [(r.line_key, pks[r.query_id]) for r in new_lines])
-        touched = new_queries + bumps
+        touched = bumps
         if touched:
             conn.executemany(
                 "UPDATE queries SET occurrences = occurrences + 1, "
@@ -544,7 +584,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
             rejects.append({"line": line, "field": problem.field, "error": problem.message,
                             "record": raw})
 
-    with store.transaction(db):
+    with store.transaction(db, check_foreign_keys=False):
         batch: list[_Row] = []
         raws: dict[int, Any] = {}
 

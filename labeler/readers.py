@@ -29,6 +29,14 @@ except ImportError:  # pragma: no cover
     _json_loads = json.loads
     _JSONDecodeError = (ValueError,)
 
+def dumps_sorted(value: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys) for content hashes."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except (NameError, TypeError):
+        return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False).encode()
+
+
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet")
 _EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
@@ -129,7 +137,10 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
             continue
         try:
             value = _json_loads(text)
-        except _JSONDecodeError as e:
+        except _JSONDecodeError:
+            value = _slow_loads(text)
+        if isinstance(value, json.JSONDecodeError):
+            e = value
             truncated = not line.endswith(b"\n")
             what = "truncated or invalid JSON" if truncated else "invalid JSON"
             yield n, BadRecord("json", f"{what}: {e}", text[:200])
@@ -236,6 +247,15 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
             continue
         yield start_line, value
+
+
+def _slow_loads(text: str) -> Any:
+    """The standard library parser: accepts NaN/Infinity (which Python's json.dumps writes, so
+    validation can name the field) and gives the clearer error message."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return e
 
 
 def _csv_value(v: str) -> Any:

@@ -1,0 +1,121 @@
+"""Benchmark: `labeler ingest logs` end to end vs a raw sqlite3 executemany of the same rows.
+
+Generates N logged queries x 10 retrieved chunks (ids and scores, a pool of 50k chunk ids),
+times the real CLI in a subprocess (so peak RSS is that process's own), and in the same run the
+raw baseline: the same query and retrieval rows inserted with sqlite3.executemany in one
+transaction. Prints one JSON document.
+
+    python tests/bench/bench_ingest.py [--queries 100000] [--small 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = ("invoice billing plan sso okta export timesheet project api token mobile sync "
+         "refund seat admin role report csv webhook limit error login password").split()
+
+
+def make_log(path: Path, n: int, seed: int = 1) -> int:
+    rng = random.Random(seed)
+    rows = 0
+    with open(path, "w") as f:
+        for i in range(n):
+            q = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f" #{i}"
+            ids = rng.sample(range(50_000), 10)
+            scores = sorted((round(rng.random(), 4) for _ in range(10)), reverse=True)
+            rec = {"request_id": f"r{i}", "question": q, "timestamp": f"2026-11-{1 + i % 28:02d}T00:00:00Z",
+                   "retrieved": [{"id": f"doc-{d}", "score": s} for d, s in zip(ids, scores, strict=True)]}
+            if i % 3 == 0:
+                rec["answer"] = "an answer " + q
+            f.write(json.dumps(rec) + "\n")
+            rows += 11
+    return rows
+
+
+def raw_baseline(path: Path, db_path: Path) -> float:
+    """The same rows as plain tuples, pre-parsed (parsing is not timed), via executemany."""
+    queries, retrievals = [], []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            rec = json.loads(line)
+            queries.append((i, rec["request_id"], rec["question"], rec.get("answer")))
+            retrievals.extend((i, "production", r, int(c["id"][4:]), c["score"])
+                              for r, c in enumerate(rec["retrieved"], 1))
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE queries (pk INTEGER PRIMARY KEY, query_id TEXT UNIQUE, question TEXT, answer TEXT)")
+    conn.execute("CREATE TABLE retrievals (query_pk INTEGER, retriever TEXT, rank INTEGER, doc_pk INTEGER, "
+                 "score REAL, PRIMARY KEY (query_pk, retriever, rank)) WITHOUT ROWID")
+    t = time.perf_counter()
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO queries VALUES (?, ?, ?, ?)", queries)
+    conn.executemany("INSERT INTO retrievals VALUES (?, ?, ?, ?, ?)", retrievals)
+    conn.execute("COMMIT")
+    elapsed = time.perf_counter() - t
+    conn.close()
+    return elapsed
+
+
+def run_cli(path: Path, db_path: Path) -> tuple[float, int]:
+    """Run the real CLI in a child process; return (seconds, child peak RSS in bytes)."""
+    code = ("import resource, sys; from labeler.cli import cli\n"
+            "try:\n    cli(['--db', sys.argv[1], 'ingest', 'logs', sys.argv[2], '--json'])\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(code or 0)")
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, str(db_path), str(path)], capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"ingest failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout)
+    assert result["new"] * 11 == result["new"] + result["retrievals"], result
+    rss_kb = int(proc.stderr.strip().splitlines()[-1])
+    return elapsed, rss_kb * 1024
+
+
+def measure(n: int, tmp: Path) -> dict:
+    log = tmp / f"logs-{n}.jsonl"
+    rows = make_log(log, n)
+    baseline_s = raw_baseline(log, tmp / f"raw-{n}.db")
+    ingest_s, rss = run_cli(log, tmp / f"labeler-{n}.db")
+    return {
+        "queries": n, "rows": rows, "file_mb": round(log.stat().st_size / 1e6, 1),
+        "labeler_s": round(ingest_s, 2), "labeler_rows_per_s": round(rows / ingest_s),
+        "raw_s": round(baseline_s, 2), "raw_rows_per_s": round(rows / baseline_s),
+        "ratio": round((rows / ingest_s) / (rows / baseline_s), 3),
+        "peak_rss_mb": round(rss / 1e6, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=100_000)
+    ap.add_argument("--small", type=int, default=10_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        small = measure(args.small, tmp)
+        large = measure(args.queries, tmp)
+    print(json.dumps({
+        "benchmark": "ingest", "small": small, "large": large,
+        "ratio_target": 0.5, "rss_target_mb": 400,
+        "rss_growth_mb": round(large["peak_rss_mb"] - small["peak_rss_mb"], 1),
+        "note": "labeler_s is the whole CLI process (start-up, JSON parsing, validation, dedupe, writes); "
+                "raw_s is executemany of pre-parsed tuples only",
+        "bench_process_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, 1),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
