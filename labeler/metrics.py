@@ -18,7 +18,7 @@ import pandas as pd
 from labeler.errors import LabelerError
 
 COUNT_COLUMNS = ("n_relevant", "n_retrieved")
-_CHUNK = 1 << 22  # elements per resampling block: bounds memory at ~32 MB whatever the sample size
+_CHUNK = 1 << 18  # elements per resampling block: stays in cache and bounds memory whatever n is
 
 
 class MetricError(LabelerError, ValueError):
@@ -37,6 +37,11 @@ class Metric:
 
     def __str__(self) -> str:
         return self.spec
+
+    @property
+    def definition(self) -> MetricDef:
+        """The registered :class:`MetricDef` behind ``name``."""
+        return METRICS[self.name]
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class RankedJudgments:
 
     @cached_property
     def relevant(self) -> np.ndarray:
+        """Row array: grade >= threshold."""
         return self.grade >= self.threshold
 
     def sum_top(self, values: np.ndarray, k: int | None) -> np.ndarray:
@@ -73,7 +79,7 @@ class RankedJudgments:
     def first_relevant_rank(self) -> np.ndarray:
         """Rank of each query's first relevant doc; inf when none was retrieved."""
         rel_q, rel_rank = self.qidx[self.relevant], self.rank[self.relevant]
-        first = np.r_[True, rel_q[1:] != rel_q[:-1]]  # rows are sorted, so a group's first row wins
+        first = np.diff(rel_q, prepend=-1) != 0  # rows are sorted, so a group's first row wins
         out = np.full(self.n_queries, np.inf)
         out[rel_q[first]] = rel_rank[first]
         return out
@@ -83,7 +89,7 @@ class RankedJudgments:
         """Row array: precision at the row's rank for relevant rows, 0 elsewhere (the terms of AP)."""
         rel_q = self.qidx[self.relevant]
         pos = np.arange(rel_q.size)
-        starts = np.maximum.accumulate(np.where(np.r_[True, rel_q[1:] != rel_q[:-1]], pos, 0))
+        starts = np.maximum.accumulate(np.where(np.diff(rel_q, prepend=-1) != 0, pos, 0))
         out = np.zeros(self.rank.size)
         out[self.relevant] = (pos - starts + 1) / self.rank[self.relevant]
         return out
@@ -95,6 +101,11 @@ class RankedJudgments:
 
     @cached_property
     def _grade_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        top = int(self.qrels_grade.max()) if self.qrels_grade.size else 0
+        if top <= 32:  # the usual small scale: grades index the count matrix directly
+            cell = self.qrels_qidx * (top + 1) + self.qrels_grade
+            counts = np.bincount(cell, minlength=self.n_queries * (top + 1)).reshape(self.n_queries, top + 1)
+            return np.arange(1, top + 1), counts[:, 1:]
         positive = self.qrels_grade > 0
         levels = np.unique(self.qrels_grade[positive])
         cell = self.qrels_qidx[positive] * levels.size + np.searchsorted(levels, self.qrels_grade[positive])
@@ -102,7 +113,7 @@ class RankedJudgments:
         return levels, counts.reshape(self.n_queries, levels.size)
 
     def ideal_dcg(self, k: int, gain: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Per-query DCG@k of the ideal ranking: every judged grade > 0, highest first."""
+        """Per-query DCG@k (k required) of the ideal ranking: every judged grade > 0, highest first."""
         levels, counts = self._grade_counts
         prefix = np.r_[0.0, np.cumsum(1.0 / np.log2(np.arange(2, k + 2)))]  # prefix[p] = discounts 1..p
         start = np.zeros(self.n_queries, dtype=np.int64)
@@ -131,7 +142,7 @@ class MetricDef:
     @property
     def description(self) -> str:
         """First line of the function's docstring, for help texts and the README table."""
-        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
+        return next(iter((self.fn.__doc__ or "").strip().splitlines()), "")
 
 
 METRICS: dict[str, MetricDef] = {}
@@ -154,6 +165,8 @@ def register_metric(
     Raises MetricError when a name or alias is malformed or already taken.
     """
     names = [name, *(a.lower() for a in aliases)]
+    if len(set(names)) < len(names):
+        raise MetricError(f"metric {name!r} lists a name twice among {names}; give each name once")
     for n in names:
         if not _NAME.match(n):
             raise MetricError(f"metric name {n!r} is invalid: use lower-case letters, digits and '_'")
@@ -212,7 +225,10 @@ def _hit(r: RankedJudgments, k: int | None) -> np.ndarray:
 
 
 def _mrr(r: RankedJudgments, k: int | None) -> np.ndarray:
-    """1 / rank of the first relevant doc; 0 if none, or if it is below k (trec_eval recip_rank)."""
+    """1 / rank of the first relevant doc, 0 if none was retrieved (trec_eval recip_rank, no cutoff).
+
+    With @k: 0 when the first relevant doc is below rank k.
+    """
     first = r.first_relevant_rank
     return np.where(first <= (np.inf if k is None else k), 1.0 / first, 0.0)
 
@@ -225,24 +241,19 @@ def _exp_gain(grade: np.ndarray) -> np.ndarray:
     return np.exp2(grade.astype(float)) - 1.0
 
 
-def _ndcg_with(gain: Callable[[np.ndarray], np.ndarray]) -> MetricFn:
-    def ndcg(r: RankedJudgments, k: int | None) -> np.ndarray:
-        return r.sum_top(gain(r.grade) * r.discount, k) / r.ideal_dcg(k, gain)
-
-    return ndcg
-
-
 def _ndcg(r: RankedJudgments, k: int | None) -> np.ndarray:
-    """nDCG@k, gain = grade, discount log2(rank+1), ideal = all judged grades > 0 (trec_eval ndcg_cut_k).
+    """nDCG@k: DCG of the top k / DCG@k of the ideal ranking (trec_eval ndcg_cut_k).
 
-    Like trec_eval, the gains ignore the threshold: a grade-1 doc adds gain 1 when the threshold is 2.
+    DCG = sum of gain / log2(rank + 1) with gain = grade (unjudged = 0). The ideal ranking orders
+    every judged doc with grade > 0 by grade, highest first. As in trec_eval, gains ignore the
+    threshold: with threshold 2 a grade-1 doc still adds gain 1, to DCG and to the ideal.
     """
-    return _ndcg_with(_linear_gain)(r, k)
+    return r.sum_top(_linear_gain(r.grade) * r.discount, k) / r.ideal_dcg(k, _linear_gain)
 
 
 def _ndcg_exp(r: RankedJudgments, k: int | None) -> np.ndarray:
-    """nDCG@k with gain 2^grade - 1 (Burges), otherwise as ndcg; no trec_eval equivalent."""
-    return _ndcg_with(_exp_gain)(r, k)
+    """nDCG@k with gain 2^grade - 1 (Burges et al.), otherwise as ndcg; no trec_eval equivalent."""
+    return r.sum_top(_exp_gain(r.grade) * r.discount, k) / r.ideal_dcg(k, _exp_gain)
 
 
 def _ap(r: RankedJudgments, k: int | None) -> np.ndarray:
@@ -278,6 +289,8 @@ def _check_columns(df: pd.DataFrame, what: str, columns: Sequence[str]) -> None:
 
 def _whole(series: pd.Series, what: str, minimum: int) -> np.ndarray:
     values = series.to_numpy()
+    if values.size == 0:  # an empty column built without rows has dtype object
+        return values.astype(np.int64)
     if values.dtype.kind not in "iuf" or (values.dtype.kind == "f" and not np.all(values == np.round(values))):
         raise MetricError(f"{what} must hold whole numbers; convert it with .astype(int)")
     values = values.astype(np.int64)
@@ -288,25 +301,26 @@ def _whole(series: pd.Series, what: str, minimum: int) -> np.ndarray:
 
 def _same_kind(run: pd.Series, qrels: pd.Series, column: str) -> None:
     # int ids in one table and strings in the other would silently match nothing.
-    if pd.api.types.is_numeric_dtype(run) != pd.api.types.is_numeric_dtype(qrels):
+    if run.size and qrels.size and pd.api.types.is_numeric_dtype(run) != pd.api.types.is_numeric_dtype(qrels):
         raise MetricError(
             f"run.{column} is {run.dtype} but qrels.{column} is {qrels.dtype}; use the same id type in both"
         )
 
 
-def _doc_codes(qrels_doc: pd.Series, run_doc: pd.Series) -> tuple[np.ndarray, np.ndarray, int]:
-    """Doc ids as small non-negative ints shared by both tables, and their range."""
+def _doc_codes(qrels_doc: pd.Series, run_doc: pd.Series, n_queries: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Doc ids as small non-negative ints shared by both tables, and their range (query * range + doc
+    must fit in int64)."""
     if qrels_doc.dtype.kind in "iu" and run_doc.dtype.kind in "iu" and qrels_doc.size:
         q, r = qrels_doc.to_numpy(np.int64), run_doc.to_numpy(np.int64)
         low = min(q.min(), r.min()) if r.size else q.min()
         high = max(q.max(), r.max()) if r.size else q.max()
-        if int(high) - int(low) < 1 << 40:  # integer surrogate keys need no hashing at all
+        if (int(high) - int(low) + 1) * max(n_queries, 1) < 1 << 62:  # surrogate keys need no hashing
             return q - low, r - low, int(high) - int(low) + 1
     codes, uniques = pd.factorize(pd.concat([qrels_doc, run_doc], ignore_index=True))
     return codes[: qrels_doc.size].astype(np.int64), codes[qrels_doc.size :].astype(np.int64), max(len(uniques), 1)
 
 
-def judge_run(run: pd.DataFrame, qrels: pd.DataFrame, *, threshold: int = 2) -> tuple[pd.Index, RankedJudgments]:
+def join_run_qrels(run: pd.DataFrame, qrels: pd.DataFrame, *, threshold: int = 2) -> tuple[pd.Index, RankedJudgments]:
     """Join a run (query, doc, rank) to qrels (query, doc, grade): the sorted judged queries and the
     :class:`RankedJudgments` that metric functions read. Validates both tables (see :func:`per_query`)."""
     if isinstance(threshold, bool) or not isinstance(threshold, int | np.integer) or threshold < 1:
@@ -326,7 +340,7 @@ def judge_run(run: pd.DataFrame, qrels: pd.DataFrame, *, threshold: int = 2) -> 
     run_qidx = queries.get_indexer(run["query"])
     keep = run_qidx >= 0  # queries only in the run have nothing to be measured against
     run_qidx, rank = run_qidx[keep].astype(np.int64), rank[keep]
-    qrels_doc, run_doc, n_docs = _doc_codes(qrels["doc"], run["doc"][keep])
+    qrels_doc, run_doc, n_docs = _doc_codes(qrels["doc"], run["doc"][keep], n_q)
 
     # Rows sorted by (query, rank); runs usually arrive sorted, so check before paying for a sort.
     max_rank = int(rank.max()) + 1 if rank.size else 1
@@ -404,7 +418,7 @@ def per_query(
     unknown = [m.spec for m in parsed if m.name not in METRICS]
     if unknown:
         raise MetricError(f"unknown metric(s) {', '.join(unknown)}; known metrics: {_known()}")
-    queries, judgments = judge_run(run, qrels, threshold=threshold)
+    queries, judgments = join_run_qrels(run, qrels, threshold=threshold)
     no_relevant = judgments.n_relevant == 0
     columns: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 for queries that are NaN-ed anyway
@@ -434,8 +448,12 @@ def _resample_means(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarr
     out = np.empty((n_resamples, values.shape[1]))
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
-        idx = rng.integers(0, n, size=(size, n), dtype=np.int32 if n < 1 << 31 else np.int64)
-        out[start : start + size] = values[idx].mean(axis=1)
+        # How often each query is drawn, then one matrix product for all columns: cheaper than
+        # gathering values[idx] per column, and the same resample serves every column.
+        idx = rng.integers(0, n, size=(size, n), dtype=np.int64)
+        idx += (np.arange(size, dtype=np.int64) * n)[:, None]
+        counts = np.bincount(idx.ravel(), minlength=size * n).reshape(size, n)
+        out[start : start + size] = counts.astype(float) @ values / n
     return out
 
 
@@ -462,7 +480,7 @@ def aggregate(
     for column in metric_columns:
         values = per_q[column].to_numpy(dtype=float)
         mask = ~np.isnan(values)
-        groups.setdefault(np.packbits(mask).tobytes() + bytes([mask.size % 8]), []).append((column, values[mask]))
+        groups.setdefault(mask.tobytes(), []).append((column, values[mask]))
     quantiles = [(1 - confidence) / 2, (1 + confidence) / 2]
     for members in groups.values():
         values = np.column_stack([v for _, v in members])
@@ -496,7 +514,8 @@ def paired_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 10000, seed:
     n = diff.size
     if n == 0:
         return float("nan")
-    observed = abs(diff.sum())
+    total = diff.sum()
+    observed = abs(total)
     # Sums differ from the observed one by rounding only when the signs change nothing.
     tolerance = 1e-9 * np.abs(diff).sum()
     rng = np.random.default_rng(seed)
@@ -504,8 +523,10 @@ def paired_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 10000, seed:
     count = 0
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
-        signs = rng.integers(0, 2, size=(size, n), dtype=np.int8) * 2 - 1
-        count += int(np.count_nonzero(np.abs(signs @ diff) >= observed - tolerance))
+        # One random bit per difference (keep = 1, flip = 0): sum = 2 * kept - total.
+        bits = rng.integers(0, 256, size=(size, (n + 7) // 8), dtype=np.uint8)
+        kept = np.unpackbits(bits, axis=1, count=n).astype(float) @ diff
+        count += int(np.count_nonzero(np.abs(2 * kept - total) >= observed - tolerance))
     return (count + 1) / (n_resamples + 1)
 
 
@@ -515,13 +536,23 @@ def rank_by_score(df: pd.DataFrame) -> pd.DataFrame:
     doc 9 ranks above doc 10). Rows keep their order; an existing ``rank`` column is replaced.
     """
     _check_columns(df, "df", ("query", "doc", "score"))
-    keys = pd.DataFrame(
-        {"query": df["query"].to_numpy(), "score": df["score"].to_numpy(), "doc": df["doc"].astype(str).to_numpy()}
-    )
     try:
-        ordered = keys.sort_values(["query", "score", "doc"], ascending=[True, False, False], kind="stable")
-    except TypeError as e:
-        raise MetricError(f"df.query or df.score mixes types that cannot be sorted ({e}); use one type") from e
-    rank = np.empty(len(df), dtype=np.int64)
-    rank[ordered.index.to_numpy()] = ordered.groupby("query", sort=False).cumcount().to_numpy() + 1
+        score = df["score"].to_numpy(dtype=float)
+    except (TypeError, ValueError) as e:
+        raise MetricError(f"df.score must be numeric ({e}); convert it with .astype(float)") from e
+    query = pd.factorize(df["query"])[0]
+    order = np.lexsort((-score, query))
+    query, score = query[order], score[order]
+    tied = (query[1:] == query[:-1]) & (score[1:] == score[:-1])
+    if tied.any():
+        # Only rows that share a score need their doc ids as strings: converting all is the slow part.
+        rows = np.flatnonzero(np.r_[tied, False] | np.r_[False, tied])
+        run_id = np.cumsum(np.r_[True, ~tied])[rows]  # one id per stretch of equal (query, score)
+        docs = df["doc"].to_numpy()[order[rows]].astype(str)
+        within = np.lexsort((docs, -run_id))[::-1]  # run_id ascending, doc descending
+        order[rows] = order[rows[within]]
+    position = np.arange(order.size)
+    starts = np.maximum.accumulate(np.where(np.diff(query, prepend=-1) != 0, position, 0))
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = position - starts + 1
     return df.assign(rank=rank)
