@@ -534,16 +534,16 @@ def _check_path(path: Path) -> None:
 
 
 def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: IngestResult,
-            lenient: bool, rejects: list[dict]) -> IngestResult:
+            lenient: bool, rejects: list[dict], shown: str) -> IngestResult:
     if result.records == 0 and not result.problems:
-        raise IngestError(f"{path}: empty file: no records found")
+        raise IngestError(f"{shown}: empty file: no records found")
     if result.problems and not lenient:
-        shown = "\n".join(str(p) for p in result.problems[:MAX_ERRORS_SHOWN])
+        listed = "\n".join(str(p) for p in result.problems[:MAX_ERRORS_SHOWN])
         more = len(result.problems) - MAX_ERRORS_SHOWN
         tail = f"\n... and {more} more" if more > 0 else ""
         raise IngestError(
-            f"{path}: {len(result.problems)} invalid record(s); nothing was written "
-            f"(fix them, or pass --lenient to write the valid ones):\n{shown}{tail}",
+            f"{shown}: {len(result.problems)} invalid record(s); nothing was written "
+            f"(fix them, or pass --lenient to write the valid ones):\n{listed}{tail}",
             result.problems, len(result.problems))
     if rejects:
         rejects_path = Path(str(path) + ".rejects.jsonl")
@@ -555,27 +555,29 @@ def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: 
     counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
     db.conn.execute(
         "INSERT INTO ingests (kind, path, sha256, format, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-        [kind, str(path), _sha256(path), fmt, store.dumps(counts), store.now()])
+        [kind, shown, _sha256(path), fmt, store.dumps(counts), store.now()])
     return result
 
 
 def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                 mapping: dict[str, str] | None = None, lenient: bool = False,
                 progress: Callable[[int, int], None] | None = None,
-                max_line_bytes: int = MAX_LINE_BYTES) -> IngestResult:
+                max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None) -> IngestResult:
     """Ingest one production log file; see the module docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
     file cannot be read, is empty, or, in strict mode, has any invalid record; then nothing is
-    written. ``progress(done_bytes, total_bytes)`` is called as the file is read.
+    written. ``progress(done_bytes, total_bytes)`` is called as the file is read. ``name`` is
+    how the file is called in messages (default: its path), e.g. an uploaded file's own name.
     """
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
-    result = IngestResult(path=str(path), kind="logs", format=fmt)
+    shown = name or str(path)
+    result = IngestResult(path=shown, kind="logs", format=fmt)
     records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
     total = path.stat().st_size
-    writer = _LogWriter(db, str(path), result)
+    writer = _LogWriter(db, shown, result)
     rejects: list[dict] = []
 
     def reject(line: int, problem: Problem, raw: Any) -> None:
@@ -598,12 +600,12 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         for line, raw in records:
             result.records += 1
             if isinstance(raw, BadRecord):
-                reject(line, Problem(str(path), line, raw.field, raw.message), raw.raw)
+                reject(line, Problem(shown, line, raw.field, raw.message), raw.raw)
                 continue
             try:
                 rec = validate_log(canonical(raw, mapping))
             except _FieldError as e:
-                reject(line, Problem(str(path), line, e.field, e.message), raw)
+                reject(line, Problem(shown, line, e.field, e.message), raw)
                 continue
             batch.append(writer.key(line, rec))
             if lenient:
@@ -618,7 +620,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         if result.records:
             result.documents_without_text = db.execute(
                 "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
-        return _finish(db, path, "logs", fmt, result, lenient, rejects)
+        return _finish(db, path, "logs", fmt, result, lenient, rejects, shown)
 
 
 CORPUS_ALIASES = {
@@ -658,7 +660,8 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
 
 
 def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
-                  lenient: bool = False, progress: Callable[[int, int], None] | None = None) -> IngestResult:
+                  lenient: bool = False, progress: Callable[[int, int], None] | None = None,
+                  name: str | None = None) -> IngestResult:
     """Ingest a corpus file (records with id, text, title?, source?) into ``documents``.
 
     The corpus is authoritative: its text replaces text seen in logs. The same id twice in one
@@ -667,7 +670,8 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
-    result = IngestResult(path=str(path), kind="corpus", format=fmt)
+    shown = name or str(path)
+    result = IngestResult(path=shown, kind="corpus", format=fmt)
     records, bytes_read = iter_records(path, fmt, gz)
     total = path.stat().st_size
     rejects: list[dict] = []
@@ -684,9 +688,9 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
                 cid, text, title, source, meta = _corpus_record(raw)
                 prev = conn.execute("SELECT line FROM corpus_seen WHERE doc_id = ?", [cid]).fetchone()
                 if prev:
-                    raise _FieldError("id", f"duplicate id {cid!r} (first at {path}:{prev[0]})")
+                    raise _FieldError("id", f"duplicate id {cid!r} (first at {shown}:{prev[0]})")
             except _FieldError as e:
-                result.problems.append(Problem(str(path), line, e.field, e.message))
+                result.problems.append(Problem(shown, line, e.field, e.message))
                 if lenient:
                     rejects.append({"line": line, "field": e.field, "error": e.message,
                                     "record": raw if isinstance(raw, dict) else raw.raw})
@@ -712,7 +716,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
                 result.documents_updated += 1
         result.documents_without_text = conn.execute(
             "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
-        return _finish(db, path, "corpus", fmt, result, lenient, rejects)
+        return _finish(db, path, "corpus", fmt, result, lenient, rejects, shown)
 
 
 def _progress(records: Iterator, progress: Callable[[int, int], None] | None,

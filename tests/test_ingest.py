@@ -330,3 +330,4 @@ def test_at_most_twenty_errors_are_listed(db, tmp_path):
     assert message.count(": json: ") == 20
     assert "... and 10 more" in message
     assert e.value.total == 30
+    assert message.startswith(f"{path}: 30 invalid record(s); nothing was written")

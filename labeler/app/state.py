@@ -1,0 +1,48 @@
+"""Session state and the database handle: the one owner of ``st.session_state`` keys.
+
+The database path comes from the LABELER_DB environment variable (set by ``labeler app``).
+Each script-run thread gets its own SQLite connection (Streamlit reruns on new threads and
+sessions run concurrently), so one session's transaction never interleaves with another's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import streamlit as st
+
+import labeler
+
+# session_state keys, named in one place
+ANNOTATOR = "annotator"
+INGEST_RESULT = "ingest_result"
+
+
+class _Connections:
+    def __init__(self, path: str):
+        self.path = path
+        labeler.connect(path).conn.close()  # create the file and migrate once
+        self.local = threading.local()
+
+    def get(self):
+        db = getattr(self.local, "db", None)
+        if db is None:
+            db = labeler.connect(self.path, migrate=False)
+            self.local.db = db
+        return db
+
+
+@st.cache_resource
+def _connections(path: str) -> _Connections:
+    return _Connections(path)
+
+
+def db_path() -> str:
+    return str(Path(os.environ.get("LABELER_DB", "labeler.db")).resolve())
+
+
+def get_db():
+    """The labeler database for this script run (a connection owned by the current thread)."""
+    return _connections(db_path()).get()

@@ -1,0 +1,105 @@
+"""Real-browser fixtures: `labeler app` on a free 127.0.0.1 port, driven by Playwright in Debian chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("LABELER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AppServer:
+    def __init__(self, db_path: Path, env: dict | None = None):
+        self.db_path = db_path
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = db_path.with_suffix(".server.log")
+        cmd = [sys.executable, "-m", "streamlit", "run",
+               str(Path(__file__).resolve().parents[2] / "labeler" / "app" / "streamlit_app.py"),
+               "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port),
+               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+        full_env = dict(os.environ, LABELER_DB=str(db_path), **(env or {}))
+        self.proc = subprocess.Popen(cmd, env=full_env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     cwd=db_path.parent)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("streamlit did not become healthy in 60 s")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None and not os.environ.get("LABELER_CHROMIUM"):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run must apt-get install chromium")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def start_app(tmp_path) -> Iterator:
+    servers: list[AppServer] = []
+
+    def start(db_path: Path, env: dict | None = None) -> AppServer:
+        server = AppServer(db_path, env)
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    yield pg
+    context.close()
