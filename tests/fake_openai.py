@@ -1,0 +1,404 @@
+"""A fake OpenAI-compatible server for tests and benchmarks: real HTTP on 127.0.0.1, no network.
+
+``POST /v1/chat/completions`` answers in the OpenAI response shape (id, choices[0].message
+content/refusal, finish_reason, usage). By default it fills the requested JSON schema (from
+``response_format`` json_schema, or from a schema the client put in a system message for
+json_object mode) with values derived from a hash of the prompt, so answers are deterministic.
+Latency and faults are configurable: 429 with Retry-After, 500, 503, a hang past the client's
+timeout, invalid JSON, truncated JSON, a refusal, an empty answer. A fault is chosen per request
+deterministically: by a marker in the prompt (``[[fault:429*2 ra=0.5]]`` = a 429 on the first two
+attempts, ``[[fault:500]]`` = always), by a plan of request numbers, by a callable, or at a rate
+drawn from a seeded hash of the prompt. The server counts requests in total and per prompt, where
+the prompt is the user messages before the first assistant turn (so a repair request and a
+json_object retry count as further attempts of the same prompt). ``GET /_stats`` returns the
+counts as JSON, for use from another process.
+
+Use from pytest via ``FakeOpenAI`` (a context manager), or run
+``python tests/fake_openai.py --port 8000 --latency 0.2 --fault-rate 0.2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULT_KINDS = ("429", "500", "503", "hang", "invalid_json", "truncated_json", "refusal", "empty")
+_MARKER = re.compile(r"\[\[fault:(\w+)(?:\*(\d+))?(?:\s+ra=([\d.]+))?\]\]")
+
+Responder = Callable[[dict[str, Any]], "dict[str, Any] | str"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``kind`` from FAULT_KINDS; ``times`` = on the first k attempts of a prompt (None: always)."""
+
+    kind: str
+    times: int | None = None
+    retry_after: float | None = None
+
+    def applies(self, attempt: int) -> bool:
+        return self.times is None or attempt < self.times
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def prompt_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The server's identity of a prompt: a hash of the user messages before the first assistant turn."""
+    users = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            users.append(_text(message.get("content")))
+    return hashlib.sha256("\x1e".join(users).encode()).hexdigest()[:16]
+
+
+def requested_schema(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema the client asked for: response_format json_schema, or one in a system message."""
+    response_format = request.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        return response_format.get("json_schema", {}).get("schema")
+    decoder = json.JSONDecoder()
+    for message in request.get("messages", []):
+        if message.get("role") != "system":
+            continue
+        text = _text(message.get("content"))
+        for match in re.finditer(r"\{", text):
+            try:
+                value, _ = decoder.raw_decode(text, match.start())
+            except ValueError:
+                continue
+            if isinstance(value, dict) and ("properties" in value or "type" in value):
+                return value
+    return None
+
+
+def fill_schema(schema: Mapping[str, Any], seed: str) -> Any:
+    """A value conforming to ``schema`` (objects, arrays, strings, numbers, enums, anyOf, $ref),
+    each leaf derived from sha256(seed + its path)."""
+    root = schema
+
+    def digest(path: str) -> int:
+        return int.from_bytes(hashlib.sha256(f"{seed}|{path}".encode()).digest()[:8], "big")
+
+    def fill(node: Mapping[str, Any], path: str) -> Any:
+        if "$ref" in node:
+            target: Any = root
+            for part in node["$ref"].removeprefix("#/").split("/"):
+                target = target[part]
+            return fill(target, path)
+        if "const" in node:
+            return node["const"]
+        if "enum" in node:
+            return node["enum"][digest(path) % len(node["enum"])]
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                options = [o for o in node[key] if o.get("type") != "null"] or node[key]
+                return fill(options[digest(path) % len(options)], path)
+        if "allOf" in node:
+            merged: dict[str, Any] = {}
+            for part in node["allOf"]:
+                merged.update(part)
+            return fill(merged, path)
+        kind = node.get("type", "object" if "properties" in node else "string")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        h = digest(path)
+        if kind == "object":
+            return {name: fill(sub, f"{path}.{name}") for name, sub in node.get("properties", {}).items()}
+        if kind == "array":
+            low = node.get("minItems", 1)
+            high = max(low, min(node.get("maxItems", 3), 3))
+            n = low + h % (high - low + 1)
+            return [fill(node.get("items", {}), f"{path}[{i}]") for i in range(n)]
+        if kind == "integer":
+            low, high = int(node.get("minimum", 0)), int(node.get("maximum", 100))
+            return low + h % (high - low + 1)
+        if kind == "number":
+            low, high = float(node.get("minimum", 0)), float(node.get("maximum", 1))
+            return round(low + (h % 10_000) / 10_000 * (high - low), 4)
+        if kind == "boolean":
+            return bool(h % 2)
+        if kind == "null":
+            return None
+        text = f"{path.rsplit('.', 1)[-1] or 'value'} {h:016x}"
+        low, high = node.get("minLength", 0), node.get("maxLength")
+        text = text.ljust(low, "x")
+        return text[:high] if high is not None else text
+
+    return fill(schema, "")
+
+
+def default_responder(request: dict[str, Any]) -> dict[str, Any] | str:
+    """Fill the requested schema deterministically from the prompt; plain text if none was asked."""
+    schema = requested_schema(request)
+    key = prompt_key(request.get("messages", []))
+    if schema is None:
+        fmt = (request.get("response_format") or {}).get("type")
+        return {"answer": f"answer {key}"} if fmt == "json_object" else f"answer {key}"
+    return fill_schema(schema, key)
+
+
+class FakeOpenAI:
+    """The server. Start with ``with FakeOpenAI(...) as server:`` and point a client at ``server.url``.
+
+    ``fault_rate`` picks a fault for that share of prompts from a hash of (``fault_seed``, prompt);
+    of those, ``permanent_fraction`` are permanent and the rest hit the first 1-2 attempts only.
+    ``hang_s`` is how long a "hang" stalls (set it above the client's timeout).
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
+                 responder: Responder | None = None, reject_json_schema: bool = False,
+                 reject_json_object: bool = False, api_key: str | None = None,
+                 hang_s: float = 5.0, retry_after: float = 1.0,
+                 fault_rate: float = 0.0, fault_kinds: Sequence[str] = FAULT_KINDS,
+                 fault_seed: int = 0, permanent_fraction: float = 0.25,
+                 plan: Mapping[int, Fault] | None = None,
+                 faults: Callable[[dict[str, Any], int], Fault | None] | None = None) -> None:
+        unknown = set(fault_kinds) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+        self.host, self.port = host, port
+        self.latency, self.responder = latency, responder or default_responder
+        self.reject_json_schema, self.reject_json_object = reject_json_schema, reject_json_object
+        self.api_key, self.hang_s, self.retry_after = api_key, hang_s, retry_after
+        self.fault_rate, self.fault_kinds, self.fault_seed = fault_rate, tuple(fault_kinds), fault_seed
+        self.permanent_fraction, self.plan, self.faults = permanent_fraction, dict(plan or {}), faults
+        self.lock = threading.Condition()
+        self.stopping = threading.Event()
+        self.reset()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        with self.lock:
+            self.total = 0
+            self.by_prompt: Counter[str] = Counter()
+            self.by_outcome: Counter[str] = Counter()
+            self.log: list[dict[str, Any]] = []
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            return {"total": self.total, "prompts": len(self.by_prompt),
+                    "by_prompt": dict(self.by_prompt), "by_outcome": dict(self.by_outcome)}
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> bool:
+        """Block until at least ``n`` requests have arrived (True) or ``timeout`` passes (False)."""
+        with self.lock:
+            return self.lock.wait_for(lambda: self.total >= n, timeout)
+
+    def fault_for(self, request: dict[str, Any], key: str, attempt: int, number: int) -> Fault | None:
+        fault = self.plan.get(number)
+        if fault is None:
+            text = " ".join(_text(m.get("content")) for m in request.get("messages", [])
+                            if m.get("role") == "user")
+            if match := _MARKER.search(text):
+                kind, times, ra = match.groups()
+                fault = Fault(kind, int(times) if times else None, float(ra) if ra else None)
+        if fault is None and self.faults is not None:
+            fault = self.faults(request, attempt)
+        if fault is None and self.fault_rate > 0:
+            rng = random.Random(f"{self.fault_seed}:{key}")
+            if rng.random() < self.fault_rate:
+                kind = rng.choice(self.fault_kinds)
+                fault = Fault(kind, None if rng.random() < self.permanent_fraction else rng.randint(1, 2))
+        return fault if fault is not None and fault.applies(attempt) else None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        server = self
+
+        class Handler(_Handler):
+            fake = server
+
+        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()  # releases hung handlers
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeOpenAI
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Without TCP_NODELAY, headers and body in two writes meet delayed ACKs: +40 ms a request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout); nothing to do
+
+    def _error(self, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None,
+               param: str | None = None) -> None:
+        self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": None}}, headers)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/_stats":
+            self._send(200, self.fake.stats())
+        elif self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        else:
+            self._error(404, f"no route {self.path}", "not_found")
+
+    def do_POST(self) -> None:
+        fake = self.fake
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/") == "/_reset":
+            fake.reset()
+            self._send(200, {"ok": True})
+            return
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"no route {self.path}", "not_found")
+            return
+        if fake.api_key is not None and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+            self._error(401, "Incorrect API key provided.", "invalid_request_error")
+            return
+        try:
+            request = json.loads(raw)
+            messages = request["messages"]
+        except (ValueError, KeyError, TypeError):
+            self._error(400, "request body must be JSON with messages", "invalid_request_error")
+            return
+        key = prompt_key(messages)
+        with fake.lock:
+            fake.total += 1
+            number = fake.total
+            attempt = fake.by_prompt[key]
+            fake.by_prompt[key] += 1
+            fake.lock.notify_all()
+        fmt = (request.get("response_format") or {}).get("type")
+        fault = fake.fault_for(request, key, attempt, number)
+        outcome = fault.kind if fault else "ok"
+        if (fmt == "json_schema" and fake.reject_json_schema) or (fmt == "json_object" and fake.reject_json_object):
+            outcome = f"rejected_{fmt}"
+        with fake.lock:
+            fake.by_outcome[outcome] += 1
+            fake.log.append({"n": number, "key": key, "attempt": attempt, "format": fmt,
+                             "outcome": outcome, "t": time.monotonic()})
+        if fake.latency:
+            fake.stopping.wait(fake.latency)
+        if outcome.startswith("rejected_"):
+            self._error(400, f"Invalid parameter: 'response_format' of type '{fmt}' is not supported "
+                        "with this model.", "invalid_request_error", param="response_format")
+            return
+        kind = fault.kind if fault else None
+        if kind == "429":
+            ra = fault.retry_after if fault.retry_after is not None else fake.retry_after
+            self._error(429, "Rate limit reached. Please try again later.", "rate_limit_error",
+                        {"Retry-After": f"{ra:g}"})
+            return
+        if kind in ("500", "503"):
+            self._error(int(kind), "The server had an error while processing your request.", "server_error")
+            return
+        if kind == "hang":
+            fake.stopping.wait(fake.hang_s)
+        answer = fake.responder(request)
+        content: str | None = answer if isinstance(answer, str) else json.dumps(answer)
+        refusal, finish = None, "stop"
+        if kind == "invalid_json":
+            content = "Sure! Here is the JSON you asked for: {answer: oops"
+        elif kind == "truncated_json":
+            content, finish = content[: max(1, len(content) // 2)], "length"
+        elif kind == "refusal":
+            content, refusal = None, "I'm sorry, but I can't help with that request."
+        elif kind == "empty":
+            content = ""
+        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
+        completion_tokens = max(1, len(content or refusal or "") // 4)
+        self._send(200, {
+            "id": f"chatcmpl-fake-{number}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "fake-model"), "system_fingerprint": "fp_fake",
+            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                         "message": {"role": "assistant", "content": content, "refusal": refusal}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        })
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--fault-seed", type=int, default=0)
+    parser.add_argument("--fault-kinds", default=",".join(FAULT_KINDS))
+    parser.add_argument("--permanent-fraction", type=float, default=0.25)
+    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds on 429")
+    parser.add_argument("--hang", type=float, default=5.0, help="seconds a hang stalls")
+    parser.add_argument("--reject-json-schema", action="store_true")
+    parser.add_argument("--api-key", default=None, help="require this bearer key")
+    args = parser.parse_args(argv)
+    server = FakeOpenAI(port=args.port, latency=args.latency, fault_rate=args.fault_rate,
+                        fault_seed=args.fault_seed, fault_kinds=args.fault_kinds.split(","),
+                        permanent_fraction=args.permanent_fraction, retry_after=args.retry_after,
+                        hang_s=args.hang, reject_json_schema=args.reject_json_schema, api_key=args.api_key)
+    server.start()
+    print(json.dumps({"url": server.url, "port": server.port}), flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
