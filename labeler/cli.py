@@ -194,6 +194,51 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"labeled queries    {s['labeled_queries']}; unlabeled {s['unlabeled_queries']}")
 
 
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.pass_context
+def annotators(ctx: click.Context, as_json: bool) -> None:
+    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent.
+
+    Example:
+
+        labeler annotators --json
+    """
+    from .labels import annotator_stats
+
+    rows = annotator_stats(_open(ctx))
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        click.echo("no annotators yet (they appear when they sign in to the app)")
+    for r in rows:
+        median = f"{r['median_seconds']:.0f} s" if r["median_seconds"] is not None else "-"
+        click.echo(f"{r['annotator']:<20} {r['role'] or '-':<9} submitted {r['submitted']:>5}  skipped {r['skipped']:>4}  "
+                   f"flagged {r['flagged']:>4}  discarded {r['discarded']:>4}  grades {r['grades']:>6}  "
+                   f"time {r['seconds'] / 3600:.1f} h  median/item {median}")
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.pass_context
+def queue(ctx: click.Context, as_json: bool) -> None:
+    """Items in the labeling queue by state (open, leased, done), open slots, overlap, statuses.
+
+    Example:
+
+        labeler queue --json
+    """
+    from .labels import queue_counts
+
+    counts = queue_counts(_open(ctx))
+    if as_json:
+        _print_json(counts)
+        return
+    for key, value in counts.items():
+        click.echo(f"{key:<15} {value}")
+
+
 def _streamlit(db_path: str, port: int | None, headless: bool) -> None:
     app = Path(__file__).parent / "app" / "streamlit_app.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false"]

@@ -342,27 +342,6 @@ def stats(db: sqlite_utils.Database) -> dict[str, Any]:
 
 # --- m003: llm_calls as cache + ledger (labeler.llm) -----------------------------------------
 
-_SCHEMA_M003_LLM = """
-ALTER TABLE llm_calls ADD COLUMN status TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'failed'));
-ALTER TABLE llm_calls ADD COLUMN parsed TEXT;
-ALTER TABLE llm_calls ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE llm_calls ADD COLUMN updated_at TEXT;
-UPDATE llm_calls SET status = 'failed' WHERE error IS NOT NULL;
-UPDATE llm_calls SET updated_at = created_at
-"""
-
-
-@migrations()
-def m003_llm_calls_status(db: sqlite_utils.Database) -> None:
-    """``status`` ok/failed (only ok rows are a cache hit), the validated output as ``parsed``,
-    the number of HTTP requests paid for, and when the row last changed. Tokens and cost add up
-    over every attempt for the same request hash, so the table is a ledger of what was spent."""
-    for statement in _statements(_SCHEMA_M003_LLM):
-        db.execute(statement)
-
-
-# --- m002: the labeling queue (labeler.labels) ----------------------------------------------
-
 _SCHEMA_M002_QUEUE = """
 CREATE TABLE queue (
     query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
@@ -395,4 +374,89 @@ def m002_labels_queue(db: sqlite_utils.Database) -> None:
     scans labeled ones. ``query_labels`` gains when its status last changed (history order) and the
     reason given with a skip or discard."""
     for statement in _statements(_SCHEMA_M002_QUEUE):
+        db.execute(statement)
+
+
+# --- m004: progress indexes (labeler.labels.progress) ---------------------------------------
+
+_SCHEMA_M003_LLM = """
+ALTER TABLE llm_calls ADD COLUMN status TEXT NOT NULL DEFAULT 'ok' CHECK (status IN ('ok', 'failed'));
+ALTER TABLE llm_calls ADD COLUMN parsed TEXT;
+ALTER TABLE llm_calls ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE llm_calls ADD COLUMN updated_at TEXT;
+UPDATE llm_calls SET status = 'failed' WHERE error IS NOT NULL;
+UPDATE llm_calls SET updated_at = created_at
+"""
+
+
+@migrations()
+def m003_llm_calls_status(db: sqlite_utils.Database) -> None:
+    """``status`` ok/failed (only ok rows are a cache hit), the validated output as ``parsed``,
+    the number of HTTP requests paid for, and when the row last changed. Tokens and cost add up
+    over every attempt for the same request hash, so the table is a ledger of what was spent."""
+    for statement in _statements(_SCHEMA_M003_LLM):
+        db.execute(statement)
+
+
+# --- m002: the labeling queue (labeler.labels) ----------------------------------------------
+
+_SCHEMA_M004_PROGRESS = """
+CREATE INDEX query_labels_time ON query_labels (annotator, status, seconds);
+CREATE INDEX query_labels_status_time ON query_labels (status, seconds);
+CREATE INDEX queue_unfinished ON queue (query_pk) WHERE done < needed
+"""
+
+
+@migrations()
+def m004_labels_progress_indexes(db: sqlite_utils.Database) -> None:
+    """Index-only progress at 100k labeled items (the Label page shows it on every rerun): counts
+    and median seconds per annotator and status from covering indexes, and the unfinished queue
+    items (``done < needed``) from a partial index."""
+    for statement in _statements(_SCHEMA_M004_PROGRESS):
+        db.execute(statement)
+
+
+# --- m005: synthetic questions (labeler.synth) ----------------------------------------------
+
+_SCHEMA_M005_SYNTH = """
+CREATE TABLE synth_runs (
+    id INTEGER PRIMARY KEY,
+    setting TEXT NOT NULL,
+    generator TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'cancelled', 'failed')),
+    summary TEXT,
+    created_at TEXT NOT NULL,
+    finished_at TEXT
+);
+CREATE TABLE synth_rejections (
+    id INTEGER PRIMARY KEY,
+    item_key TEXT NOT NULL UNIQUE,
+    run_id INTEGER REFERENCES synth_runs (id),
+    setting TEXT NOT NULL,
+    seed_doc_ids TEXT NOT NULL,
+    question TEXT,
+    expected_answer TEXT,
+    quotes TEXT,
+    reason TEXT NOT NULL,
+    detail TEXT,
+    generator TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX synth_rejections_run ON synth_rejections (run_id);
+CREATE TABLE synth_reviews (
+    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
+    decision TEXT NOT NULL CHECK (decision IN ('accepted', 'edited', 'rejected')),
+    reviewer TEXT NOT NULL,
+    reviewed_at TEXT NOT NULL
+)
+"""
+
+
+@migrations()
+def m005_synth(db: sqlite_utils.Database) -> None:
+    """Synthetic questions: every generation run with its settings and summary (``synth_runs``),
+    every generated question that failed a check with the reason (``synth_rejections``, one row per
+    LLM answer item, so a rerun adds nothing), and the latest review decision per synthetic query
+    (``synth_reviews``; the query's ``review_state`` is the state, ``label_events`` the history)."""
+    for statement in _statements(_SCHEMA_M005_SYNTH):
         db.execute(statement)

@@ -34,7 +34,7 @@ def run_page(page: str | None = None, **state) -> AppTest:
 
 
 def test_data_page_shows_stats(demo_db):
-    at = run_page("views/data.py")
+    at = run_page("views/data.py", annotator="alice")
     tiles = {m.label: m.value for m in at.metric}
     assert tiles["Queries"] == "166"
     assert tiles["Documents"] == "104"

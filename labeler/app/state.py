@@ -16,8 +16,15 @@ import streamlit as st
 import labeler
 
 # session_state keys, named in one place
-ANNOTATOR = "annotator"
+ANNOTATOR = "annotator"  # the signed-in annotator's name
+PASSWORD_OK = "password_ok"  # the shared password was entered in this session
+CURRENT = "current_item"  # query pk on the Label page
+FOCUS = "focus"  # index of the focused chunk on the Label page
+SHOWN_AT = "shown_at"  # monotonic time the current item was shown (seconds spent)
+LABEL_ERROR = "label_error"  # a LabelerError raised in a callback, shown on the next run
+NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
+OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
 
 
 class _Connections:
@@ -43,6 +50,20 @@ def db_path() -> str:
     return str(Path(os.environ.get("LABELER_DB", "labeler.db")).resolve())
 
 
+def role() -> str | None:
+    name = st.session_state.get(ANNOTATOR)
+    if not name:
+        return None
+    import labeler.labels as labels
+
+    return labels.get_role(get_db(), name)
+
+
 def get_db():
     """The labeler database for this script run (a connection owned by the current thread)."""
     return _connections(db_path()).get()
+
+
+def settings() -> dict:
+    """The project settings (grade names, threshold, guidelines, ...), read once per run."""
+    return labeler.get_settings(get_db())

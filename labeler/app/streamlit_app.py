@@ -1,14 +1,29 @@
-"""Entry point: page config and navigation only.
+"""Entry point: the sign-in gate and the navigation, nothing else.
 
 Pages live in views/, not pages/: a pages/ folder next to the entry point switches Streamlit
-to its legacy multipage mode, whose sidebar lists the files instead of our navigation.
+to its legacy multipage mode, whose sidebar lists the files instead of this navigation.
 """
 
 import streamlit as st
 
+from labeler.app import auth, state
+
 st.set_page_config(page_title="labeler", page_icon=":material/label:", layout="wide")
 
+annotator = auth.current_annotator(state.get_db())
+if annotator is None:
+    st.stop()
+
 pages = [
-    st.Page("views/data.py", title="Data", icon=":material/database:", url_path="data", default=True),
+    st.Page("views/label.py", title="Label", icon=":material/label:", url_path="label", default=True),
+    st.Page("views/data.py", title="Data", icon=":material/database:", url_path="data"),
 ]
-st.navigation(pages).run()
+if state.role() == "lead":
+    pages += [
+        st.Page("views/adjudicate.py", title="Adjudication", icon=":material/gavel:", url_path="adjudication"),
+        st.Page("views/settings.py", title="Settings", icon=":material/settings:", url_path="settings"),
+    ]
+nav = st.navigation(pages)
+with st.sidebar:
+    st.button("Sign out", on_click=auth.sign_out, key="sign_out")
+nav.run()

@@ -1,15 +1,54 @@
-"""Shared UI pieces. Text that came from logs is always shown as plain text, never markdown."""
+"""Shared UI pieces. Text that came from logs is always shown as plain text: escaped HTML in
+``st.html`` (no markdown is interpreted there), never ``st.markdown``."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import streamlit as st
 
+from labeler import search as corpus_search
+from labeler.app import state
 
-def plain(text: str | None, *, key: str | None = None) -> None:
-    """Show untrusted text literally: no markdown, no HTML, no links, no images."""
-    st.text(text if text is not None else "")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def escape_markdown(text: str) -> str:
+    """Backslash-escape every markdown character, for messages that quote user data in st.error etc."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def plain_block(text: str | None, *, size: str = "1rem", weight: int = 400, key: str | None = None,
+                muted: bool = False) -> None:
+    """Untrusted text, literally: HTML-escaped, white space kept, no markdown, links or images."""
+    color = "color: rgba(49, 51, 63, 0.7);" if muted else ""
+    st.html(f'<div class="lb-plain" data-key="{html.escape(key or "")}" style="white-space: pre-wrap; '
+            f'overflow-wrap: anywhere; font-size: {size}; font-weight: {weight}; line-height: 1.45; {color}">'
+            f"{html.escape(text or '')}</div>")
+
+
+def chunk_card(chunk: Any, *, focused: bool = False, note: str | None = None) -> None:
+    """Rank, score, id and title on one line, then the full text (plain)."""
+    parts = []
+    if getattr(chunk, "rank", None) is not None:
+        parts.append(f"#{chunk.rank}")
+    if getattr(chunk, "score", None) is not None:
+        parts.append(f"score {chunk.score:.4g}")
+    parts.append(chunk.doc_id)
+    if chunk.title:
+        parts.append(chunk.title)
+    if note:
+        parts.append(f"({note})")
+    marker = "▶ " if focused else ""
+    border = "border-left: 4px solid #3b5bdb; padding-left: 8px;" if focused else "padding-left: 12px;"
+    st.html(f'<div class="lb-chunk{" lb-focused" if focused else ""}" style="{border}">'
+            f'<div style="font-size: 0.85rem; color: rgba(49, 51, 63, 0.75); margin-bottom: 4px;">'
+            f"{html.escape(marker + ' · '.join(parts))}</div>"
+            f'<div class="lb-text" style="white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.45;">'
+            f"{html.escape(chunk.text if chunk.text is not None else '(no text: ingest a corpus file with this id)')}"
+            "</div></div>")
 
 
 def stat_tiles(values: dict[str, Any], columns: int = 4) -> None:
@@ -19,8 +58,43 @@ def stat_tiles(values: dict[str, Any], columns: int = 4) -> None:
 
 
 def show_error(error: Exception) -> None:
-    """A LabelerError as one clear message (multi-line problem lists stay plain text)."""
+    """A LabelerError: the first line as the error, the problem list as a plain code block."""
     first, _, rest = str(error).partition("\n")
-    st.error(first, icon=":material/error:")
+    st.error(escape_markdown(first), icon=":material/error:")
     if rest:
         st.code(rest, language=None)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def progress_panel(progress: Any, annotator: str) -> None:
+    """Mine and the team's progress, items left, median time per item and ETA."""
+    mine = next((p for p in progress.annotators if p.annotator == annotator), None)
+    st.markdown(f"**{escape_markdown(annotator)}**" + (f" · {mine.role}" if mine and mine.role else ""))
+    c1, c2 = st.columns(2)
+    c1.metric("My submitted", mine.submitted if mine else 0)
+    c2.metric("Team submitted", progress.submitted)
+    c1.metric("Items left", progress.items_left)
+    c2.metric("Median / item", _duration(progress.median_seconds))
+    st.caption(f"ETA {_duration(progress.eta_seconds)} with {progress.active_annotators} active annotator(s)")
+    if progress.items:
+        st.progress(min(progress.items_done / progress.items, 1.0), text=f"{progress.items_done} of {progress.items} items done")
+
+
+@st.cache_resource(max_entries=4, show_spinner="Indexing the corpus")
+def _index(db_path: str, version: tuple[int, int, int]) -> corpus_search.CorpusIndex:
+    return corpus_search.CorpusIndex(state.get_db())
+
+
+def search_corpus(db: Any, query: str, k: int = 10) -> list[corpus_search.SearchHit]:
+    """Corpus search with the TF-IDF index cached until the documents change."""
+    index = _index(state.db_path(), corpus_search.corpus_version(db))
+    return index.search(query, k)

@@ -1,0 +1,61 @@
+"""Human labels: annotators, the queue (next item, leases, overlap), label writes with an audit
+trail, what an annotator sees, progress, and consolidation into golden grades with adjudication.
+
+Keys: queries and chunks are addressed by their integer ``pk`` (``Item.query_pk``,
+``Chunk.doc_pk``); the public ``query_id``/``doc_id`` are on the records for display. Every
+function takes the database first; times can be passed as ``now=`` (datetime or ISO text) so that
+tests and replays control the clock.
+"""
+
+from .annotators import Annotator, add_annotator, get_role, list_annotators
+from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
+from .progress import AnnotatorProgress, Progress, annotator_stats, progress
+from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
+from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
+from .writes import (
+    JUDGMENTS,
+    QUERY_FIELDS,
+    add_seconds,
+    clear_grade,
+    set_grade,
+    set_query_fields,
+    set_rest_zero,
+    set_status,
+)
+
+__all__ = [
+    "JUDGMENTS",
+    "ORDERS",
+    "QUERY_FIELDS",
+    "Annotator",
+    "AnnotatorProgress",
+    "Chunk",
+    "ConflictItem",
+    "ConflictPair",
+    "HistoryEntry",
+    "Item",
+    "Progress",
+    "QueueSync",
+    "add_annotator",
+    "add_seconds",
+    "adjudicate",
+    "annotator_stats",
+    "clear_grade",
+    "conflicts",
+    "get_item",
+    "get_role",
+    "golden_labels",
+    "history",
+    "list_annotators",
+    "next_item",
+    "previous_item",
+    "progress",
+    "queue_counts",
+    "release",
+    "renew_lease",
+    "set_grade",
+    "set_query_fields",
+    "set_rest_zero",
+    "set_status",
+    "sync_queue",
+]

@@ -1,0 +1,338 @@
+"""The labeling queue: which query an annotator labels next, leases, and the overlap targets.
+
+Every labelable query has one row in the ``queue`` table: its ``sort_key`` for the configured
+``queue_order``, how many annotators it ``needed`` (1, or ``overlap_annotators`` for the overlap
+share), how many hold or finished it (``taken``) and how many finished it (``done``). The partial
+index ``queue_open`` contains only rows with ``taken < needed``, so ``next_item`` reads the first
+open row in order and never walks past labeled items: it costs the same at 20 or 100k queries.
+
+Rules:
+
+- **Who can get an item**: an annotator never gets an item they submitted, skipped, flagged or
+  discarded, and only while ``taken < needed``; a lease (``assignments`` row in state ``leased``)
+  holds a slot until it expires (``lease_minutes``, default 15, renewed by every write) and is
+  reclaimed by the next ``next_item`` call after expiry. So two annotators hold the same item only
+  when its target is 2 or more.
+- **Resume**: an annotator who holds a lease gets that item back from ``next_item``.
+- **Overlap**: ``k = floor(overlap_fraction * N + 0.5)`` of the N queued items need
+  ``overlap_annotators`` annotators, the rest one. The first build picks the k items with the
+  smallest seeded hash of their ``query_id`` (``queue_seed``); later syncs (new queries, another
+  ``overlap_fraction``) keep the chosen items and add or drop items in hash order to keep exactly
+  k, so the choice stays the k smallest hashes as long as the set only grows. A new
+  ``queue_seed`` re-picks from scratch. A target never drops below the annotators already holding
+  the item.
+- **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
+  as text), ``lowest_score`` (top-1 production retrieval score, unscored last), ``frequent``
+  (occurrences, descending); ties by query pk.
+- **What is queued**: logged and imported queries; synthetic queries only once their
+  ``review_state`` is ``accepted``. ``sync_queue`` adds what is missing; ``next_item``,
+  ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
+  the accepted synthetic set or a queue setting changed since the last sync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any, NamedTuple
+
+import sqlite_utils
+
+from .. import db as store
+from ..errors import ItemTakenError, LabelError
+from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
+
+ORDERS = ("random", "oldest", "lowest_score", "frequent")
+_UNSCORED = 1e308
+
+
+class QueueSync(NamedTuple):
+    """What one ``sync_queue`` call changed (all zero when the queue was up to date)."""
+
+    added: int = 0
+    removed: int = 0
+    rekeyed: int = 0
+    retargeted: int = 0
+
+
+def _hash(seed: Any, stream: str, query_id: str) -> int:
+    digest = hashlib.blake2b(f"{seed}\x1f{stream}\x1f{query_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def _params(settings: dict[str, Any]) -> dict[str, Any]:
+    order = settings.get("queue_order")
+    if order not in ORDERS:
+        raise LabelError(f"setting queue_order={order!r} is unknown; use one of: {', '.join(ORDERS)}")
+    fraction = settings.get("overlap_fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+        raise LabelError(f"setting overlap_fraction={fraction!r} must be a number from 0 to 1 (e.g. 0.1)")
+    annotators = settings.get("overlap_annotators")
+    if isinstance(annotators, bool) or not isinstance(annotators, int) or annotators < 1:
+        raise LabelError(f"setting overlap_annotators={annotators!r} must be a whole number >= 1 (e.g. 2)")
+    return {"order": order, "seed": settings.get("queue_seed"), "fraction": fraction,
+            "annotators": annotators}
+
+
+def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
+    row = conn.execute(
+        "SELECT (SELECT max(pk) FROM queries), (SELECT max(id) FROM ingests), "
+        "(SELECT count(*) || ':' || total(pk) FROM queries "
+        " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
+    return store.dumps([list(row), params])
+
+
+def _meta(conn: sqlite3.Connection, key: str) -> Any:
+    row = conn.execute("SELECT value FROM queue_meta WHERE key = ?", [key]).fetchone()
+    return store.loads(row[0]) if row else None
+
+
+def _set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
+    conn.execute("INSERT INTO queue_meta (key, value) VALUES (?, ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, store.dumps(value)])
+
+
+def sync_queue(db: sqlite_utils.Database, *, force: bool = False) -> QueueSync:
+    """Bring the queue up to date with the queries and the queue settings; see the module doc.
+
+    Cheap (a few index lookups) when nothing changed; ``force=True`` rebuilds regardless (e.g.
+    after changing a synthetic query's review state in a way the change check cannot see).
+    """
+    params = _params(store.get_settings(db))
+    conn = db.conn
+    if not force and _meta(conn, "fingerprint") == _fingerprint(conn, params):
+        return QueueSync()
+    with store.transaction(db):
+        return _sync(conn, params, force=force)
+
+
+def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = False) -> QueueSync:
+    fingerprint = _fingerprint(conn, params)
+    if not force and _meta(conn, "fingerprint") == fingerprint:
+        return QueueSync()
+    order, seed = params["order"], params["seed"]
+    have = {r[0]: r[1:] for r in conn.execute(
+        "SELECT query_pk, sort_key, overlap_key, overlap, needed, taken FROM queue")}
+    # hashes of queued rows are reused while the seed (and, for sort keys, the order) is unchanged
+    prev = _meta(conn, "params") or {}
+    reuse_overlap = "seed" in prev and prev["seed"] == seed
+    reuse_order = reuse_overlap and order == prev.get("order") == "random"
+    score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = 'production' "
+                 "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
+    wanted: dict[int, tuple[Any, int]] = {}
+    for pk, query_id, seen, occurrences, score in conn.execute(
+        f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
+        "FROM queries q WHERE q.origin != 'synthetic' OR q.review_state = 'accepted'"
+    ):
+        old = have.get(pk)
+        if order == "random":
+            key: Any = old[0] if reuse_order and old else _hash(seed, "order", query_id)
+        elif order == "oldest":
+            key = seen or ""
+        elif order == "lowest_score":
+            key = _UNSCORED if score is None else score
+        else:
+            key = -occurrences
+        wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
+    added = [(pk, k, ok) for pk, (k, ok) in wanted.items() if pk not in have]
+    rekey = [(k, ok, pk) for pk, (k, ok) in wanted.items()
+             if pk in have and (have[pk][0], have[pk][1]) != (k, ok)]
+    # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
+    removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
+    conn.executemany("INSERT INTO queue (query_pk, sort_key, overlap_key) VALUES (?, ?, ?)", added)
+    conn.executemany("UPDATE queue SET sort_key = ?, overlap_key = ? WHERE query_pk = ?", rekey)
+    conn.executemany("DELETE FROM queue WHERE query_pk = ?", removed)
+    retargeted = _retarget(conn, params, restart=not reuse_overlap)
+    _set_meta(conn, "items", len(have) + len(added) - len(removed))
+    _set_meta(conn, "params", params)
+    _set_meta(conn, "fingerprint", fingerprint)
+    return QueueSync(len(added), len(removed), len(rekey), retargeted)
+
+
+def _retarget(conn: sqlite3.Connection, params: dict[str, Any], *, restart: bool) -> int:
+    """Keep exactly k overlap items (see module doc); return how many targets changed."""
+    rows = conn.execute("SELECT query_pk, overlap_key, overlap, needed, taken FROM queue "
+                        "ORDER BY overlap_key, query_pk").fetchall()
+    n_annotators = params["annotators"]
+    k = int(params["fraction"] * len(rows) + 0.5) if n_annotators > 1 else 0
+    chosen = [] if restart else [r[0] for r in rows if r[2]]
+    if len(chosen) > k:
+        chosen = chosen[:k]  # rows are in hash order: drop the largest hashes
+    elif len(chosen) < k:
+        members = set(chosen)
+        chosen += [r[0] for r in rows if r[0] not in members][:k - len(chosen)]
+    members = set(chosen)
+    changes = []
+    for pk, _, overlap, needed, taken in rows:
+        member = pk in members
+        target = max(n_annotators if member else 1, taken)
+        if (bool(overlap), needed) != (member, target):
+            changes.append((int(member), target, pk))
+    conn.executemany("UPDATE queue SET overlap = ?, needed = ? WHERE query_pk = ?", changes)
+    return len(changes)
+
+
+def recount(conn: sqlite3.Connection, query_pk: int) -> None:
+    """Recompute an item's ``taken``/``done`` from its assignments (robust to any state change)."""
+    conn.execute(
+        "UPDATE queue SET "
+        "taken = (SELECT count(*) FROM assignments a WHERE a.query_pk = ?1 AND a.state IN ('leased', 'done')), "
+        "done = (SELECT count(*) FROM assignments a WHERE a.query_pk = ?1 AND a.state = 'done') "
+        "WHERE query_pk = ?1", [query_pk])
+
+
+def _lease(conn: sqlite3.Connection, query_pk: int, annotator: str, at: str, until: str) -> None:
+    conn.execute(
+        "INSERT INTO assignments (query_pk, annotator, state, lease_expires, updated_at) "
+        "VALUES (?, ?, 'leased', ?, ?) ON CONFLICT (query_pk, annotator) DO UPDATE SET "
+        "state = 'leased', lease_expires = excluded.lease_expires, updated_at = excluded.updated_at",
+        [query_pk, annotator, until, at])
+    recount(conn, query_pk)
+
+
+def _reclaim_expired(conn: sqlite3.Connection, at: str) -> None:
+    expired = conn.execute("SELECT query_pk, annotator FROM assignments "
+                           "WHERE state = 'leased' AND lease_expires < ?", [at]).fetchall()
+    for query_pk, annotator in expired:
+        conn.execute("UPDATE assignments SET state = 'released', updated_at = ? "
+                     "WHERE query_pk = ? AND annotator = ?", [at, query_pk, annotator])
+        recount(conn, query_pk)
+
+
+_NEXT_SQL = """
+SELECT u.query_pk FROM queue u
+WHERE u.taken < u.needed
+  AND NOT EXISTS (SELECT 1 FROM assignments a
+                  WHERE a.query_pk = u.query_pk AND a.annotator = ?1 AND a.state = 'done')
+  AND NOT EXISTS (SELECT 1 FROM query_labels l
+                  WHERE l.query_pk = u.query_pk AND l.annotator = ?1 AND l.status != 'in_progress')
+ORDER BY u.sort_key, u.query_pk
+LIMIT 1
+"""
+
+
+def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) -> int | None:
+    """The pk of the query ``annotator`` should label now, leased to them; ``None`` when done.
+
+    Returns the item they already hold when they hold one (resume after a reload or crash);
+    otherwise reclaims expired leases and leases the first open item in queue order that they
+    have not submitted, skipped, flagged or discarded. ``now`` overrides the clock (tests).
+    """
+    annotator = check_name(annotator)
+    at = stamp(now)
+    settings = store.get_settings(db)
+    params = _params(settings)
+    until = lease_until(at, settings)
+    conn = db.conn
+    with store.transaction(db):
+        ensure_annotator(conn, annotator, at)
+        _sync(conn, params)
+        held = conn.execute("SELECT query_pk FROM assignments WHERE annotator = ? AND state = 'leased' "
+                            "ORDER BY lease_expires DESC LIMIT 1", [annotator]).fetchone()
+        if held:
+            # still 'leased' means no one reclaimed it, so its slot is still this annotator's
+            conn.execute("UPDATE assignments SET lease_expires = ?, updated_at = ? "
+                         "WHERE query_pk = ? AND annotator = ?", [until, at, held[0], annotator])
+            return held[0]
+        _reclaim_expired(conn, at)
+        row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
+        if row is None:
+            return None
+        _lease(conn, row[0], annotator, at, until)
+        return row[0]
+
+
+def claim(conn: sqlite3.Connection, query_pk: int, annotator: str, at: str, settings: dict[str, Any],
+          *, strict: bool = True) -> str | None:
+    """Make sure ``annotator`` may write to the item and renew their lease; return the assignment state.
+
+    A finished item (``done``) may always be edited. A held lease is renewed. Otherwise a free slot
+    is leased; with no free slot ``strict`` raises ItemTakenError and non-strict returns None.
+    """
+    row = conn.execute("SELECT state FROM assignments WHERE query_pk = ? AND annotator = ?",
+                       [query_pk, annotator]).fetchone()
+    state = row[0] if row else None
+    until = lease_until(at, settings)
+    if state == "done":
+        return state
+    if state == "leased":
+        conn.execute("UPDATE assignments SET lease_expires = ?, updated_at = ? "
+                     "WHERE query_pk = ? AND annotator = ?", [until, at, query_pk, annotator])
+        return state
+    if not strict:
+        return None
+    _sync(conn, _params(settings))
+    slot = conn.execute("SELECT needed, taken FROM queue WHERE query_pk = ?", [query_pk]).fetchone()
+    if slot is None:
+        _, query_id, origin, review = query_row(conn, query_pk)
+        hint = (" (synthetic questions are labeled once accepted in review)"
+                if origin == "synthetic" and review != "accepted" else "")
+        raise LabelError(f"query {query_id} is not in the labeling queue{hint}")
+    if slot[1] >= slot[0]:
+        _, query_id, *_ = query_row(conn, query_pk)
+        raise ItemTakenError(
+            f"query {query_id} already has the {slot[0]} annotator(s) it needs (your lease may have "
+            "expired and the item gone to someone else); take the next item")
+    _lease(conn, query_pk, annotator, at, until)
+    return "leased"
+
+
+def renew_lease(db: sqlite_utils.Database, query_pk: int, annotator: str, *, now: When = None) -> str:
+    """Extend ``annotator``'s lease on the item by ``lease_minutes``; return the new expiry.
+
+    Re-leases an item whose lease was reclaimed if a slot is still free, else raises
+    ItemTakenError. A finished item needs no lease: its state is left alone.
+    """
+    annotator = check_name(annotator)
+    at = stamp(now)
+    settings = store.get_settings(db)
+    with store.transaction(db):
+        query_row(db.conn, query_pk)
+        ensure_annotator(db.conn, annotator, at)
+        claim(db.conn, query_pk, annotator, at, settings)
+    return lease_until(at, settings)
+
+
+def release(db: sqlite_utils.Database, query_pk: int, annotator: str, *, now: When = None) -> bool:
+    """Give up ``annotator``'s lease on the item (labels stay); True if they held one."""
+    annotator = check_name(annotator)
+    at = stamp(now)
+    with store.transaction(db):
+        query_row(db.conn, query_pk)
+        cur = db.conn.execute("UPDATE assignments SET state = 'released', updated_at = ? "
+                              "WHERE query_pk = ? AND annotator = ? AND state = 'leased'",
+                              [at, query_pk, annotator])
+        if cur.rowcount:
+            recount(db.conn, query_pk)
+        return cur.rowcount > 0
+
+
+def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, int]:
+    """Queued items by state, for ``labeler queue``.
+
+    ``open`` + ``leased`` + ``done`` == ``items``: done = its target of annotators finished it
+    (submitted, flagged or discarded); leased = not done and someone holds an unexpired lease;
+    open = the rest. ``open_slots`` = annotator-items still to do (sum of target - finished).
+    ``overlap`` = items with a target above 1. ``submitted``/``skipped``/``flagged``/``discarded`` =
+    items with at least one annotator in that status. ``pending_review`` = synthetic queries not
+    yet accepted (not queued).
+    """
+    sync_queue(db)
+    at = stamp(now)
+    row = db.execute(
+        "SELECT count(*), "
+        "coalesce(sum(u.done >= u.needed), 0), "
+        "coalesce(sum(u.done < u.needed AND EXISTS (SELECT 1 FROM assignments a WHERE a.query_pk = u.query_pk "
+        "  AND a.state = 'leased' AND a.lease_expires >= ?)), 0), "
+        "coalesce(sum(max(u.needed - u.done, 0)), 0), coalesce(sum(u.needed > 1), 0) FROM queue u",
+        [at]).fetchone()
+    items, done, leased, slots, overlap = row
+    counts = {"items": items, "open": items - done - leased, "leased": leased, "done": done,
+              "open_slots": slots, "overlap": overlap}
+    for status in ("submitted", "skipped", "flagged", "discarded"):
+        counts[status] = db.execute(
+            "SELECT count(DISTINCT query_pk) FROM query_labels WHERE status = ?", [status]).fetchone()[0]
+    counts["pending_review"] = db.execute(
+        "SELECT count(*) FROM queries WHERE origin = 'synthetic' "
+        "AND coalesce(review_state, '') != 'accepted'").fetchone()[0]
+    return counts

@@ -1,0 +1,86 @@
+"""Shared fixtures: small and composable.
+
+- ``db``: a migrated in-memory database.
+- ``db_path`` / ``file_db``: a database file in tmp_path (for WAL, several connections, processes).
+- ``write_log``: write records as a JSONL log file in tmp_path and return its path.
+- ``ingest_tiny``: ingest a tiny generated log into a database and return the new query pks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labeler import db as store
+from labeler.ingest import ingest_logs
+
+
+def tiny_records(n: int = 6, chunks: int = 3, *, prefix: str = "q") -> list[dict[str, Any]]:
+    """``n`` logged queries ``{prefix}000..``, each with ``chunks`` retrieved chunks of its own."""
+    return [
+        {
+            "query_id": f"{prefix}{i:03d}",
+            "question": f"What is item {prefix}{i}?",
+            "answer": f"Item {prefix}{i} is a thing.",
+            "timestamp": f"2026-01-{1 + i % 28:02d}T00:00:00Z",
+            "retrieved": [
+                {"id": f"{prefix}{i:03d}-c{j}", "text": f"chunk {j} about {prefix}{i}", "score": 0.9 - j / 10}
+                for j in range(chunks)
+            ],
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def db():
+    database = store.connect(":memory:")
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "labeler.db"
+
+
+@pytest.fixture
+def file_db(db_path: Path):
+    database = store.connect(db_path)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def write_log(tmp_path: Path) -> Callable[..., Path]:
+    counter = iter(range(1_000_000))
+
+    def write(records: Iterable[dict[str, Any]], name: str | None = None) -> Path:
+        path = tmp_path / (name or f"log{next(counter)}.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def ingest_tiny(write_log: Callable[..., Path]) -> Callable[..., list[int]]:
+    """``ingest_tiny(db, n=6, chunks=3, prefix="q", records=None)`` -> the pks of those queries."""
+
+    def ingest(database, n: int = 6, chunks: int = 3, *, prefix: str = "q",
+               records: list[dict[str, Any]] | None = None) -> list[int]:
+        records = records if records is not None else tiny_records(n, chunks, prefix=prefix)
+        ingest_logs(database, write_log(records))
+        ids = [r["query_id"] for r in records]
+        pks = dict(database.execute(
+            "SELECT query_id, pk FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
+            [json.dumps(ids)]).fetchall())
+        return [pks[i] for i in ids]
+
+    return ingest
