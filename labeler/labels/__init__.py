@@ -9,7 +9,7 @@ tests and replays control the clock.
 
 from .annotators import Annotator, add_annotator, get_role, list_annotators
 from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
-from .progress import AnnotatorProgress, Progress, annotator_stats, progress
+from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
 from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
 from .writes import (
@@ -39,6 +39,7 @@ __all__ = [
     "add_annotator",
     "add_seconds",
     "adjudicate",
+    "annotator_counts",
     "annotator_stats",
     "clear_grade",
     "conflicts",

@@ -71,7 +71,8 @@ def _median_seconds(db: sqlite_utils.Database, where: str, params: list[Any]) ->
     return (middle[0] + middle[1]) / 2
 
 
-def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float = 7) -> Progress:
+def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float = 7,
+             with_grades: bool = True) -> Progress:
     """Per-annotator and team progress with items left and ETA; see ``Progress``.
 
     Reads indexes only (a few ms at 100k labeled items), so a page may call it on every rerun.
@@ -86,8 +87,9 @@ def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float 
         p = people.setdefault(name, AnnotatorProgress(name, None))
         setattr(p, status, n)
         p.seconds += seconds
-    for name, n in db.execute("SELECT annotator, count(*) FROM relevance_labels GROUP BY annotator"):
-        people.setdefault(name, AnnotatorProgress(name, None)).grades = n
+    if with_grades:  # a scan of every grade: the CLI wants it, the Label page's sidebar does not
+        for name, n in db.execute("SELECT annotator, count(*) FROM relevance_labels GROUP BY annotator"):
+            people.setdefault(name, AnnotatorProgress(name, None)).grades = n
     for p in people.values():
         p.median_seconds = _median_seconds(db, "annotator = ? AND status = 'submitted'", [p.annotator])
         p.last_active = db.execute("SELECT max(status_at) FROM query_labels WHERE annotator = ?",
@@ -119,3 +121,12 @@ def annotator_stats(db: sqlite_utils.Database, *, now: When = None) -> list[dict
     annotator, role, submitted, skipped, flagged, discarded, in_progress, grades, seconds,
     median_seconds, last_active, active."""
     return [asdict(p) for p in progress(db, now=now).annotators]
+
+
+def annotator_counts(db: sqlite_utils.Database, annotator: str) -> dict[str, int]:
+    """One annotator's items by status (reads only their rows of the (annotator, status) index)."""
+    counts = {s: 0 for s in ("in_progress", "submitted", "skipped", "flagged", "discarded")}
+    for status, n in db.execute("SELECT status, count(*) FROM query_labels WHERE annotator = ? GROUP BY status",
+                                [annotator]):
+        counts[status] = n
+    return counts

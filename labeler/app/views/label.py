@@ -126,7 +126,7 @@ if state.CURRENT not in st.session_state:
 pk = st.session_state.get(state.CURRENT)
 
 with st.sidebar:
-    widgets.progress_panel(labels.progress(db), annotator)
+    widgets.progress_panel(db, annotator)
     with st.expander("Guidelines"):
         st.markdown(settings["guidelines"])
     with st.expander("Grades"):
