@@ -91,7 +91,7 @@ def progress_panel(db: Any, annotator: str) -> None:
     c1, c2 = st.columns(2)
     c1.metric("My submitted", mine["submitted"])
     c2.metric("Team submitted", max(team.submitted, mine["submitted"]))
-    c1.metric("Labels still needed", team.items_left, help="annotator-items left, overlap included")
+    c1.metric("Still needed", team.items_left, help="labels still needed: items x annotators, overlap included")
     c2.metric("Median / item", _duration(team.median_seconds))
     st.caption(f"ETA {_duration(team.eta_seconds)} with {team.active_annotators} active annotator(s); "
                f"I skipped {mine['skipped']}, flagged {mine['flagged']}, discarded {mine['discarded']}")
