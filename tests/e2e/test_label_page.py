@@ -199,3 +199,24 @@ def test_killed_server_loses_nothing(tmp_path, start_app, page):
     sign_in(page, restarted.url, "alice")
     assert current_query(page) == qid  # resumes the same item
     graded(page, 2)
+
+
+def test_flag_and_skip_with_the_keyboard(tmp_path, start_app, page):
+    db_path = make_db(tmp_path)
+    server = start_app(db_path)
+    sign_in(page, server.url, "alice")
+    first = current_query(page)
+    blur(page)
+    page.keyboard.press("S")
+    page.wait_for_function(f"() => !document.body.innerText.includes('Query {first} ')")
+    second = current_query(page)
+    page.get_by_label("Reason to flag or discard").fill("two questions in one")
+    page.get_by_label("Reason to flag or discard").press("Tab")
+    page.wait_for_timeout(300)
+    blur(page)
+    page.keyboard.press("F")
+    page.wait_for_function(f"() => !document.body.innerText.includes('Query {second} ')")
+    rows = dict(sqlite3.connect(db_path).execute(
+        "SELECT q.query_id, l.status || ':' || coalesce(l.flag_reason, '') FROM query_labels l "
+        "JOIN queries q ON q.pk = l.query_pk WHERE l.annotator = 'alice'").fetchall())
+    assert rows[first] == "skipped:" and rows[second] == "flagged:two questions in one"

@@ -237,10 +237,10 @@ with right:
                  value=item.expected_answer or "", on_change=save_field, args=(pk, "expected_answer", key), height=140)
     key = f"notes_{pk}"
     st.text_input("Notes", key=key, value=item.notes or "", on_change=save_field, args=(pk, "notes", key))
-    with st.expander("Flag or discard"):
-        st.text_input("Reason", key=f"flag_reason_{pk}", value=item.flag_reason or "",
-                      placeholder="what is wrong with this item")
-        c1, c2 = st.columns(2)
-        c1.button("Flag for the lead", key="kbd_flag", shortcut="F", on_click=finish, args=(pk, "flagged"), width="stretch")
-        c2.button("Discard question", key="kbd_discard", shortcut="X", on_click=finish, args=(pk, "discarded"),
-                  width="stretch", help="A bad or unanswerable question: its labels are not used")
+    st.text_input("Reason to flag or discard", key=f"flag_reason_{pk}", value=item.flag_reason or "",
+                  placeholder="what is wrong with this item")
+    with st.container(horizontal=True, key="flag_bar"):
+        st.button("Flag for the lead", key="kbd_flag", shortcut="F", on_click=finish, args=(pk, "flagged"),
+                  width="content")
+        st.button("Discard question", key="kbd_discard", shortcut="X", on_click=finish, args=(pk, "discarded"),
+                  width="content", help="A bad or unanswerable question: its labels are not used")
