@@ -189,12 +189,27 @@ def _phoenix(record: dict) -> dict[str, Any]:
     }
 
 
+_SHAPES: dict[tuple[str, ...], tuple[tuple[tuple[str, str | None], ...], frozenset[str]]] = {}
+
+
 def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, Any]:
     """Map a raw record to canonical fields (unvalidated); unmapped fields go to ``meta``."""
+    if not mapping:
+        # records of one log share their keys: resolve the aliases once per shape
+        shape = tuple(record)
+        known = _SHAPES.get(shape)
+        if known is not None:
+            fields, used_keys = known
+            out = {name: (record[key] if key is not None else None) for name, key in fields}
+            out["meta"] = {k: v for k, v in record.items() if k not in used_keys} or None
+            return out
+        if not any(k in record for k in LOG_ALIASES["question"]) and _is_phoenix(record):
+            return _phoenix(record)
+        resolved = tuple((name, _first(record, LOG_ALIASES[name])[0]) for name in LOG_FIELDS)
+        if len(_SHAPES) < 1000:
+            _SHAPES[shape] = (resolved, frozenset(k for _, k in resolved if k is not None))
     if mapping is None:
         mapping = {}
-    if not mapping and not any(k in record for k in LOG_ALIASES["question"]) and _is_phoenix(record):
-        return _phoenix(record)
     out: dict[str, Any] = {}
     used: set[str] = set()
     for name in LOG_FIELDS:
@@ -246,6 +261,28 @@ def _chunk_fast(raw: Any) -> tuple[str, str | None, str | None, float | None] | 
 
 
 _INF = float("inf")
+_FAST_KEYS = frozenset(("id", "text", "title", "score"))
+
+
+def _chunks_fast(retrieved: list) -> list[tuple[str, str | None, str | None, float | None]] | None:
+    """The whole list in the common shape, checked in bulk; None sends it to the per-chunk path."""
+    try:
+        if not all(type(c) is dict and c.keys() <= _FAST_KEYS for c in retrieved):
+            return None
+        chunks = [(c["id"], c.get("text"), c.get("title"), c.get("score")) for c in retrieved]
+    except (KeyError, TypeError):
+        return None
+    for cid, text, title, score in chunks:
+        if type(cid) is not str or not cid or cid[0].isspace() or cid[-1].isspace():
+            return None
+        if (text is not None and type(text) is not str) or (title is not None and type(title) is not str):
+            return None
+        if score is not None and (type(score) is not float or score != score or score in (_INF, -_INF)):
+            if type(score) is not int:
+                return None
+    if any(type(c[3]) is int for c in chunks):
+        chunks = [(a, b, t, float(s) if s is not None else None) for a, b, t, s in chunks]
+    return chunks
 
 
 def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
@@ -300,7 +337,9 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         retrieved = []
     if not isinstance(retrieved, list):
         raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
-    chunks = [_chunk(raw, i) for i, raw in enumerate(retrieved)]
+    chunks = _chunks_fast(retrieved)
+    if chunks is None:
+        chunks = [_chunk(raw, i) for i, raw in enumerate(retrieved)]
     if len({c[0] for c in chunks}) != len(chunks):
         seen: dict[str, int] = {}
         for i, c in enumerate(chunks):
@@ -357,22 +396,8 @@ class _LogWriter:
         self.db, self.path, self.result = db, path, result
         self.conn = db.conn
         self.created = store.now()
-        self.ordinals: dict[str, int] = {}
         # doc_id -> pk for documents already resolved in this file; bounded so memory stays flat
         self.doc_cache: dict[str, int] = {}
-
-    def key(self, line: int, rec: dict[str, Any]) -> _Row:
-        ids = [(c[0], c[3]) for c in rec["chunks"]]
-        content = _hash(rec["question"], rec["answer"], ids)
-        if rec["query_id"] is not None:
-            return _Row(line, rec, rec["query_id"], content, None)
-        norm = normalize_question(rec["question"])
-        qid = "q-" + _hash(norm, rec["retriever"], [c[0] for c in rec["chunks"]])[:16]
-        raw = _hash(content, rec["timestamp"], rec["meta"])
-        n = self.ordinals.get(raw, 0)
-        self.ordinals[raw] = n + 1
-        # without an id, a different answer or score is another occurrence, never a conflict
-        return _Row(line, rec, qid, qid, f"{raw}#{n}")
 
     def _doc_pks(self, rows: list[_Row]) -> dict[str, int]:
         chunks = {c[0]: c for r in rows for c in r.rec["chunks"]}
@@ -518,6 +543,49 @@ class _LogWriter:
         return rejected
 
 
+class _Keyer:
+    """Gives each validated record its query id, content hash and (without an id) line key."""
+
+    def __init__(self) -> None:
+        self.ordinals: dict[str, int] = {}
+
+    def key(self, line: int, rec: dict[str, Any]) -> _Row:
+        ids = [(c[0], c[3]) for c in rec["chunks"]]
+        content = _hash(rec["question"], rec["answer"], ids)
+        if rec["query_id"] is not None:
+            return _Row(line, rec, rec["query_id"], content, None)
+        norm = normalize_question(rec["question"])
+        qid = "q-" + _hash(norm, rec["retriever"], [c[0] for c in rec["chunks"]])[:16]
+        raw = _hash(content, rec["timestamp"], rec["meta"])
+        n = self.ordinals.get(raw, 0)
+        self.ordinals[raw] = n + 1
+        # without an id, a different answer or score is another occurrence, never a conflict
+        return _Row(line, rec, qid, qid, f"{raw}#{n}")
+
+
+
+def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
+                    keep_raw: bool) -> Iterator[tuple[list[tuple], int]]:
+    """Read, map, validate and key the records of a file, in batches of
+    ``(line, row or None, (field, message) or None, raw or None)`` with the bytes read so far."""
+    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
+    keyer = _Keyer()
+    batch: list[tuple] = []
+    for line, raw in records:
+        if isinstance(raw, BadRecord):
+            batch.append((line, None, (raw.field, raw.message), raw.raw))
+        else:
+            try:
+                row = keyer.key(line, validate_log(canonical(raw, mapping)))
+                batch.append((line, row, None, raw if keep_raw else None))
+            except _FieldError as e:
+                batch.append((line, None, (e.field, e.message), raw))
+        if len(batch) >= BATCH:
+            yield batch, bytes_read()
+            batch = []
+    yield batch, bytes_read()
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -575,7 +643,6 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
     result = IngestResult(path=shown, kind="logs", format=fmt)
-    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
     total = path.stat().st_size
     writer = _LogWriter(db, shown, result)
     rejects: list[dict] = []
@@ -587,34 +654,22 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                             "record": raw})
 
     with store.transaction(db, check_foreign_keys=False):
-        batch: list[_Row] = []
-        raws: dict[int, Any] = {}
-
-        def flush() -> None:
+        for items, done_bytes in _parsed_batches(path, fmt, gz, mapping, max_line_bytes, lenient):
+            rows: list[_Row] = []
+            raws: dict[int, Any] = {}
+            for line, row, problem, raw in items:
+                result.records += 1
+                if problem is not None:
+                    reject(line, Problem(shown, line, *problem), raw)
+                    continue
+                rows.append(row)
+                if lenient:
+                    raws[line] = raw
             clean = not result.problems or lenient
-            for line, problem in writer.write(batch, result.problems, write=clean):
+            for line, problem in writer.write(rows, result.problems, write=clean):
                 reject(line, problem, raws.get(line))
-            batch.clear()
-            raws.clear()
-
-        for line, raw in records:
-            result.records += 1
-            if isinstance(raw, BadRecord):
-                reject(line, Problem(shown, line, raw.field, raw.message), raw.raw)
-                continue
-            try:
-                rec = validate_log(canonical(raw, mapping))
-            except _FieldError as e:
-                reject(line, Problem(shown, line, e.field, e.message), raw)
-                continue
-            batch.append(writer.key(line, rec))
-            if lenient:
-                raws[line] = raw
-            if len(batch) >= BATCH:
-                flush()
-                if progress:
-                    progress(bytes_read(), total)
-        flush()
+            if progress:
+                progress(done_bytes, total)
         if progress:
             progress(total, total)
         if result.records:
