@@ -68,8 +68,10 @@ class AppServer:
             self.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # module scope, not session: Playwright's sync API keeps an event loop registered on the main
+    # thread while it runs, which would break later tests that start their own loop
     if not Path(CHROMIUM).exists() or shutil.which("chromium") is None and not os.environ.get("LABELER_CHROMIUM"):
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing: .ci/run must apt-get install chromium")
