@@ -291,3 +291,560 @@ def demo(ctx: click.Context, port: int | None, headless: bool, no_app: bool) -> 
     click.echo(summary, err=True)
     if not no_app:
         _streamlit(db_path, port, headless)
+
+
+# --- synth: synthetic questions (labeler.synth) ---------------------------------------------
+
+def _secrets_toml() -> dict[str, Any]:
+    """``.streamlit/secrets.toml`` of the working directory (where the app reads it), if any."""
+    import tomllib
+
+    path = Path(".streamlit") / "secrets.toml"
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise LabelerError(f"cannot read {path}: {e}") from None
+
+
+@cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def synth() -> None:
+    """Generate synthetic questions from the corpus and compare them with logged ones.
+
+    Generated questions wait for review on the app's Review page before they are labeled.
+
+    Example:
+
+        labeler synth generate --n 50 --dry-run
+    """
+
+
+@synth.command("generate", context_settings=CONTEXT_SETTINGS)
+@click.option("--n", "n", type=click.IntRange(1, 100_000), default=50, show_default=True,
+              help="Questions to ask for in all.")
+@click.option("--per-chunk", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="Questions per seed chunk.")
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the chunk and example sampling.")
+@click.option("--model", help="Model name (default: env LABELER_MODEL, else gpt-4o-mini).")
+@click.option("--types", default="fact,how-to,troubleshooting,comparison", show_default=True,
+              help="Comma-separated question types.")
+@click.option("--persona", help='Who asks, e.g. "a new admin of a small team".')
+@click.option("--language", help="Language of the questions (default: setting synth_language, else detected).")
+@click.option("--strategy", type=click.Choice(["uncovered", "random", "stratified"]), default="uncovered",
+              show_default=True, help="How seed chunks are picked.")
+@click.option("--multi-hop", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Share of seeds that pair two related chunks.")
+@click.option("--duplicate-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.85,
+              show_default=True, help="TF-IDF cosine at which a question is a near-duplicate.")
+@click.option("--concurrency", type=click.IntRange(1, 256), help="Parallel requests (default 8).")
+@click.option("--dry-run", is_flag=True, help="Print the token and cost estimate; send nothing.")
+@json_option
+@click.pass_context
+def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, model: str | None, types: str,
+                       persona: str | None, language: str | None, strategy: str, multi_hop: float,
+                       duplicate_threshold: float, concurrency: int | None, dry_run: bool, as_json: bool) -> None:
+    """Generate synthetic questions from seed chunks; they are stored pending review.
+
+    Needs OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in
+    .streamlit/secrets.toml. A rerun with the same options resumes: finished requests come from
+    the cache and cost nothing.
+
+    Example:
+
+        labeler synth generate --n 50 --per-chunk 2 --seed 7 --model gpt-4o-mini --dry-run
+    """
+    from . import llm
+    from . import synth as synthesis
+
+    options = synthesis.SynthOptions(
+        n=n, per_chunk=per_chunk, seed=seed, question_types=tuple(t.strip() for t in types.split(",") if t.strip()),
+        persona=persona, language=language, strategy=strategy, multi_hop=multi_hop,
+        duplicate_threshold=duplicate_threshold)
+    config = llm.LLMConfig.from_env(_secrets_toml(), model=model, concurrency=concurrency)
+    db = _open(ctx)
+    if dry_run:
+        plan = synthesis.plan_generation(db, config, options)
+        if as_json:
+            _print_json(plan.to_dict())
+            return
+        e = plan.estimate
+        cost = "unknown cost (no price for this model)" if e.cost is None else \
+            f"about ${e.cost:.4f} (at most ${e.cost_max:.4f})"
+        click.echo(f"dry run: {e.to_request} request(s) to {e.model} ({e.cached} cached) for up to "
+                   f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): ~{e.input_tokens} input + "
+                   f"~{e.output_tokens} output tokens, {cost}; nothing was sent")
+        for note in plan.notes + e.notes:
+            click.echo(f"note: {note}", err=True)
+        return
+    update, close = _progress_bar("generating")
+    try:
+        result = synthesis.generate(
+            db, config, options,
+            progress=(lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None)
+    finally:
+        close()
+    r = result.to_dict()
+    if as_json:
+        _print_json(r)
+        return
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by_reason"].items()))
+    m = r["llm"]
+    cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
+    click.echo(f"stored {r['stored']} synthetic question(s) pending review; rejected {r['rejected']}"
+               + (f" ({reasons})" if reasons else "") + f"; already stored {r['already_stored']}; "
+               f"{len(m['failed'])} failed; {m['requests']} request(s), {m['cached']} cached; cost {cost}")
+    for f in m["failed"][:20]:
+        click.echo(f"  failed {f['key']}: {f['reason']}", err=True)
+    for rej in r["rejections"][:20]:
+        click.echo(f"  rejected ({rej['reason']}: {rej['detail']}): {rej['question'][:100]}", err=True)
+
+
+@synth.command("report", context_settings=CONTEXT_SETTINGS)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the folds and the bootstrap.")
+@click.option("--all", "include_rejected", is_flag=True, help="Include synthetic questions rejected in review.")
+@json_option
+@click.pass_context
+def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_json: bool) -> None:
+    """Distribution shift: synthetic vs logged questions (wording, classifier AUC, terms, metrics).
+
+    Example:
+
+        labeler synth report --json
+    """
+    from .synth import shift_report
+
+    report = shift_report(_open(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
+    if as_json:
+        _print_json(report)
+        return
+    c, w = report["classifier"], report["wording"]
+    click.echo(f"questions          {report['n']['log']} logged, {report['n']['synthetic']} synthetic")
+    click.echo(f"mean length        {w['log']['words_mean']} vs {w['synthetic']['words_mean']} words")
+    if c["auc"] is None:
+        click.echo(f"classifier AUC     - ({c.get('note')})")
+    else:
+        click.echo(f"classifier AUC     {c['auc']:.3f} (95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}; "
+                   "0.5 = indistinguishable)")
+    click.echo("synthetic terms    " + ", ".join(t["term"] for t in report["terms"]["synthetic"][:10]))
+    click.echo("logged terms       " + ", ".join(t["term"] for t in report["terms"]["log"][:10]))
+    for origin in ("log", "synthetic"):
+        r = report["retrieval"][origin]
+        values = ", ".join(f"{k} {v['mean']:.3f}" for k, v in r["metrics"].items() if v["mean"] is not None)
+        click.echo(f"{origin + ' metrics':<19}{values or '-'} ({r['queries']} labeled queries)")
+
+
+@cli.command("eval", context_settings=CONTEXT_SETTINGS)
+@click.option("--golden", required=True, type=click.Path(dir_okay=False),
+              help="The golden set: JSONL from labeler export, or lines {question, relevant_ids}.")
+@click.option("--pipeline", metavar="MODULE:FUNCTION",
+              help="A function taking a question and returning (docs, answer), e.g. mypkg.rag:answer.")
+@click.option("--endpoint", metavar="URL", help='An HTTP pipeline: POST {"question": ...}, JSON response.')
+@click.option("--map", "maps", multiple=True, metavar="FIELD=PATH",
+              help="Read the endpoint's response from (dotted) paths, as in ingest: --map retrieved=result.docs.")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
+              help="An HTTP header for --endpoint (repeatable), e.g. 'Authorization: Bearer $TOKEN'.")
+@click.option("--retriever", default="production", show_default=True,
+              help="Without --pipeline/--endpoint: the logged retriever in --db to evaluate.")
+@click.option("-k", "k", type=click.IntRange(1), help="Cutoff of the default metrics recall@k, precision@k, "
+              "hit@k, mrr, ndcg@k (default 10).")
+@click.option("--metric", "metric_specs", multiple=True, metavar="SPEC", help="Another metric, e.g. ndcg@10.")
+@click.option("--threshold", type=click.IntRange(1), help="Lowest relevant grade (default: manifest's, else 2).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Questions in flight at once.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True,
+              help="Seconds per question; a slower question counts as a miss.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="A baseline (--save-baseline) to compare with.")
+@click.option("--max-drop", "max_drops", multiple=True, metavar="METRIC=TOL",
+              help="Fail when METRIC's mean drops by more than TOL and p < alpha (TOL alone: every metric; "
+              "none: every metric at 0).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the paired randomization test.")
+@click.option("--permutations", type=click.IntRange(1), default=10000, show_default=True,
+              help="Sign flips of the randomization test.")
+@click.option("--allow-golden-change", is_flag=True,
+              help="Compare with a baseline made on another golden set (on the shared questions).")
+@click.option("--save-baseline", type=click.Path(dir_okay=False), help="Write this run as a baseline.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write report.json here and per-question records to <stem>.questions.jsonl.")
+@click.option("--lenient", is_flag=True, help="Skip invalid golden lines with a warning instead of stopping.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the test.")
+@json_option
+@click.pass_context
+def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
+             headers: tuple[str, ...], retriever: str, k: int | None, metric_specs: tuple[str, ...],
+             threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
+             max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
+             save_baseline: str | None, output: str | None, lenient: bool, seed: int, as_json: bool) -> None:
+    """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
+
+    Without --pipeline or --endpoint, evaluates the production retrieval logged in --db (to seed a
+    first baseline). Prints a markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).
+    Exit 0: no regression; 3: a metric dropped by more than its --max-drop with p < --alpha (the
+    questions that got worse are listed); 1: a user error.
+
+    Example:
+
+    \b
+        labeler eval --golden golden.jsonl --pipeline mypkg.rag:answer -k 5 \\
+            --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json
+    """
+    from .harness import append_step_summary, evaluate, parse_headers
+    from .ingest import parse_mapping
+
+    update, close = _progress_bar("questions")
+    try:
+        result = evaluate(
+            golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
+            headers=parse_headers(headers), db=None if pipeline or endpoint else ctx.obj["db_path"],
+            retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
+            concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
+            allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
+            save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None)
+    finally:
+        close()
+    if as_json:
+        _print_json(result.report)
+    else:
+        click.echo(result.markdown, nl=False)
+    append_step_summary(result.markdown, os.environ.get("GITHUB_STEP_SUMMARY"))
+    ctx.exit(result.exit_code)
+
+
+# --- metrics, export and import (labeler.report, labeler.export) -------------------------------
+
+ORIGIN_CHOICE = click.Choice(["log", "synthetic", "import"])
+EXPORT_FORMATS = ["jsonl", "trec", "beir", "ragas", "csv"]
+
+
+def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(k) for k in value.split(",") if k.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 1,3,5,10") from None
+    if not ks or min(ks) < 1:
+        raise click.BadParameter(f"{value!r}: give positive cutoffs, e.g. 1,3,5,10")
+    return ks
+
+
+@cli.command("metrics", context_settings=CONTEXT_SETTINGS)
+@click.option("--k", "ks", default="1,3,5,10", show_default=True, callback=_parse_ks, metavar="K,K,...",
+              help="Cutoffs for the default metrics and for --metric names given without @k.")
+@click.option("--metric", "metric_specs", multiple=True, metavar="SPEC",
+              help="A metric spec (recall@5, P@10, mrr, ndcg...); repeatable. Default: recall, ndcg, mrr.")
+@click.option("--retriever", default="production", show_default=True, help="Whose logged ranking to score.")
+@click.option("--origin", type=ORIGIN_CHOICE, help="Only queries of this origin.")
+@click.option("--annotator", help="Only this annotator's submitted grades.")
+@click.option("--since", metavar="TIME", help="Only labels submitted at or after TIME (ISO 8601).")
+@click.option("--until", metavar="TIME", help="Only labels submitted before TIME (ISO 8601).")
+@click.option("--per-query", "per_query", type=click.Path(dir_okay=False),
+              help='Write every query\'s values as JSONL {"query_id", "metric", "value"}.')
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap CIs.")
+@json_option
+@click.pass_context
+def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str,
+                origin: str | None, annotator: str | None, since: str | None, until: str | None,
+                per_query: str | None, seed: int, as_json: bool) -> None:
+    """Retrieval metrics of the labeled queries, identical to trec_eval, with 95% bootstrap CIs.
+
+    Scores the logged ranking of --retriever against the consolidated human labels of submitted
+    queries; relevant = grade >= the project's threshold. Queries without a relevant chunk are
+    left out of the means and counted.
+
+    Example:
+
+        labeler metrics --k 5,10 --metric recall --metric mrr --origin log --json
+    """
+    from .report import retrieval_report
+
+    report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
+                              annotator=annotator, since=since, until=until, seed=seed)
+    if per_query:
+        report.write_per_query(per_query)
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    click.echo(f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
+               f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
+               + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else ""))
+    click.echo(f"{'metric':<14}{'mean':>8}  {'95% CI':<18}{'n':>7}")
+    for spec, v in report.to_dict()["metrics"].items():
+        if v["mean"] is None:
+            click.echo(f"{spec:<14}{'-':>8}  {'':<18}{v['n']:>7}")
+        else:
+            ci = f"[{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
+            click.echo(f"{spec:<14}{v['mean']:>8.3f}  {ci:<18}{v['n']:>7}")
+    for spec, v in report.judged.items():
+        if v["mean"] is not None:
+            click.echo(f"{spec:<14}{v['mean']:>8.3f}  (share of the top k with a human label)")
+
+
+@cli.command("export", context_settings=CONTEXT_SETTINGS)
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="jsonl", show_default=True,
+              help="jsonl (golden set), trec (qrels + run), beir, ragas, csv.")
+@click.option("-o", "--output", "path", required=True, type=click.Path(),
+              help="The file to write (a folder for trec and beir); PATH.manifest.json goes next to it.")
+@click.option("--origin", type=ORIGIN_CHOICE, help="Only queries of this origin.")
+@click.option("--min-annotators", type=click.IntRange(1), default=1, show_default=True,
+              help="Only queries submitted by at least N annotators.")
+@click.option("--include-unreviewed-synthetic", is_flag=True,
+              help="Also export synthetic questions still pending review.")
+@click.option("--retriever", default="production", show_default=True, help="The run in trec, ragas and csv.")
+@json_option
+@click.pass_context
+def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_annotators: int,
+               include_unreviewed_synthetic: bool, retriever: str, as_json: bool) -> None:
+    """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
+
+    Example:
+
+        labeler export --format trec -o golden-trec --origin log
+    """
+    from .export import export_golden
+
+    result = export_golden(_open(ctx), path, fmt, origin=origin, min_annotators=min_annotators,
+                           include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    c = result.counts
+    click.echo(f"{result.path}: {c['queries']} queries, {c['judged_pairs']} judged pairs "
+               f"({c['relevant_pairs']} relevant) as {fmt}; export version {result.version}, "
+               f"manifest {result.manifest_path}")
+
+
+@cli.group("import", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def import_group() -> None:
+    """Import labels made elsewhere.
+
+    Example:
+
+        labeler import golden golden.jsonl --annotator alice
+    """
+
+
+@import_group.command("golden", context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--annotator", required=True, help="Whose submitted labels the file's grades become.")
+@click.option("--lenient", is_flag=True, help="Write the valid lines; write rejects to FILE.rejects.jsonl.")
+@json_option
+@click.pass_context
+def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bool, as_json: bool) -> None:
+    """Import a golden set: this tool's golden JSONL or {"question", "relevant_ids", "expected_answer"?}.
+
+    Lines match queries by query_id, else by question (new ones are created); the grades become
+    the annotator's submitted labels. Strict by default: one bad line and nothing is written.
+
+    Example:
+
+        labeler import golden golden.jsonl --annotator alice
+    """
+    from .export import import_golden
+
+    result = import_golden(_open(ctx), file, annotator=annotator, lenient=lenient)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    line = (f"{result.path}: {result.records} lines: {result.new} new queries, {result.merged} updated, "
+            f"{result.unchanged} unchanged, {result.rejected} rejected; labels of {result.annotator}")
+    if result.rejects_path:
+        line += f"\nrejected lines and reasons: {result.rejects_path}"
+    click.echo(line)
+    for p in result.problems[:20]:
+        click.echo(f"  {p}", err=True)
+    for w in result.warnings:
+        click.echo(f"Warning: {w}", err=True)
+
+
+# --- judge: LLM judges calibrated against human labels (labeler.judge, labeler.agreement) -------
+
+@cli.group("judge", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def judge_group() -> None:
+    """LLM judges calibrated against the human labels: run, agreement, compare, list.
+
+    Example:
+
+        labeler judge run --judge relevance.v1 --on labeled --limit 200
+    """
+
+
+def _fmt_value(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None = None) -> str:
+    if stat["value"] is None:
+        line = f"{name:<20} undefined: {stat.get('reason', '')}"
+    else:
+        ci = f"[{_fmt_value(stat['ci_low'])}, {_fmt_value(stat['ci_high'])}]" if stat["ci_low"] is not None else ""
+        line = f"{name:<20} {_fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
+    if ceiling is not None and ceiling.get("value") is not None:
+        line += f"   human-human {_fmt_value(ceiling['value'])}"
+    return line
+
+
+@judge_group.command("run", context_settings=CONTEXT_SETTINGS)
+@click.option("--judge", "judge_name", default="relevance.v1", show_default=True,
+              help="A registered judge: relevance.v1, faithfulness.v1, answer-relevance.v1.")
+@click.option("--on", "on_set", type=click.Choice(["labeled", "unlabeled"]), default="labeled", show_default=True,
+              help="labeled = calibrate on human-labeled items; unlabeled = pre-label (needs a passing gate).")
+@click.option("--limit", type=click.IntRange(1), help="A seeded random sample of this many items.")
+@click.option("--model", help="The model (default: LABELER_MODEL, else gpt-4o-mini).")
+@click.option("--rubric", help="A rubric version such as relevance.v1/r2 (default: the latest).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --limit sample.")
+@click.option("--resume", "resume_id", type=int, metavar="RUN_ID", help="Finish a cancelled or failed run instead.")
+@click.option("--dry-run", is_flag=True, help="Only estimate tokens and cost; send nothing.")
+@json_option
+@click.pass_context
+def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int | None, model: str | None,
+                  rubric: str | None, seed: int, resume_id: int | None, dry_run: bool, as_json: bool) -> None:
+    """Run a judge over the human-labeled items (to calibrate) or the unlabeled ones (to pre-label).
+
+    Pre-labeling needs a calibration run of the same judge, rubric, model and temperature that
+    passes the gate; its grades become suggestions that annotators accept or not. Reads
+    OPENAI_API_KEY, OPENAI_BASE_URL and LABELER_MODEL (environment or .streamlit/secrets.toml).
+    Answers are cached: a rerun pays only for what is missing.
+
+    Example:
+
+        labeler judge run --judge relevance.v1 --on labeled --limit 200 --model gpt-4o-mini
+    """
+    from .judge import resume_run, run_judge
+    from .llm import LLMConfig
+
+    db = _open(ctx)
+    config = LLMConfig.from_env(_secrets_toml(), model=model)
+    update, close = _progress_bar(judge_name)
+    progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
+    try:
+        if resume_id is not None:
+            run = resume_run(db, config, resume_id, progress=progress)
+        else:
+            run = run_judge(db, config, judge_name, on=on_set, limit=limit, rubric=rubric, seed=seed,
+                            progress=progress, dry_run=dry_run)
+    finally:
+        close()
+    if as_json:
+        _print_json(run.to_dict())
+        return
+    if run.estimate is not None:
+        e = run.estimate
+        cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f})" if e.cost is not None else "unknown"
+        click.echo(f"dry run of {run.judge} ({run.rubric}) on {run.items} {run.on_set} items with {e.model}: "
+                   f"{e.to_request} requests to send, {e.cached} cached; ~{e.input_tokens} input and "
+                   f"~{e.output_tokens} output tokens; cost {cost}")
+        for note in e.notes:
+            click.echo(f"  {note}", err=True)
+        return
+    cost = f"${run.cost:.4f}" if run.cost is not None else "unknown"
+    click.echo(f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) on {run.items} {run.on_set} items: "
+               f"{run.done} done, {run.cached} cached, {run.failed} failed, {run.cancelled} not run; cost {cost}; "
+               f"{run.status}")
+    for key, reason in run.failures[:20]:
+        click.echo(f"  {key}: {reason}", err=True)
+    if run.on_set == "labeled":
+        click.echo(f"next: labeler judge agreement {run.id}")
+
+
+@judge_group.command("agreement", context_settings=CONTEXT_SETTINGS)
+@click.argument("run_id", type=int)
+@click.option("--resamples", type=click.IntRange(0), default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--k", type=click.IntRange(1), default=10, show_default=True,
+              help="Cutoff of recall@k and nDCG@k when several retrievers are logged.")
+@json_option
+@click.pass_context
+def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: int, k: int, as_json: bool) -> None:
+    """Agreement of a judge run with the human labels (95% bootstrap CIs), the human-human
+    ceiling, retrievers by judge vs by humans, and the calibration gate.
+
+    With --json: one key per statistic, each {"value", "ci_low", "ci_high", "n"} (value null and a
+    "reason" when undefined), then human_human, retrievers, run, gate.
+
+    Example:
+
+        labeler judge agreement 3 --json
+    """
+    from .agreement import run_agreement
+    from .judge import gate
+
+    db = _open(ctx)
+    result = run_agreement(db, run_id, n_resamples=resamples, seed=seed, k=k)
+    verdict = gate(db, run_id, agreement=result)
+    out = result.to_dict()
+    out["gate"] = verdict.to_dict()
+    if as_json:
+        _print_json(out)
+        return
+    run = result.run
+    click.echo(f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) vs human labels; 95% CIs from "
+               f"{resamples} resamples")
+    for name, stat in result.statistics.items():
+        if name != "confusion_matrix":
+            ceiling = result.human_human.get(name)
+            click.echo(_stat_text(name, stat.to_dict(), ceiling.to_dict() if ceiling else None))
+    matrix = result.statistics["confusion_matrix"].value
+    click.echo("confusion matrix (rows human, columns judge): " + " | ".join(" ".join(map(str, r)) for r in matrix))
+    if out["retrievers"] and out["retrievers"]["metrics"]:
+        for name, tau in out["retrievers"]["kendall_tau"].items():
+            click.echo(_stat_text(f"kendall_tau {name}", tau))
+    if any(result.excluded.values()):
+        click.echo("left out: " + ", ".join(f"{v} {k}" for k, v in result.excluded.items() if v))
+    click.echo(f"gate: {'passed' if verdict.passed else 'failed'}: " + "; ".join(verdict.reasons))
+
+
+@judge_group.command("compare", context_settings=CONTEXT_SETTINGS)
+@click.argument("run_a", type=int)
+@click.argument("run_b", type=int)
+@click.option("--resamples", type=click.IntRange(0), default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@json_option
+@click.pass_context
+def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int, seed: int, as_json: bool) -> None:
+    """Compare two runs of the same kind (rubric v1 vs v2, model A vs B): each against humans,
+    the paired difference B - A with a CI on the items both judged, and A vs B themselves.
+
+    Example:
+
+        labeler judge compare 3 4 --json
+    """
+    from .agreement import compare_runs
+
+    result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    a, b = result.a.run, result.b.run
+    click.echo(f"run {a.id}: {a.judge} ({a.rubric}, {a.model})  vs  run {b.id}: {b.judge} ({b.rubric}, {b.model}); "
+               f"{result.common} common human-labeled items")
+    for name, stat in result.difference.items():
+        sa, sb = result.a.statistics[name], result.b.statistics[name]
+        d = stat.to_dict()
+        ci = f"[{_fmt_value(d['ci_low'])}, {_fmt_value(d['ci_high'])}]" if d["ci_low"] is not None else ""
+        click.echo(f"{name:<20} {_fmt_value(sa.value):>7} {_fmt_value(sb.value):>7}   B-A {_fmt_value(d['value']):>7} {ci}")
+    click.echo(f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
+               f"kappa {_fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
+
+
+@judge_group.command("list", context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.pass_context
+def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Every judge run, newest first: judge, rubric, model, items, status, cost.
+
+    Example:
+
+        labeler judge list --json
+    """
+    from .judge import list_runs
+
+    runs = list_runs(_open(ctx))
+    if as_json:
+        _print_json([r.to_dict() for r in runs])
+        return
+    if not runs:
+        click.echo("no judge runs yet: labeler judge run --judge relevance.v1 --on labeled")
+    for r in runs:
+        cost = f"${r.cost:.4f}" if r.cost is not None else "-"
+        click.echo(f"{r.id:>4}  {r.created_at[:19]}  {r.judge:<20} {r.rubric:<22} {r.model:<16} {r.on_set:<9} "
+                   f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")

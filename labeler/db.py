@@ -460,3 +460,89 @@ def m005_synth(db: sqlite_utils.Database) -> None:
     (``synth_reviews``; the query's ``review_state`` is the state, ``label_events`` the history)."""
     for statement in _statements(_SCHEMA_M005_SYNTH):
         db.execute(statement)
+
+
+# --- m006: LLM judges, rubrics, tags and suggestions (labeler.judge) -------------------------
+
+_SCHEMA_M006_JUDGES = """
+CREATE TABLE judge_rubrics (
+    judge TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    text TEXT NOT NULL,
+    author TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (judge, version)
+);
+CREATE TABLE judge_runs (
+    id INTEGER PRIMARY KEY,
+    judge TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    rubric TEXT NOT NULL,
+    rubric_hash TEXT NOT NULL,
+    rubric_text TEXT NOT NULL,
+    model TEXT NOT NULL,
+    temperature REAL,
+    params TEXT NOT NULL,
+    on_set TEXT NOT NULL CHECK (on_set IN ('labeled', 'unlabeled')),
+    calibration_run INTEGER REFERENCES judge_runs (id),
+    status TEXT NOT NULL CHECK (status IN ('running', 'done', 'cancelled', 'failed')),
+    items INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0,
+    cached INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    cancelled INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cost REAL,
+    error TEXT,
+    created_at TEXT NOT NULL,
+    finished_at TEXT
+);
+CREATE TABLE judge_labels (
+    run_id INTEGER NOT NULL REFERENCES judge_runs (id),
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    doc_pk INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'ok', 'failed')),
+    grade INTEGER,
+    score REAL,
+    label TEXT,
+    rationale TEXT,
+    detail TEXT,
+    call_hash TEXT,
+    error TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, query_pk, doc_pk)
+) WITHOUT ROWID;
+CREATE TABLE judge_tags (
+    run_id INTEGER NOT NULL REFERENCES judge_runs (id),
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    doc_pk INTEGER NOT NULL DEFAULT 0,
+    tag TEXT NOT NULL CHECK (tag IN ('judge_wrong', 'human_wrong', 'rubric_ambiguous')),
+    annotator TEXT NOT NULL,
+    note TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, query_pk, doc_pk)
+) WITHOUT ROWID;
+CREATE TABLE suggestions (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    doc_pk INTEGER NOT NULL REFERENCES documents (pk),
+    run_id INTEGER NOT NULL REFERENCES judge_runs (id),
+    grade INTEGER NOT NULL,
+    rationale TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, doc_pk)
+) WITHOUT ROWID;
+CREATE INDEX suggestions_run ON suggestions (run_id)
+"""
+
+
+@migrations()
+def m006_judges(db: sqlite_utils.Database) -> None:
+    """LLM judges: rubric versions (``judge_rubrics``, version 1 is the built-in text), every run
+    with its judge, rubric name + hash + text, model, temperature and parameters (``judge_runs``),
+    one row per judged item with grade, score, label, rationale, claim list (``detail``) and the
+    ``llm_calls`` hash of the raw response (``judge_labels``; ``doc_pk`` 0 = the query's answer),
+    disagreement tags, and the suggestions of gate-passing runs (never golden labels)."""
+    for statement in _statements(_SCHEMA_M006_JUDGES):
+        db.execute(statement)

@@ -38,3 +38,15 @@ class ItemTakenError(LabelError):
 
 class RoleError(LabelError):
     """The annotator lacks the role for this action (only a lead may adjudicate or change roles)."""
+
+
+class SynthError(LabelerError):
+    """Synthetic question generation or review got invalid options or an unknown question."""
+
+
+class JudgeError(LabelerError):
+    """A judge, rubric, judge run or suggestion cannot be used as asked (unknown name, bad option)."""
+
+
+class GateError(JudgeError):
+    """A judge run may not pre-label unlabeled pairs: no calibration run of it passes the gate."""

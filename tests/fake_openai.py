@@ -157,6 +157,77 @@ def default_responder(request: dict[str, Any]) -> dict[str, Any] | str:
     return fill_schema(schema, key)
 
 
+_CHUNK_BLOCK = re.compile(r'<chunk id="([^"]*)"[^>]*>\n(.*?)\n</chunk>', re.S)
+_ASKED = re.compile(r"Write (\d+) question")
+
+
+def prompt_chunks(request: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(doc id, text) of every ``<chunk id="...">`` block in the user messages of a labeler.synth prompt."""
+    text = "\n".join(_text(m.get("content")) for m in request.get("messages", []) if m.get("role") == "user")
+    return _CHUNK_BLOCK.findall(text)
+
+
+def synth_responder(style: str = "plain") -> Responder:
+    """A responder for labeler.synth prompts: as many questions as asked, each built from its own
+    sentence of the prompt's chunk(s) (quoted verbatim, so the quote check passes; a two-chunk
+    prompt quotes both). ``style``: ``plain`` ("What does it say about ...?") or ``terse``
+    (lowercase keyword strings, nothing like a logged question)."""
+    if style not in ("plain", "terse"):
+        raise ValueError(f"unknown style {style!r}: plain or terse")
+
+    def respond(request: dict[str, Any]) -> dict[str, Any]:
+        chunks = prompt_chunks(request)
+        asked = _ASKED.search(" ".join(_text(m.get("content")) for m in request.get("messages", [])))
+        n = int(asked.group(1)) if asked else 1
+        sentences = [[s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.strip()) > 10] or [text.strip()]
+                     for _, text in chunks] or [["nothing"]]
+        questions = []
+        for i in range(n):
+            quotes = [s[i % len(s)] for s in sentences]
+            words = sorted({w.lower() for q in quotes for w in re.findall(r"[A-Za-z]{5,}", q)},
+                           key=lambda w: (-len(w), w))[:6] or ["thing"]
+            if style == "plain":
+                question = f"What does it say about {' and '.join(words[:2])} ({', '.join(words[2:]) or 'in general'})?"
+            else:
+                question = " ".join(words) + f" {i}"
+            questions.append({"question": question, "answer": " ".join(quotes), "quotes": quotes,
+                              "type": "fact"})
+        return {"questions": questions}
+
+    return respond
+
+
+_BLOCK = re.compile(r"(?m)^([A-Z][A-Za-z ]*):\n<<<\n(.*?)\n>>>", re.S)
+
+
+def prompt_blocks(request: Mapping[str, Any]) -> dict[str, str]:
+    """The ``Label:\\n<<<\\ntext\\n>>>`` blocks of the user messages before the first assistant turn
+    (the layout of labeler.judge's prompts), e.g. {"Question": ..., "Chunk": ...}."""
+    blocks: dict[str, str] = {}
+    for message in request.get("messages", []):
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            blocks.update(dict(_BLOCK.findall(_text(message.get("content")))))
+    return blocks
+
+
+def grade_responder(grade_of: Callable[[str, str], int | None], *, shift: int = 0, top: int = 3,
+                    fallback: Responder = default_responder) -> Responder:
+    """A labeler.judge relevance judge: ``grade_of(question, chunk_text)`` (e.g. the human grade)
+    moved by ``shift`` and clipped to 0..top; prompts it does not know go to ``fallback``."""
+
+    def respond(request: dict[str, Any]) -> dict[str, Any] | str:
+        blocks = prompt_blocks(request)
+        grade = grade_of(blocks.get("Question", ""), blocks.get("Chunk", "")) if "Chunk" in blocks else None
+        if grade is None:
+            return fallback(request)
+        grade = min(max(grade + shift, 0), top)
+        return {"rationale": f"grade {grade}: the chunk {'answers' if grade >= 2 else 'does not answer'} it",
+                "relevance_grade": grade}
+
+    return respond
+
 class FakeOpenAI:
     """The server. Start with ``with FakeOpenAI(...) as server:`` and point a client at ``server.url``.
 

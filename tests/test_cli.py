@@ -44,6 +44,16 @@ def test_every_command_is_in_the_readme():
             assert f"labeler {name}" in readme or re.search(rf"labeler \[[^\]]*\] {name}", readme), name
 
 
+def test_every_metric_name_and_alias_is_in_the_readme():
+    from labeler.metrics import METRICS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Metrics"):]
+    for name, definition in METRICS.items():
+        for spelling in (name, *definition.aliases):
+            assert re.search(rf"`{re.escape(spelling)}(@k)?`", table), spelling
+
+
 def test_ingest_and_stats_json(tmp_path):
     log = tmp_path / "logs.jsonl"
     log.write_text(json.dumps({"question": "q", "retrieved": [{"id": "a", "text": "A"}]}) + "\n")

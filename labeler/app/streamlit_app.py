@@ -17,6 +17,10 @@ if annotator is None:
 pages = [
     st.Page("views/label.py", title="Label", icon=":material/label:", url_path="label", default=True),
     st.Page("views/data.py", title="Data", icon=":material/database:", url_path="data"),
+    st.Page("views/metrics.py", title="Metrics", icon=":material/monitoring:", url_path="metrics"),
+    st.Page("views/review.py", title="Review", icon=":material/fact_check:", url_path="review"),
+    st.Page("views/synth.py", title="Synth", icon=":material/auto_awesome:", url_path="synth"),
+    st.Page("views/judge.py", title="Judge", icon=":material/balance:", url_path="judge"),
 ]
 if state.role() == "lead":
     pages += [

@@ -78,7 +78,7 @@ def _put_grade(w: _Write, query_pk: int, doc_pk: int, grade: int) -> int | None:
         w.conn.execute(
             "INSERT INTO relevance_labels (query_pk, doc_pk, annotator, grade, origin, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, 'human', ?, ?) ON CONFLICT (query_pk, doc_pk, annotator) DO UPDATE SET "
-            "grade = excluded.grade, updated_at = excluded.updated_at",
+            "grade = excluded.grade, origin = 'human', updated_at = excluded.updated_at",
             [query_pk, doc_pk, w.annotator, grade, w.at, w.at])
         event(w.conn, w.at, w.annotator, query_pk, doc_pk, "grade", old, grade)
     return old

@@ -6,6 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 import labeler
+from labeler import export as golden_export
 from labeler.app import state, widgets
 
 st.title("Data")
@@ -67,3 +68,43 @@ if result:
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)
+
+# --- export (labeler.export) ----------------------------------------------------------------------
+
+st.subheader("Export")
+st.caption("The golden set: consolidated human labels of submitted queries, with a manifest (sha256, "
+           "filters, threshold, counts, metrics); the same database gives the same bytes.")
+e1, e2, e3 = st.columns(3)
+export_format = e1.selectbox("Format", list(golden_export.FORMATS), key="export_format",
+                             format_func=lambda f: f"{f}: {golden_export.FORMATS[f].description}")
+export_origin = e2.selectbox("Origin", ["all", "log", "synthetic", "import"], key="export_origin")
+export_min = e3.number_input("Minimum annotators per query", min_value=1, max_value=20, value=1, step=1,
+                             key="export_min_annotators")
+export_unreviewed = st.checkbox("Include synthetic questions still pending review", key="export_unreviewed")
+export_filters = {"origin": None if export_origin == "all" else export_origin, "min_annotators": int(export_min),
+                  "include_unreviewed_synthetic": export_unreviewed}
+export_counts = golden_export.export_counts(db, **export_filters)
+widgets.stat_tiles({
+    "Queries to export": export_counts["queries"],
+    "Judged pairs": export_counts["judged_pairs"],
+    "Relevant pairs": export_counts["relevant_pairs"],
+    "Without a relevant chunk": export_counts["queries_without_relevant"],
+})
+export_name = golden_export.archive_name(export_format)
+export_db_path = state.db_path()
+
+
+def _export_bytes() -> bytes:
+    # runs on its own thread when the button is clicked, so it opens its own connection
+    export_db = labeler.connect(export_db_path, migrate=False)
+    try:
+        return golden_export.export_archive(export_db, export_format, **export_filters)[1]
+    finally:
+        export_db.close()
+
+
+st.download_button(f"Download {export_name}", data=_export_bytes, file_name=export_name,
+                   mime="application/zip" if export_name.endswith(".zip") else "text/csv"
+                   if export_name.endswith(".csv") else "application/jsonl",
+                   disabled=export_counts["queries"] == 0, key="export_download", on_click="ignore",
+                   icon=":material/download:")

@@ -7,7 +7,7 @@ import time
 import streamlit as st
 
 import labeler.labels as labels
-from labeler.app import state, widgets
+from labeler.app import state, suggestions, widgets
 from labeler.errors import LabelerError
 
 db = state.get_db()
@@ -173,6 +173,10 @@ with st.container(horizontal=True, key="toolbar"):
               help="Grade every ungraded retrieved chunk 0")
     st.button("Next chunk", key="kbd_next", shortcut="J", on_click=move_focus, args=(pk, 1), width="content")
     st.button("Previous chunk", key="kbd_prev", shortcut="K", on_click=move_focus, args=(pk, -1), width="content")
+    if chunks:
+        st.button("Accept suggestion", key="kbd_accept", shortcut="A", on_click=suggestions.accept_focused,
+                  args=(db, pk, chunks[focus].doc_pk, annotator), width="content",
+                  help="Take the calibrated judge's grade for the focused chunk (when it made a suggestion)")
 with st.container(horizontal=True, key="toolbar2"):
     st.button("Submit", key="kbd_submit", shortcut="Enter", type="primary", on_click=finish, args=(pk, "submitted"),
               width="content", disabled=item.ungraded > 0,
@@ -199,6 +203,7 @@ with left:
                 cols[g].button(f"{g}", key=f"g_{pk}_{c.doc_pk}_{g}", on_click=grade, args=(pk, c.doc_pk, g, i),
                                type="primary" if c.grade == g else "secondary", help=names[g], width="stretch")
             cols[len(names)].caption(f"grade: {names[c.grade]}" if c.grade is not None else "not graded")
+            suggestions.render_suggestion(db, pk, c.doc_pk, annotator, current=c.grade, grade_names=names)
 
 with right:
     st.subheader("Find what the retriever missed")

@@ -1,0 +1,165 @@
+"""Export formats: a registry of writers, and the built-in jsonl, trec, beir, ragas and csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .golden import ExportError, GoldenSet, _cols, _in_json
+
+Writer = Callable[[GoldenSet, str], dict[str, bytes]]
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """A registered export format: ``write(golden, stem)`` returns {relative name: bytes};
+    ``directory`` formats write several files into the folder PATH, the others one file at PATH."""
+
+    name: str
+    write: Writer
+    directory: bool
+    description: str
+
+
+FORMATS: dict[str, ExportFormat] = {}
+
+
+def register_format(name: str, write: Writer, *, directory: bool = False, description: str = "") -> ExportFormat:
+    """Register an export format under ``name`` (an existing name raises ExportError)."""
+    if name in FORMATS:
+        raise ExportError(f"export format {name!r} is already registered; pick another name")
+    FORMATS[name] = ExportFormat(name, write, directory, description or (write.__doc__ or "").strip().split("\n")[0])
+    return FORMATS[name]
+
+
+def _json_line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False) + "\n"
+
+
+def _none(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and value != value) else value
+
+
+def _write_jsonl(g: GoldenSet, stem: str) -> dict[str, bytes]:
+    """The golden set, one query per line (this tool's golden JSONL)."""
+    relevance: dict[int, dict[str, int]] = {}
+    for pk, doc, grade in zip(*_cols(g.pairs, "query_pk", "doc_id", "grade"), strict=True):
+        relevance.setdefault(pk, {})[doc] = int(grade)
+    relevant: dict[int, list[str]] = {}
+    rel = g.relevant()
+    for pk, doc in zip(*_cols(rel, "query_pk", "doc_id"), strict=True):
+        relevant.setdefault(pk, []).append(doc)
+    out = io.StringIO()
+    for pk, qid, question, expected, origin, annotators, conflict, faithful, answers in zip(*_cols(
+            g.queries, "query_pk", "query_id", "question", "expected_answer", "origin", "annotators", "conflict",
+            "answer_faithful", "answer_relevant"), strict=True):
+        out.write(_json_line({
+            "query_id": qid, "question": question, "relevant_ids": relevant.get(pk, []),
+            "relevance": relevance.get(pk, {}), "expected_answer": _none(expected), "origin": origin,
+            "annotators": list(annotators), "conflict": bool(conflict), "answer_faithful": _none(faithful),
+            "answer_relevant": _none(answers)}))
+    return {stem: out.getvalue().encode()}
+
+
+def _check_ids(values: pd.Series, what: str, fmt: str, pattern: str) -> None:
+    found = values[values.astype(str).str.contains(pattern, regex=True)]
+    if len(found):
+        raise ExportError(f"{what} {found.iloc[0]!r} contains white space, which the {fmt} format cannot hold; "
+                          "export jsonl or csv instead")
+
+
+def _write_trec(g: GoldenSet, stem: str) -> dict[str, bytes]:
+    """TREC qrels (qid 0 docid grade) and the retriever's run (qid Q0 docid rank score tag)."""
+    # Queries without a relevant chunk, or that the retriever never ran, are left out: trec_eval
+    # would score them 0, labeler leaves them out of the means, so `trec_eval -c -l<threshold>`
+    # reproduces `labeler metrics` exactly.
+    with_rel = set(g.pairs.loc[g.pairs["grade"] >= g.threshold, "query_pk"].tolist()) & g.ran
+    pairs = g.pairs[g.pairs["query_pk"].isin(with_rel)]
+    run = g.run[g.run["query_pk"].isin(with_rel)]
+    _check_ids(pairs["query_id"], "query_id", "TREC", r"\s")
+    _check_ids(pairs["doc_id"], "doc_id", "TREC", r"\s")
+    _check_ids(run["doc_id"], "doc_id", "TREC", r"\s")
+    _check_ids(pd.Series([g.retriever]), "retriever", "TREC", r"\s")
+    qrels = "".join(f"{q} 0 {d} {gr}\n" for q, d, gr in zip(*_cols(pairs, "query_id", "doc_id", "grade"), strict=True))
+    # trec_eval orders by score (ties: doc id descending) and ignores the rank column, so the score
+    # is the position counted from the bottom: distinct and descending in the logged rank order.
+    depth = run.groupby("query_pk")["rank"].transform("max") if len(run) else run["rank"]
+    lines = [f"{q} Q0 {d} {int(r)} {int(top) + 1 - int(r)} {g.retriever}\n"
+             for q, d, r, top in zip(*_cols(run, "query_id", "doc_id", "rank"), depth.tolist(), strict=True)]
+    return {f"{stem}/qrels.txt": qrels.encode(), f"{stem}/run.txt": "".join(lines).encode()}
+
+
+def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
+    """BEIR layout: corpus.jsonl (every chunk with text, and every judged one), queries.jsonl, qrels/test.tsv."""
+    _check_ids(g.pairs["query_id"], "query_id", "BEIR", r"[\t\r\n]")
+    _check_ids(g.pairs["doc_id"], "doc_id", "BEIR", r"[\t\r\n]")
+    judged = _in_json(g.pairs["doc_pk"])
+    docs = g.db.execute("SELECT doc_id, title, text FROM documents WHERE text IS NOT NULL "
+                        "OR pk IN (SELECT value FROM json_each(?)) ORDER BY doc_id", [judged]).fetchall()
+    corpus = "".join(_json_line({"_id": d, "title": t or "", "text": x or ""}) for d, t, x in docs)
+    queries = "".join(_json_line({"_id": q, "text": t}) for q, t in zip(*_cols(g.queries, "query_id", "question"),
+                                                                        strict=True))
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{gr}\n" for q, d, gr in zip(*_cols(g.pairs, "query_id", "doc_id", "grade"), strict=True))
+    return {f"{stem}/corpus.jsonl": corpus.encode(), f"{stem}/queries.jsonl": queries.encode(),
+            f"{stem}/qrels/test.tsv": qrels.encode()}
+
+
+def _write_ragas(g: GoldenSet, stem: str) -> dict[str, bytes]:
+    """Ragas EvaluationDataset rows (JSONL): user_input, retrieved_contexts, response, reference, reference_contexts."""
+    rel = g.relevant()
+    texts = g.texts(list(rel["doc_pk"]) + list(g.run["doc_pk"]))
+    retrieved: dict[int, list[str]] = {}
+    for pk, doc in zip(*_cols(g.run, "query_pk", "doc_pk"), strict=True):
+        retrieved.setdefault(pk, []).append(texts.get(doc, (None, None))[1] or "")
+    reference: dict[int, list[str]] = {}
+    for pk, doc in zip(*_cols(rel, "query_pk", "doc_pk"), strict=True):
+        reference.setdefault(pk, []).append(texts.get(doc, (None, None))[1] or "")
+    out = io.StringIO()
+    for pk, question, answer, expected in zip(*_cols(g.queries, "query_pk", "question", "answer", "expected_answer"),
+                                              strict=True):
+        out.write(_json_line({"user_input": question, "retrieved_contexts": retrieved.get(pk, []),
+                              "response": _none(answer), "reference": _none(expected),
+                              "reference_contexts": reference.get(pk, [])}))
+    return {stem: out.getvalue().encode()}
+
+
+CSV_COLUMNS = ("query_id", "question", "doc_id", "grade", "relevant", "rank", "score", "n_annotators", "conflict",
+               "adjudicated", "origin")
+
+
+def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
+    """One row per judged (query, chunk) pair, retrieved chunks first in rank order."""
+    question = dict(zip(*_cols(g.queries, "query_pk", "question"), strict=True))
+    origin = dict(zip(*_cols(g.queries, "query_pk", "origin"), strict=True))
+    pairs = g.pairs.assign(unranked=g.pairs["rank"].isna()).sort_values(
+        ["query_id", "unranked", "rank", "doc_id"], kind="stable")
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    w.writerows(
+        [qid, question[pk], doc, grade, int(grade >= g.threshold), "" if rank != rank else int(rank),
+         "" if score is None or score != score else repr(float(score)), n, int(conflict), int(adjudicated), origin[pk]]
+        for pk, qid, doc, grade, rank, score, n, conflict, adjudicated in zip(*_cols(
+            pairs, "query_pk", "query_id", "doc_id", "grade", "rank", "score", "n_annotators", "conflict",
+            "adjudicated"), strict=True))
+    return {stem: out.getvalue().encode()}
+
+
+register_format("jsonl", _write_jsonl)
+register_format("trec", _write_trec, directory=True)
+register_format("beir", _write_beir, directory=True)
+register_format("ragas", _write_ragas)
+register_format("csv", _write_csv)
+
+
+def _format(fmt: str) -> ExportFormat:
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    return FORMATS[fmt]

@@ -1,0 +1,157 @@
+"""What an export writes: the queries that count and their judged pairs, read once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import sqlite_utils
+
+from .. import db as store
+from ..errors import LabelerError
+from ..labels import golden_labels
+from ..report import DEFAULT_RETRIEVER, ORIGINS, logged_queries
+
+
+class ExportError(LabelerError):
+    """An export that cannot be written (unknown format, bad path or filter, ids a format cannot hold)."""
+
+
+def _cols(df: pd.DataFrame, *names: str) -> list[list[Any]]:
+    """Columns as Python lists: iterating pandas' Arrow-backed strings one by one is slow."""
+    return [df[n].tolist() for n in names]
+
+
+# --- what is exported ------------------------------------------------------------------------------
+
+@dataclass
+class GoldenSet:
+    """The exported queries and their judged pairs, read once and shared by every format.
+
+    ``queries``: one row per query (sorted by query_id): query_pk, query_id, question, origin,
+    answer (production), expected_answer, answer_faithful, answer_relevant, annotators (list),
+    conflict. ``pairs``: one row per judged (query, chunk) sorted by query_id then doc_id:
+    query_pk, query_id, doc_pk, doc_id, grade, n_annotators, conflict, adjudicated, rank, score
+    (``retriever``'s rank and score, NaN if it did not return the chunk). ``run``: the retriever's
+    ranking of the exported queries (query_pk, query_id, rank, doc_pk, doc_id, score). ``ran``: the
+    exported queries the retriever ran (the others are left out of the trec files and the metrics).
+    """
+
+    threshold: int
+    retriever: str
+    filters: dict[str, Any]
+    queries: pd.DataFrame
+    pairs: pd.DataFrame
+    run: pd.DataFrame
+    ran: set[int]
+    db: sqlite_utils.Database = field(repr=False)
+
+    def relevant(self) -> pd.DataFrame:
+        """Pairs with grade >= threshold, per query highest grade first, then doc_id."""
+        rel = self.pairs[self.pairs["grade"] >= self.threshold]
+        return rel.sort_values(["query_id", "grade", "doc_id"], ascending=[True, False, True], kind="stable")
+
+    def texts(self, doc_pks: Iterable[int]) -> dict[int, tuple[str | None, str | None]]:
+        """{doc_pk: (title, text)} for the given chunks."""
+        return {pk: (title, text) for pk, title, text in self.db.execute(
+            "SELECT pk, title, text FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
+            [json.dumps(sorted({int(p) for p in doc_pks}))])}
+
+    def counts(self) -> dict[str, Any]:
+        rel = self.pairs["grade"] >= self.threshold
+        has_rel = set(self.pairs.loc[rel, "query_pk"])
+        return {
+            "queries": len(self.queries),
+            "queries_by_origin": {o: int((self.queries["origin"] == o).sum()) for o in ORIGINS},
+            "queries_without_relevant": int(sum(pk not in has_rel for pk in self.queries["query_pk"])),
+            "judged_pairs": len(self.pairs),
+            "relevant_pairs": int(rel.sum()),
+            "conflicts": int(self.queries["conflict"].sum()),
+            "queries_not_run": int(len(self.queries) - len(self.ran)),
+        }
+
+
+def _in_json(values: Iterable[int]) -> str:
+    return json.dumps(sorted({int(v) for v in values}))
+
+
+def _latest(rows: list[tuple], column: int) -> Any:
+    """The value of ``column`` from the most recently submitted row that has one (ties by annotator)."""
+    for row in sorted(rows, key=lambda r: (r[5] or "", r[1]), reverse=True):
+        if row[column] not in (None, ""):
+            return row[column]
+    return None
+
+
+def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
+               include_unreviewed_synthetic: bool = False, retriever: str = DEFAULT_RETRIEVER) -> GoldenSet:
+    """Read what an export writes; see :class:`GoldenSet`.
+
+    Queries: those with consolidated labels, of ``origin`` if given, submitted by at least
+    ``min_annotators`` annotators; synthetic questions only once accepted in review unless
+    ``include_unreviewed_synthetic`` (then pending ones are included too, with whatever human labels
+    they have and their proposed expected answer; rejected ones never are).
+    """
+    if origin is not None and origin not in ORIGINS:
+        raise ExportError(f"origin {origin!r} is unknown; use one of: {', '.join(ORIGINS)}")
+    if isinstance(min_annotators, bool) or not isinstance(min_annotators, int) or min_annotators < 1:
+        raise ExportError(f"min_annotators must be a whole number >= 1; got {min_annotators!r}")
+    threshold = int(store.get_setting(db, "threshold"))
+    golden = golden_labels(db, origin=origin)
+    pks = set(golden["query_pk"].tolist())
+    if include_unreviewed_synthetic:
+        pks |= {r[0] for r in db.execute(
+            "SELECT pk FROM queries WHERE origin = 'synthetic' AND coalesce(review_state, 'pending') = 'pending' "
+            "AND (?1 IS NULL OR origin = ?1)", [origin])}
+    meta = db.execute(
+        "SELECT pk, query_id, question, origin, answer, review_state, meta FROM queries "
+        "WHERE pk IN (SELECT value FROM json_each(?))", [_in_json(pks)]).fetchall()
+    submitted: dict[int, list[tuple]] = {}
+    for row in db.execute(
+            "SELECT query_pk, annotator, expected_answer, answer_faithful, answer_relevant, submitted_at "
+            "FROM query_labels WHERE status = 'submitted' AND query_pk IN (SELECT value FROM json_each(?))",
+            [_in_json(pks)]):
+        submitted.setdefault(row[0], []).append(row)
+    rows = []
+    for pk, query_id, question, q_origin, answer, review_state, q_meta in meta:
+        if q_origin == "synthetic" and review_state != "accepted":
+            if not (include_unreviewed_synthetic and (review_state or "pending") == "pending"):
+                continue
+        labels = submitted.get(pk, [])
+        if len(labels) < min_annotators and not (q_origin == "synthetic" and review_state != "accepted"):
+            continue
+        expected = _latest(labels, 2)
+        if expected is None and q_origin == "synthetic":
+            expected = (store.loads(q_meta) or {}).get("expected_answer")
+        rows.append({"query_pk": pk, "query_id": query_id, "question": question, "origin": q_origin,
+                     "answer": answer, "expected_answer": expected, "answer_faithful": _latest(labels, 3),
+                     "answer_relevant": _latest(labels, 4), "annotators": sorted(r[1] for r in labels)})
+    queries = pd.DataFrame(rows, columns=["query_pk", "query_id", "question", "origin", "answer", "expected_answer",
+                                          "answer_faithful", "answer_relevant", "annotators"])
+    queries = queries.sort_values("query_id", kind="stable").reset_index(drop=True)
+    keep = set(queries["query_pk"].tolist())
+    pairs = golden[golden["query_pk"].isin(keep)].copy()
+    doc_ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
+                              [_in_json(pairs["doc_pk"])]).fetchall())
+    run = pd.DataFrame(db.execute(
+        "SELECT r.query_pk, r.rank, r.doc_pk, d.doc_id, r.score FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
+        "WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? ORDER BY r.query_pk, r.rank",
+        [_in_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
+    qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
+    run.insert(1, "query_id", run["query_pk"].map(qid))
+    run = run.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
+    pairs["query_id"] = pairs["query_pk"].map(qid)
+    pairs["doc_id"] = pairs["doc_pk"].map(doc_ids)
+    pairs = pairs.merge(run[["query_pk", "doc_pk", "rank", "score"]], on=["query_pk", "doc_pk"], how="left")
+    pairs = pairs.sort_values(["query_id", "doc_id"], kind="stable").reset_index(drop=True)
+    pairs = pairs[["query_pk", "query_id", "doc_pk", "doc_id", "grade", "n_annotators", "conflict", "adjudicated",
+                   "rank", "score"]]
+    conflicted = set(pairs.loc[pairs["conflict"], "query_pk"].tolist())
+    queries["conflict"] = queries["query_pk"].isin(conflicted)
+    filters = {"origin": origin, "min_annotators": min_annotators,
+               "include_unreviewed_synthetic": bool(include_unreviewed_synthetic), "retriever": retriever}
+    ran = set(logged_queries(db, retriever, keep).tolist())
+    return GoldenSet(threshold, retriever, filters, queries, pairs, run, ran, db)

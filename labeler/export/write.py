@@ -1,0 +1,171 @@
+"""Writing an export: files, the manifest, the ``exports`` row, and the download archive."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlite_utils
+
+from .. import db as store
+from .. import metrics as m
+from ..report import DEFAULT_KS, DEFAULT_METRICS, DEFAULT_RETRIEVER, expand_specs
+from .formats import _format
+from .golden import ExportError, GoldenSet, golden_set
+
+MANIFEST_VERSION = 1
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def _version() -> str:
+    try:
+        return version("labeler")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
+
+
+@dataclass
+class ExportResult:
+    """A written export: ``files`` {relative name: sha256} (relative to the manifest's folder),
+    ``manifest`` as written to ``manifest_path``, ``version`` its row in ``exports``."""
+
+    format: str
+    path: str
+    manifest_path: str | None
+    version: int
+    files: dict[str, str]
+    counts: dict[str, Any]
+    manifest: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _metrics(g: GoldenSet) -> dict[str, Any]:
+    """The retrieval metrics of the exported queries, as ``labeler metrics --json`` prints them."""
+    specs = expand_specs(DEFAULT_METRICS, DEFAULT_KS)
+    pairs = g.pairs[g.pairs["query_pk"].isin(g.ran)]
+    qrels = pd.DataFrame({"query": pairs["query_pk"].to_numpy(np.int64), "doc": pairs["doc_pk"].to_numpy(np.int64),
+                          "grade": pairs["grade"].to_numpy(np.int64)})
+    run = pd.DataFrame({"query": g.run["query_pk"].to_numpy(np.int64), "doc": g.run["doc_pk"].to_numpy(np.int64),
+                        "rank": g.run["rank"].to_numpy(np.int64)})
+    per_q = m.per_query(run, qrels, specs, threshold=g.threshold)
+    return {"n_queries": len(per_q), "n_without_relevant": m.n_without_relevant(per_q), "threshold": g.threshold,
+            "retriever": g.retriever, "metrics": m.aggregate(per_q, n_resamples=1000, seed=0)}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _build(db: sqlite_utils.Database, fmt: str, stem: str, **filters: Any) -> tuple[GoldenSet, dict[str, bytes]]:
+    spec = _format(fmt)
+    g = golden_set(db, **filters)
+    return g, spec.write(g, stem)
+
+
+def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files: dict[str, bytes],
+            *, manifest_name: str | None = None) -> tuple[int, dict[str, Any]]:
+    """Insert the ``exports`` row and return (version, manifest)."""
+    hashes = {name: _sha(data) for name, data in sorted(files.items())}
+    digest = _sha("".join(f"{h}  {n}\n" for n, h in hashes.items()).encode())
+    counts = g.counts()
+    created = store.now()
+    with store.transaction(db):
+        version_no = db.execute(
+            "INSERT INTO exports (format, path, sha256, filters, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [fmt, path, digest, store.dumps(g.filters), store.dumps(counts), created]).lastrowid
+    manifest = {
+        "manifest_version": MANIFEST_VERSION, "labeler_version": _version(), "version": version_no, "format": fmt,
+        "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
+        "grade_names": store.get_setting(db, "grade_names"), "counts": counts, "metrics": _metrics(g),
+    }
+    return version_no, manifest
+
+
+def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl", *, origin: str | None = None,
+                  min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
+                  retriever: str = DEFAULT_RETRIEVER) -> ExportResult:
+    """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
+
+    Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
+    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv) write into the folder ``path``.
+    The same database and options give the same bytes. Filters as in :func:`golden_set`.
+    """
+    spec = _format(fmt)
+    path = Path(path)
+    if not path.parent.exists():
+        raise ExportError(f"cannot write {path}: folder {path.parent} does not exist (create it first)")
+    if spec.directory and path.exists() and not path.is_dir():
+        raise ExportError(f"{path} is a file; the {fmt} format writes a folder: give a folder path")
+    if not spec.directory and path.is_dir():
+        raise ExportError(f"{path} is a folder; the {fmt} format writes one file: give a file path")
+    g, files = _build(db, fmt, path.name, origin=origin, min_annotators=min_annotators,
+                      include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    base = path.parent
+    try:
+        for name, data in files.items():
+            target = base / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror}") from None
+    version_no, manifest = _record(db, fmt, str(path), g, files)
+    manifest_path = Path(str(path) + ".manifest.json")
+    manifest_path.write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return ExportResult(fmt, str(path), str(manifest_path), version_no, manifest["files"], manifest["counts"],
+                        manifest)
+
+
+def export_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
+                  include_unreviewed_synthetic: bool = False) -> dict[str, Any]:
+    """What an export with these filters would contain (queries, pairs, ...), without writing."""
+    return golden_set(db, origin=origin, min_annotators=min_annotators,
+                      include_unreviewed_synthetic=include_unreviewed_synthetic).counts()
+
+
+def archive_name(fmt: str, name: str = "golden") -> str:
+    """The download's file name: ``golden.jsonl``, ``golden-ragas.jsonl``, ``golden.csv``, or a zip
+    (``golden-trec.zip``) for folder formats."""
+    spec = _format(fmt)
+    if spec.directory:
+        return f"{name}-{fmt}.zip"
+    return {"jsonl": f"{name}.jsonl", "ragas": f"{name}-ragas.jsonl", "csv": f"{name}.csv"}.get(fmt, f"{name}.{fmt}")
+
+
+def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str = "golden",
+                   origin: str | None = None, min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
+                   retriever: str = DEFAULT_RETRIEVER) -> tuple[str, bytes, ExportResult]:
+    """The export as one download: (file name, bytes, result). Single-file formats give the file
+    itself; folder formats a zip of the folder plus its manifest (fixed timestamps, so the same
+    database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``."""
+    spec = _format(fmt)
+    stem = archive_name(fmt, name).removesuffix(".zip")
+    g, files = _build(db, fmt, stem, origin=origin, min_annotators=min_annotators,
+                      include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    filename = stem if not spec.directory else f"{stem}.zip"
+    version_no, manifest = _record(db, fmt, f"download:{filename}", g, files)
+    if spec.directory:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            # the manifest's created_at/version differ per export; everything else is reproducible
+            for arcname, data in [*sorted(files.items()),
+                                  (f"{stem}.manifest.json", (json.dumps(manifest, ensure_ascii=False, indent=2)
+                                                             + "\n").encode())]:
+                info = zipfile.ZipInfo(arcname, date_time=_ZIP_TIME)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                z.writestr(info, data)
+        data = buf.getvalue()
+    else:
+        data = files[stem]
+    result = ExportResult(fmt, f"download:{filename}", None, version_no, manifest["files"], manifest["counts"], manifest)
+    return filename, data, result

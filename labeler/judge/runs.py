@@ -1,0 +1,371 @@
+"""Judge runs: which items a run covers, running through ``labeler.llm`` (cache, concurrency,
+retries, estimate, cancel), resuming, the stored runs, and the stability check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from .. import db as store
+from .. import llm
+from ..errors import JudgeError, LabelerError
+from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
+
+ON_SETS = ("labeled", "unlabeled")
+
+
+@dataclass
+class JudgeRun:
+    """A judge run as stored (``id`` None for a dry run, which carries only ``estimate``)."""
+
+    id: int | None
+    judge: str
+    kind: str
+    rubric: str
+    rubric_hash: str
+    model: str
+    temperature: float | None
+    on_set: str
+    status: str
+    items: int = 0
+    done: int = 0
+    cached: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+    calibration_run: int | None = None
+    error: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    estimate: llm.Estimate | None = None
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["failures"] = [list(f) for f in self.failures[:20]]
+        return out
+
+
+# --- which items --------------------------------------------------------------------------------------------
+
+_SUBMITTED_PAIRS = ("SELECT DISTINCT r.query_pk, r.doc_pk FROM relevance_labels r JOIN query_labels l "
+                    "ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted'")
+
+
+def _pair_keys(db: sqlite_utils.Database, on: str) -> list[tuple[int, int]]:
+    if on == "labeled":
+        return db.execute(_SUBMITTED_PAIRS + " ORDER BY 1, 2").fetchall()
+    return db.execute(
+        "SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t WHERE NOT EXISTS (SELECT 1 FROM relevance_labels r "
+        "JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted' "
+        "WHERE r.query_pk = t.query_pk AND r.doc_pk = t.doc_pk) ORDER BY 1, 2").fetchall()
+
+
+def _answer_keys(db: sqlite_utils.Database, kind: str, on: str) -> list[tuple[int, int]]:
+    column = ANSWER_FIELDS[kind]  # a fixed column name, never user input
+    labeled = (f"SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk AND l.status = 'submitted' "
+               f"AND l.{column} IS NOT NULL")
+    return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.answer IS NOT NULL AND "
+                      f"{'' if on == 'labeled' else 'NOT '}EXISTS ({labeled}) ORDER BY q.pk").fetchall()
+
+
+def _load_items(db: sqlite_utils.Database, judge: Judge, keys: list[tuple[int, int]],
+                max_chunks: int) -> list[JudgeItem]:
+    packed = json.dumps([[q, d] for q, d in keys])
+    if judge.unit == "pair":
+        rows = db.execute(
+            "SELECT q.pk, d.pk, q.question, d.text, d.title FROM json_each(?) k "
+            "JOIN queries q ON q.pk = json_extract(k.value, '$[0]') "
+            "JOIN documents d ON d.pk = json_extract(k.value, '$[1]') ORDER BY k.key", [packed]).fetchall()
+        return [JudgeItem(q, d, question, text=text, title=title) for q, d, question, text, title in rows]
+    items = {q: JudgeItem(q, 0, question, answer=answer) for q, question, answer in db.execute(
+        "SELECT q.pk, q.question, q.answer FROM json_each(?) k JOIN queries q ON q.pk = json_extract(k.value, '$[0]') "
+        "ORDER BY k.key", [packed])}
+    if judge.kind == "faithfulness":
+        for q, title, text in db.execute(
+                "SELECT r.query_pk, d.title, d.text FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
+                "WHERE r.retriever = 'production' AND r.rank <= ? AND r.query_pk IN "
+                "(SELECT json_extract(value, '$[0]') FROM json_each(?)) ORDER BY r.query_pk, r.rank",
+                [max_chunks, packed]):
+            items[q].chunks.append((title, text))
+    return list(items.values())
+
+
+def select_items(db: sqlite_utils.Database, judge: str | Judge, *, on: str = "labeled", limit: int | None = None,
+                 seed: int = 0, max_chunks: int = 10) -> list[JudgeItem]:
+    """The items a run of ``judge`` covers: ``on="labeled"`` = pairs (or answers) with a submitted
+    human label, to calibrate; ``"unlabeled"`` = retrieved pairs (answers) without one, to pre-label.
+    ``limit`` takes a seeded random sample of that many, kept in key order."""
+    j = judge if isinstance(judge, Judge) else get_judge(judge)
+    if on not in ON_SETS:
+        raise JudgeError(f"on={on!r} is unknown; use 'labeled' (calibrate) or 'unlabeled' (pre-label)")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise JudgeError(f"limit={limit!r} must be a positive whole number")
+    keys = _pair_keys(db, on) if j.unit == "pair" else _answer_keys(db, j.kind, on)
+    if limit is not None and limit < len(keys):
+        picked = np.sort(np.random.default_rng(seed).choice(len(keys), size=limit, replace=False))
+        keys = [keys[i] for i in picked]
+    return _load_items(db, j, keys, max_chunks)
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+class _AnyEvent(threading.Event):
+    """Set when it or any of ``others`` is set (llm.run_tasks only asks ``is_set()``)."""
+
+    def __init__(self, *others: threading.Event | None) -> None:
+        super().__init__()
+        self.others = [o for o in others if o is not None]
+
+    def is_set(self) -> bool:
+        return super().is_set() or any(o.is_set() for o in self.others)
+
+
+def _tasks(judge: Judge, items: list[JudgeItem], rubric: str, settings: dict[str, Any],
+           nonce: int | None = None) -> tuple[list[llm.Task], list[tuple[str, str]]]:
+    schema = judge.schema(settings)
+    params = {"seed": int(nonce)} if nonce is not None else {}
+    tasks, skipped = [], []
+    for item in items:
+        if judge.unit == "pair" and not (item.text or "").strip():
+            skipped.append((item.key, "the chunk has no text (ingest the corpus file with its text)"))
+        elif judge.unit == "query" and not (item.answer or "").strip():
+            skipped.append((item.key, "the query has no production answer"))
+        else:
+            tasks.append(llm.Task(item.key, judge.messages(item, rubric, settings), schema, dict(params)))
+    return tasks, skipped
+
+
+def _run_from_row(row: dict[str, Any]) -> JudgeRun:
+    names = {f.name for f in dataclasses.fields(JudgeRun)}
+    values = {k: v for k, v in row.items() if k in names}
+    values["params"] = store.loads(row["params"]) or {}
+    return JudgeRun(**values)
+
+
+_RUN_COLUMNS = ("id, judge, kind, rubric, rubric_hash, model, temperature, on_set, status, items, done, cached, "
+                "failed, cancelled, prompt_tokens, completion_tokens, cost, created_at, finished_at, "
+                "calibration_run, error, params")
+
+
+def get_run(db: sqlite_utils.Database, run_id: int) -> JudgeRun:
+    """The stored run ``run_id``; JudgeError naming the fix when it does not exist."""
+    cur = db.execute(f"SELECT {_RUN_COLUMNS} FROM judge_runs WHERE id = ?", [run_id])
+    row = cur.fetchone()
+    if row is None:
+        raise JudgeError(f"judge run {run_id!r} does not exist; `labeler judge list` shows the runs")
+    return _run_from_row(dict(zip([c[0] for c in cur.description], row, strict=True)))
+
+
+def list_runs(db: sqlite_utils.Database, *, kind: str | None = None) -> list[JudgeRun]:
+    """Every judge run, newest first (``kind`` filters)."""
+    cur = db.execute(f"SELECT {_RUN_COLUMNS} FROM judge_runs WHERE ?1 IS NULL OR kind = ?1 ORDER BY id DESC",
+                     [kind])
+    names = [c[0] for c in cur.description]
+    return [_run_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+
+
+def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, judge: Judge, rubric: str,
+             items: list[JudgeItem], progress: Callable[[llm.Progress], None] | None,
+             cancel: threading.Event | None) -> JudgeRun:
+    settings = run.params["scale"]
+    tasks, skipped = _tasks(judge, items, rubric, settings)
+    stop = _AnyEvent(cancel)
+    interrupted: list[BaseException] = []
+
+    def report(p: llm.Progress) -> None:
+        if progress is None or interrupted:
+            return
+        try:
+            progress(p)
+        except BaseException as e:  # e.g. Streamlit's rerun on a click: stop, store, then re-raise
+            interrupted.append(e)
+            stop.set()
+
+    try:
+        summary = llm.run_tasks(db, config, tasks, progress=report, cancel=stop)
+    except LabelerError as e:
+        with store.transaction(db):
+            db.execute("UPDATE judge_runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
+                       [str(e), store.now(), run.id])
+        raise
+    at = store.now()
+    ok_rows, failed_rows = [], []
+    for t in tasks:
+        answer = summary.results.get(t.key)
+        q, d = map(int, t.key.split(":"))
+        if answer is not None:
+            v = judge.parse(answer, settings)
+            ok_rows.append([v.grade, v.score, v.label, v.rationale,
+                            store.dumps(v.detail) if v.detail is not None else None,
+                            summary.hashes.get(t.key), at, run.id, q, d])
+    reasons = dict(summary.failed) | dict(skipped)
+    for key, reason in reasons.items():
+        q, d = map(int, key.split(":"))
+        failed_rows.append([reason, summary.hashes.get(key), at, run.id, q, d])
+    with store.transaction(db):
+        db.conn.executemany(
+            "UPDATE judge_labels SET status = 'ok', grade = ?, score = ?, label = ?, rationale = ?, detail = ?, "
+            "call_hash = ?, error = NULL, updated_at = ? WHERE run_id = ? AND query_pk = ? AND doc_pk = ?", ok_rows)
+        db.conn.executemany(
+            "UPDATE judge_labels SET status = 'failed', error = ?, call_hash = ?, updated_at = ? "
+            "WHERE run_id = ? AND query_pk = ? AND doc_pk = ?", failed_rows)
+        counts = dict(db.execute("SELECT status, count(*) FROM judge_labels WHERE run_id = ? GROUP BY status",
+                                 [run.id]).fetchall())
+        status = "cancelled" if counts.get("pending") else "done"
+        db.execute(
+            "UPDATE judge_runs SET status = ?, done = done + ?, cached = cached + ?, failed = ?, cancelled = ?, "
+            "prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
+            "cost = CASE WHEN ? IS NULL THEN cost ELSE coalesce(cost, 0) + ? END, finished_at = ?, error = NULL "
+            "WHERE id = ?",
+            [status, summary.done, summary.cached, counts.get("failed", 0), counts.get("pending", 0),
+             summary.prompt_tokens, summary.completion_tokens, summary.cost, summary.cost, at, run.id])
+        if run.on_set == "unlabeled" and judge.kind == "relevance":
+            db.execute(
+                "INSERT INTO suggestions (query_pk, doc_pk, run_id, grade, rationale, created_at) "
+                "SELECT query_pk, doc_pk, run_id, grade, rationale, ? FROM judge_labels "
+                "WHERE run_id = ? AND status = 'ok' AND grade IS NOT NULL ON CONFLICT (query_pk, doc_pk) DO UPDATE "
+                "SET run_id = excluded.run_id, grade = excluded.grade, rationale = excluded.rationale, "
+                "created_at = excluded.created_at", [at, run.id])
+    result = get_run(db, run.id)
+    result.failures = list(reasons.items())
+    if interrupted:
+        raise interrupted[0]
+    return result
+
+
+def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, on: str = "labeled",
+              limit: int | None = None, rubric: int | str | None = None, seed: int = 0, max_chunks: int = 10,
+              calibration_run: int | None = None, progress: Callable[[llm.Progress], None] | None = None,
+              cancel: threading.Event | None = None, dry_run: bool = False) -> JudgeRun:
+    """Run ``judge`` over the labeled (calibrate) or unlabeled (pre-label) items; return the run.
+
+    ``rubric``: a version number or name (default the latest). ``limit``: a seeded sample of that
+    many items. ``dry_run``: nothing is sent or stored; the run carries ``estimate`` (tokens and
+    cost of the requests not already cached). ``on="unlabeled"`` needs a calibration run of the
+    same judge, rubric, model and temperature that passes the gate (``calibration_run``, or the
+    newest passing one); raises GateError otherwise; the grades of a relevance run become
+    suggestions. ``progress``/``cancel`` as in ``llm.run_tasks``: a cancelled run keeps what was
+    done, has status ``cancelled`` and can be finished with ``resume_run``. A progress callback that
+    raises (Streamlit's rerun) cancels the same way and the exception is re-raised after storing.
+    """
+    j = get_judge(judge)
+    r = get_rubric(db, judge, rubric)
+    settings = store.get_settings(db)
+    scale = {"grade_names": settings["grade_names"], "grade_help": settings.get("grade_help"),
+             "threshold": settings["threshold"]}
+    items = select_items(db, j, on=on, limit=limit, seed=seed, max_chunks=max_chunks)
+    params = {"seed": seed, "limit": limit, "max_chunks": max_chunks, "scale": scale}
+    run = JudgeRun(None, j.name, j.kind, r.name, r.hash, config.model, config.temperature, on, "dry_run",
+                   items=len(items), params=params)
+    if dry_run:
+        tasks, _ = _tasks(j, items, r.text, scale)
+        run.estimate = llm.estimate(db, config, tasks)
+        return run
+    if not items:
+        raise JudgeError(f"no {on} items for {j.name}: "
+                         + ("label and submit some queries first" if on == "labeled" else "everything is labeled"))
+    if on == "unlabeled":
+        from .gate import calibration_for  # the gate reads runs: imported here, not at the top
+
+        run.calibration_run = calibration_for(db, j.name, r.hash, config, calibration_run)
+    at = store.now()
+    with store.transaction(db):
+        cur = db.execute(
+            "INSERT INTO judge_runs (judge, kind, rubric, rubric_hash, rubric_text, model, temperature, params, "
+            "on_set, calibration_run, status, items, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+            [j.name, j.kind, r.name, r.hash, r.text, config.model, config.temperature, store.dumps(params), on,
+             run.calibration_run, len(items), at])
+        run.id = cur.lastrowid
+        db.conn.executemany("INSERT INTO judge_labels (run_id, query_pk, doc_pk, status, updated_at) "
+                            "VALUES (?, ?, ?, 'pending', ?)", [[run.id, i.query_pk, i.doc_pk, at] for i in items])
+    return _execute(db, config, run, j, r.text, items, progress, cancel)
+
+
+def _same_config(config: llm.LLMConfig, run: JudgeRun) -> llm.LLMConfig:
+    """``config`` with the run's model and temperature (kept as given when equal: 0 and 0.0 would
+    hash to different requests, and the stored REAL comes back as 0.0)."""
+    same = config.temperature == run.temperature
+    return dataclasses.replace(config, model=run.model, temperature=config.temperature if same else run.temperature)
+
+
+def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
+               progress: Callable[[llm.Progress], None] | None = None,
+               cancel: threading.Event | None = None) -> JudgeRun:
+    """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
+    with the run's own judge, rubric text, scale, model and temperature (answers already in the
+    LLM cache cost nothing)."""
+    run = get_run(db, run_id)
+    j = get_judge(run.judge)
+    text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
+    keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
+                      "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
+    config = _same_config(config, run)
+    with store.transaction(db):
+        db.execute("UPDATE judge_runs SET status = 'running' WHERE id = ?", [run_id])
+    return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
+                    progress, cancel)
+
+
+# --- stability and housekeeping --------------------------------------------------------------------------
+
+@dataclass
+class Stability:
+    """``k`` reruns of a sample of a run's items with the cache bypassed (a ``seed`` nonce per
+    rerun): the share of items whose reruns all gave one grade, and whose reruns all equal the run."""
+
+    run_id: int
+    k: int
+    n: int
+    identical: float | None
+    same_as_run: float | None
+    failed: int
+    items: list[dict[str, Any]]
+    cost: float | None = None
+
+
+def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, k: int = 3, sample: int = 20,
+              seed: int = 0, progress: Callable[[llm.Progress], None] | None = None,
+              cancel: threading.Event | None = None) -> Stability:
+    """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise JudgeError(f"k={k!r}: a stability check needs at least 2 reruns")
+    run = get_run(db, run_id)
+    from .data import run_grades  # data reads runs: imported here, not at the top
+
+    j = get_judge(run.judge)
+    text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
+    grades = run_grades(db, run_id)
+    if grades.empty:
+        raise JudgeError(f"run {run_id} has no judged items to rerun")
+    picked = np.sort(np.random.default_rng(seed).choice(len(grades), size=min(sample, len(grades)), replace=False))
+    grades = grades.iloc[picked]
+    items = _load_items(db, j, list(zip(grades["query_pk"].astype(int), grades["doc_pk"].astype(int), strict=True)),
+                        run.params.get("max_chunks", 10))
+    config = _same_config(config, run)
+    scale = run.params["scale"]
+    tasks = []
+    for rep in range(k):
+        batch, _ = _tasks(j, items, text, scale, nonce=1_000_003 * (seed + 1) + rep)
+        tasks += [dataclasses.replace(t, key=f"{t.key}#{rep}") for t in batch]
+    summary = llm.run_tasks(db, config, tasks, progress=progress, cancel=cancel)
+    rows, identical, same = [], [], []
+    for item, original in zip(items, grades["grade"].astype(int), strict=True):
+        reps = [summary.results.get(f"{item.key}#{rep}") for rep in range(k)]
+        got = [j.parse(r, scale).grade if r is not None else None for r in reps]
+        rows.append({"query_pk": item.query_pk, "doc_pk": item.doc_pk, "run": original, "reruns": got})
+        if None not in got:
+            identical.append(len(set(got)) == 1)
+            same.append(all(g == original for g in got))
+    return Stability(run_id, k, len(identical), float(np.mean(identical)) if identical else None,
+                     float(np.mean(same)) if same else None, len(summary.failed), rows, summary.cost)

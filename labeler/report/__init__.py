@@ -1,0 +1,55 @@
+"""Retrieval reports on the golden set: the numbers of the Metrics page and ``labeler metrics``.
+
+A report reads a retriever's logged ranking (``retrievals``, integer keys) and the consolidated
+human labels (:func:`labeler.labels.golden_labels`) from the database and hands them to
+:mod:`labeler.metrics`, which does all the maths (trec_eval-identical per-query values, seeded
+bootstrap CIs, the paired test). On top it adds what a team asks next: segments by origin, judged@k,
+the metric-vs-k curve, the worst queries, how many more labeled queries a CI half-width of 0.05
+needs, a paired comparison of two retrievers, and a diagnosis that follows the RAG-evaluation
+decision tree (retrieval, then ranking, then generation) and states the thresholds it used.
+
+Which queries count: those with at least one consolidated label (submitted, non-discarded);
+synthetic questions only once accepted in review. A query without any relevant chunk (grade >=
+the threshold) is left out of the means and counted in ``n_without_relevant``; a labeled query the
+retriever never ran is left out too (``n_not_run``).
+
+Modules: ``specs`` (spec expansion, constants), ``load`` (the small SQL helpers and the reuse of
+loaded inputs while the database is unchanged), ``core`` (:class:`Report`,
+:func:`retrieval_report`, the diagnosis), ``compare`` (two retrievers, paired test).
+"""
+
+from .compare import Comparison, compare_retrievers
+from .core import Diagnosis, Report, Thresholds, retrieval_report, worst_queries
+from .load import clear_cache, data_token, logged_queries, retrievers
+from .specs import (
+    DEFAULT_KS,
+    DEFAULT_METRICS,
+    DEFAULT_RETRIEVER,
+    HALF_WIDTH,
+    ORIGINS,
+    Z95,
+    ReportError,
+    expand_specs,
+)
+
+__all__ = [
+    "DEFAULT_KS",
+    "DEFAULT_METRICS",
+    "DEFAULT_RETRIEVER",
+    "HALF_WIDTH",
+    "ORIGINS",
+    "Z95",
+    "Comparison",
+    "Diagnosis",
+    "Report",
+    "ReportError",
+    "Thresholds",
+    "clear_cache",
+    "compare_retrievers",
+    "data_token",
+    "expand_specs",
+    "logged_queries",
+    "retrieval_report",
+    "retrievers",
+    "worst_queries",
+]

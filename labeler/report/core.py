@@ -1,0 +1,343 @@
+"""The report: metrics per query and aggregated, segments, judged@k, the curve, the worst queries,
+how many more labels a tight CI needs, and the diagnosis."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlite_utils
+
+from .. import db as store
+from .. import metrics as m
+from ..labels._common import When, stamp
+from .load import (
+    _REPORTS,
+    _answer_judgments,
+    _check_origin,
+    _check_retriever,
+    _inputs,
+    _json_ints,
+    data_token,
+)
+from .specs import DEFAULT_KS, DEFAULT_RETRIEVER, HALF_WIDTH, ORIGINS, Z95, ReportError, expand_specs
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The cut-offs of the diagnosis decision tree (each a mean over labeled queries, 0..1).
+
+    ``k``: the cutoff of recall@k and nDCG@k. ``recall``: recall@k below it means the relevant
+    chunks are not retrieved. ``mrr`` / ``ndcg``: with good recall, MRR or nDCG@k below it means
+    they are ranked too low. ``faithfulness``: with good retrieval, the share of production answers
+    judged faithful to the chunks (yes = 1, partly = 0.5) below it points at generation.
+    ``min_queries``: fewer labeled queries with a relevant chunk than this and no verdict is given.
+    """
+
+    k: int = 5
+    recall: float = 0.8
+    mrr: float = 0.6
+    ndcg: float = 0.6
+    faithfulness: float = 0.8
+    min_queries: int = 10
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where the pipeline loses quality. ``verdict``: ``retrieval``, ``ranking``, ``generation``,
+    ``healthy`` or ``not_enough_data``; ``values`` holds the means the tree looked at (None when
+    unknown) and ``thresholds`` the cut-offs it used."""
+
+    verdict: str
+    title: str
+    advice: str
+    values: dict[str, float | None]
+    thresholds: Thresholds
+    n_queries: int
+
+
+_ADVICE = {
+    "not_enough_data": ("Not enough labels yet",
+                        "Label at least {min_queries} queries that have a relevant chunk before reading a verdict."),
+    "retrieval": ("Retrieval is the bottleneck",
+                  "recall@{k} = {recall:.2f} < {t_recall}: the relevant chunks are not in the top {k}. Fix "
+                  "chunking (size, overlap, boundaries), the embeddings (a stronger or domain-tuned model), or "
+                  "add hybrid search (BM25 + vectors)."),
+    "ranking": ("Ranking is the bottleneck",
+                "recall@{k} = {recall:.2f} passes {t_recall}, but {low}: the relevant chunks are retrieved "
+                "but ranked too low. Add a reranker (a cross-encoder over the top candidates)."),
+    "generation": ("Generation is the bottleneck",
+                   "Retrieval is good (recall@{k} = {recall:.2f}, MRR = {mrr:.2f}), but only {faithfulness:.0%} "
+                   "of the answers are faithful to the chunks (< {t_faithfulness:.0%}). Fix the generation: "
+                   "prompt, grounding and citation instructions, or the model."),
+    "healthy": ("No bottleneck found",
+                "recall@{k} = {recall:.2f}, MRR = {mrr:.2f}, nDCG@{k} = {ndcg:.2f} and faithfulness {faith} "
+                "all pass their thresholds."),
+}
+
+
+@dataclass
+class Report:
+    """Metrics of one retriever on the golden set.
+
+    ``metrics``: {spec: {"mean", "ci_low", "ci_high", "n"}} (95% percentile bootstrap,
+    ``n_resamples`` resamples seeded with ``seed``). ``judged``: {"judged@k": {"mean", "n"}} for
+    every cutoff in the specs (10 without one): the share of the top k that carries a human label.
+    ``per_query``: one row per labeled query (query_pk, query_id, origin, one column per spec and
+    judged@k, n_relevant, n_retrieved), NaN where a query has no relevant chunk.
+    ``answers``: counts of the answer-faithfulness judgments (yes/partly/no) on the same queries.
+    ``n_not_run``: labeled queries left out because the retriever never ran them (see
+    :func:`logged_queries`); not part of ``n_queries``.
+    """
+
+    n_queries: int
+    n_without_relevant: int
+    threshold: int
+    retriever: str
+    specs: list[str]
+    metrics: dict[str, dict]
+    judged: dict[str, dict]
+    per_query: pd.DataFrame = field(repr=False)
+    filters: dict[str, Any] = field(default_factory=dict)
+    n_resamples: int = 1000
+    seed: int = 0
+    answers: dict[str, int] = field(default_factory=dict)
+    n_not_run: int = 0
+    _run: pd.DataFrame = field(default=None, repr=False, compare=False)
+    _qrels: pd.DataFrame = field(default=None, repr=False, compare=False)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``labeler metrics --json`` document: n_queries, n_without_relevant, threshold,
+        retriever, metrics (one key per spec, spelled as the spec)."""
+        return {"n_queries": self.n_queries, "n_without_relevant": self.n_without_relevant,
+                "threshold": self.threshold, "retriever": self.retriever,
+                "metrics": {s: dict(self.metrics[s]) for s in self.specs}}
+
+    def per_query_records(self) -> list[dict[str, Any]]:
+        """``{"query_id", "metric", "value"}`` for every query (by query_id) and spec; value None
+        where the query has no relevant chunk."""
+        pq = self.per_query.sort_values("query_id", kind="stable")
+        out = []
+        for row in pq[["query_id", *self.specs]].itertuples(index=False):
+            for spec, value in zip(self.specs, row[1:], strict=True):
+                out.append({"query_id": row[0], "metric": spec,
+                            "value": None if value != value else float(value)})
+        return out
+
+    def write_per_query(self, path: str | Path) -> int:
+        """Write :meth:`per_query_records` as JSONL to ``path``; return the number of lines."""
+        records = self.per_query_records()
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                for r in records:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise ReportError(f"cannot write {path}: {e.strerror}") from None
+        return len(records)
+
+    @property
+    def faithfulness(self) -> float | None:
+        """Share of judged production answers that are faithful (yes = 1, partly = 0.5), or None."""
+        n = sum(self.answers.values())
+        return None if n == 0 else (self.answers.get("yes", 0) + 0.5 * self.answers.get("partly", 0)) / n
+
+    def segments(self, by: str = "origin") -> dict[str, dict[str, Any]]:
+        """The report per value of a per-query column (origin by default): {value: {"n_queries",
+        "n_without_relevant", "metrics"}}, CIs resampled within each segment."""
+        key = ("segments", by)
+        if key not in self._memo:
+            if by not in self.per_query.columns:
+                raise ReportError(f"cannot segment by {by!r}; use one of: origin")
+            out = {}
+            values = self.per_query[by]
+            order = [o for o in ORIGINS if (values == o).any()] + sorted(set(values) - set(ORIGINS))
+            for value in order:
+                part = self.per_query.loc[values == value, [*self.specs, "n_relevant", "n_retrieved"]]
+                out[value] = {"n_queries": len(part), "n_without_relevant": m.n_without_relevant(part),
+                              "metrics": m.aggregate(part, n_resamples=self.n_resamples, seed=self.seed)}
+            self._memo[key] = out
+        return self._memo[key]
+
+    def more_needed(self, half_width: float = HALF_WIDTH) -> dict[str, dict[str, Any]]:
+        """Per spec: n, the per-query standard deviation ``sd``, the current normal-approximation
+        half-width 1.96·sd/√n, and ``more_needed`` = ceil((1.96·sd / half_width)² − n) (0 when
+        already reached; None with fewer than 2 values)."""
+        if not half_width > 0:
+            raise ReportError(f"half_width must be positive, e.g. 0.05; got {half_width!r}")
+        out = {}
+        for spec in self.specs:
+            values = self.per_query[spec].to_numpy(dtype=float)
+            values = values[~np.isnan(values)]
+            n = int(values.size)
+            if n < 2:
+                out[spec] = {"n": n, "sd": None, "half_width": None, "more_needed": None}
+                continue
+            sd = float(values.std(ddof=1))
+            needed = (Z95 * sd / half_width) ** 2 - n
+            out[spec] = {"n": n, "sd": sd, "half_width": Z95 * sd / math.sqrt(n),
+                         "more_needed": max(0, math.ceil(needed - 1e-9))}
+        return out
+
+    def histogram(self, spec: str, bins: int = 20) -> pd.DataFrame:
+        """Counts of per-query values of ``spec`` in ``bins`` equal bins over [0, 1] (queries without a
+        relevant chunk left out): columns start, end, queries."""
+        if spec not in self.per_query.columns:
+            raise ReportError(f"the report has no metric {spec!r}; it has: {', '.join(self.specs)}")
+        values = self.per_query[spec].to_numpy(dtype=float)
+        counts, edges = np.histogram(values[~np.isnan(values)], bins=bins, range=(0.0, 1.0))
+        return pd.DataFrame({"start": edges[:-1], "end": edges[1:], "queries": counts})
+
+    def _extra(self, specs: Sequence[str]) -> pd.DataFrame:
+        """Per-query values of extra specs on the same run and labels (no CIs), memoized."""
+        missing = [s for s in specs if ("extra", s) not in self._memo]
+        if missing:
+            values = m.per_query(self._run, self._qrels, missing, threshold=self.threshold)
+            for s in missing:
+                self._memo[("extra", s)] = values[s]
+        return pd.DataFrame({s: self._memo[("extra", s)] for s in specs})
+
+    def curve(self, names: Sequence[str] = ("recall", "precision", "ndcg"),
+              ks: Sequence[int] | None = None) -> pd.DataFrame:
+        """Mean of each metric at each cutoff: columns metric, k, mean, n (long form, for a chart).
+        ``ks`` defaults to 1, 2, 3, 5, 10, 20 up to the deepest logged rank, plus the specs' cutoffs."""
+        if ks is None:
+            deepest = int(self.per_query["n_retrieved"].max()) if len(self.per_query) else 10
+            cut = {m.parse_metric(s).k for s in self.specs} - {None}
+            ks = sorted({k for k in (1, 2, 3, 5, 10, 20) if k <= max(deepest, 1)} | cut)
+        specs = [f"{name}@{k}" for name in names for k in ks]
+        for s in specs:
+            m.parse_metric(s)
+        rows = []
+        if len(self.per_query):
+            values = self._extra(specs)
+            for name in names:
+                for k in ks:
+                    v = values[f"{name}@{k}"]
+                    rows.append({"metric": name, "k": int(k), "mean": float(v.mean()) if v.notna().any() else None,
+                                 "n": int(v.notna().sum())})
+        return pd.DataFrame(rows, columns=["metric", "k", "mean", "n"])
+
+    def diagnosis(self, thresholds: Thresholds | None = None) -> Diagnosis:
+        """Follow the decision tree: low recall@k -> retrieval; good recall but low MRR or nDCG@k ->
+        ranking; good retrieval but low answer faithfulness -> generation; else healthy."""
+        t = thresholds or Thresholds()
+        specs = [f"recall@{t.k}", "mrr", f"ndcg@{t.k}"]
+        n = self.n_queries - self.n_without_relevant
+        values: dict[str, float | None] = dict.fromkeys(specs)
+        if n:
+            extra = self._extra(specs)
+            values = {s: float(extra[s].mean()) for s in specs}
+        values["faithfulness"] = self.faithfulness
+        recall, mrr, ndcg, faith = values[specs[0]], values["mrr"], values[specs[2]], values["faithfulness"]
+        if n < t.min_queries:
+            verdict = "not_enough_data"
+        elif recall < t.recall:
+            verdict = "retrieval"
+        elif mrr < t.mrr or ndcg < t.ndcg:
+            verdict = "ranking"
+        elif faith is not None and faith < t.faithfulness:
+            verdict = "generation"
+        else:
+            verdict = "healthy"
+        title, advice = _ADVICE[verdict]
+        advice = advice.format(
+            k=t.k, recall=recall or 0.0, mrr=mrr or 0.0, ndcg=ndcg or 0.0, faithfulness=faith or 0.0,
+            min_queries=t.min_queries, t_recall=t.recall, t_mrr=t.mrr, t_ndcg=t.ndcg, t_faithfulness=t.faithfulness,
+            faith="unknown (no answer judged yet)" if faith is None else f"{faith:.0%}",
+            low=" and ".join(f"{name} = {v:.2f} < {cut}" for name, v, cut in
+                             (("MRR", mrr, t.mrr), (f"nDCG@{t.k}", ndcg, t.ndcg)) if v is not None and v < cut))
+        return Diagnosis(verdict, title, advice, values, t, n)
+
+
+def retrieval_report(
+    db: sqlite_utils.Database,
+    specs: Sequence[str] | None = None,
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    retriever: str = DEFAULT_RETRIEVER,
+    origin: str | None = None,
+    annotator: str | None = None,
+    since: When = None,
+    until: When = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    reuse: bool = False,
+) -> Report:
+    """Every metric in ``specs`` for ``retriever`` over the golden set, per query and aggregated.
+
+    ``specs``: metric specs (``recall@5``, ``mrr``, ``ndcg@10``...); a bare name that needs a
+    cutoff is expanded with ``ks`` (see :func:`expand_specs`); default recall and ndcg at 1, 3, 5,
+    10, and mrr. Filters: ``origin`` of the query, ``annotator`` (only that person's submitted
+    grades), ``since``/``until`` (submission time, inclusive/exclusive). The relevance threshold is
+    the project's setting. Labeled queries the retriever never ran are left out (``n_not_run``).
+    ``reuse=True`` keeps what was read from a database file in memory and
+    reuses it while nothing was committed to the file (the app); the result is the same.
+    """
+    specs = expand_specs(specs, ks)
+    origin = _check_origin(origin)
+    retriever = _check_retriever(db, retriever)
+    threshold = int(store.get_setting(db, "threshold"))
+    token = data_token(db) if reuse else None
+    filters = {"retriever": retriever, "origin": origin, "annotator": annotator,
+               "since": None if since is None else stamp(since), "until": None if until is None else stamp(until)}
+    key = None if token is None else (token, tuple(specs), threshold, n_resamples, seed,
+                                      *sorted(filters.items()))
+
+    def build() -> Report:
+        qrels, run, queries, ran = _inputs(db, token, retriever, annotator, since, until)
+        if origin is not None:
+            queries = queries[queries["origin"] == origin]
+        labeled = len(queries)
+        if len(ran) < len(queries) or origin is not None:
+            queries = queries[queries["query_pk"].isin(ran)]
+            qrels = qrels[qrels["query"].isin(queries["query_pk"])]
+            run = run[run["query"].isin(queries["query_pk"])]
+        cutoffs = sorted({m.parse_metric(s).k for s in specs} - {None}) or [10]
+        judged_specs = [f"judged@{k}" for k in cutoffs]
+        extra = [s for s in judged_specs if s not in specs]
+        values = m.per_query(run, qrels, [*specs, *extra], threshold=threshold)
+        meta = queries.set_index("query_pk").reindex(values.index)
+        per_q = pd.concat([pd.DataFrame({"query_pk": values.index.to_numpy(np.int64),
+                                         "query_id": meta["query_id"].to_numpy(),
+                                         "origin": meta["origin"].to_numpy()}),
+                           values.reset_index(drop=True)], axis=1)
+        metrics = m.aggregate(values[specs + ["n_relevant", "n_retrieved"]], n_resamples=n_resamples, seed=seed)
+        judged = {s: {"mean": float(values[s].mean()) if len(values) else None, "n": int(values[s].notna().sum())}
+                  for s in judged_specs}
+        answers = _answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
+                                    until=until)
+        return Report(n_queries=len(values), n_without_relevant=m.n_without_relevant(values), threshold=threshold,
+                      retriever=retriever, specs=list(specs), metrics=metrics, judged=judged, per_query=per_q,
+                      filters=filters, n_resamples=n_resamples, seed=seed, answers=answers,
+                      n_not_run=labeled - len(queries), _run=run, _qrels=qrels)
+
+    return _REPORTS.get(key, build)
+
+
+def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = None, *,
+                  limit: int = 20) -> pd.DataFrame:
+    """The ``limit`` queries with the lowest ``spec`` (default: the report's first spec), lowest
+    first, ties by query_id; queries without a relevant chunk are left out. Columns query_pk,
+    query_id, origin, question, value, n_relevant, n_retrieved."""
+    spec = spec or report.specs[0]
+    if spec not in report.per_query.columns:
+        raise ReportError(f"the report has no metric {spec!r}; it has: {', '.join(report.specs)}")
+    pq = report.per_query[report.per_query[spec].notna()]
+    if len(pq) > limit:
+        # partial selection first: sorting 100k rows on every rerun is the slow part
+        cut = np.partition(pq[spec].to_numpy(), limit - 1)[limit - 1]
+        pq = pq[pq[spec] <= cut]
+    pq = pq.sort_values([spec, "query_id"], kind="stable").head(limit)
+    questions = dict(db.execute("SELECT pk, question FROM queries WHERE pk IN (SELECT value FROM json_each(?))",
+                                [_json_ints(pq["query_pk"])]).fetchall())
+    return pd.DataFrame({"query_pk": pq["query_pk"].to_numpy(), "query_id": pq["query_id"].to_numpy(),
+                         "origin": pq["origin"].to_numpy(), "question": [questions.get(int(p)) for p in pq["query_pk"]],
+                         "value": pq[spec].to_numpy(dtype=float), "n_relevant": pq["n_relevant"].to_numpy(),
+                         "n_retrieved": pq["n_retrieved"].to_numpy()})

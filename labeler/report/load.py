@@ -1,0 +1,205 @@
+"""Reading a report's inputs: the small parameterized SQL helpers, and the reuse of what was read
+while nothing was committed to the database file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlite_utils
+
+from ..labels import golden_labels
+from ..labels._common import When, stamp
+from .specs import ORIGINS, ReportError
+
+
+def _json_ints(values: Iterable[int]) -> str:
+    return json.dumps([int(v) for v in values])
+
+
+def _read_run(db: sqlite_utils.Database, retriever: str, query_pks: np.ndarray) -> pd.DataFrame:
+    """The ranking ``retriever`` logged for the given queries: columns query, doc, rank (int64)."""
+    cursor = db.execute(
+        "SELECT r.query_pk, r.doc_pk, r.rank FROM retrievals r "
+        "WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? "
+        "ORDER BY r.query_pk, r.rank", [_json_ints(query_pks), retriever])
+    flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
+    return pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "rank": flat[:, 2]})
+
+
+def logged_queries(db: sqlite_utils.Database, retriever: str, query_pks: Iterable[int]) -> np.ndarray:
+    """The given queries that ``retriever`` ran: it logged a ranking for them (an ingested list,
+    possibly empty, or retrieval rows). The others (e.g. imported questions production never saw)
+    are left out of its metrics rather than scored 0. Sorted pks."""
+    wanted = _json_ints(query_pks)
+    found = {r[0] for r in db.execute(
+        "SELECT query_pk FROM query_versions WHERE retriever = ? AND query_pk IN (SELECT value FROM json_each(?)) "
+        "UNION SELECT DISTINCT query_pk FROM retrievals WHERE query_pk IN (SELECT value FROM json_each(?)) "
+        "AND retriever = ?", [retriever, wanted, wanted, retriever])}
+    return np.array(sorted(found), dtype=np.int64)
+
+
+def _read_queries(db: sqlite_utils.Database, query_pks: np.ndarray) -> pd.DataFrame:
+    rows = db.execute(
+        "SELECT pk, query_id, origin, review_state FROM queries WHERE pk IN (SELECT value FROM json_each(?)) "
+        "ORDER BY pk", [_json_ints(query_pks)]).fetchall()
+    return pd.DataFrame(rows, columns=["query_pk", "query_id", "origin", "review_state"])
+
+
+def retrievers(db: sqlite_utils.Database, *, reuse: bool = False) -> list[str]:
+    """The retrievers that logged rankings, sorted (``production`` is the default one). ``reuse``:
+    answer from memory while nothing was committed to the database file (a full scan otherwise)."""
+    token = data_token(db) if reuse else None
+    return list(_REPORTS.get(None if token is None else (token, "retrievers"), lambda: tuple(
+        r[0] for r in db.execute("SELECT DISTINCT retriever FROM retrievals ORDER BY retriever"))))
+
+
+def _check_retriever(db: sqlite_utils.Database, retriever: str) -> str:
+    if not isinstance(retriever, str) or not retriever.strip():
+        raise ReportError(f"retriever {retriever!r} is empty; give a name such as 'production'")
+    if db.execute("SELECT 1 FROM retrievals WHERE retriever = ? LIMIT 1", [retriever]).fetchone() is None:
+        known = retrievers(db)
+        if known:
+            raise ReportError(f"retriever {retriever!r} logged no rankings; known retrievers: {', '.join(known)}")
+    return retriever
+
+
+def _check_origin(origin: str | None) -> str | None:
+    if origin is not None and origin not in ORIGINS:
+        raise ReportError(f"origin {origin!r} is unknown; use one of: {', '.join(ORIGINS)}")
+    return origin
+
+
+def _answer_judgments(db: sqlite_utils.Database, column: str, *, origin: str | None, annotator: str | None,
+                      since: When, until: When) -> dict[str, int]:
+    """Counts of yes/partly/no in ``column`` of submitted query labels, with the report's filters."""
+    if column not in ("answer_faithful", "answer_relevant"):
+        raise ReportError(f"unknown answer judgment {column!r}")
+    where, params = ["l.status = 'submitted'", f"l.{column} IS NOT NULL",
+                     "(q.origin != 'synthetic' OR q.review_state = 'accepted')"], []
+    for clause, value in (("q.origin = ?", origin), ("l.annotator = ?", annotator),
+                          ("l.submitted_at >= ?", None if since is None else stamp(since)),
+                          ("l.submitted_at < ?", None if until is None else stamp(until))):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    counts = dict.fromkeys(("yes", "partly", "no"), 0)
+    # column is one of two fixed names checked above, never user text
+    for value, n in db.execute(f"SELECT l.{column}, count(*) FROM query_labels l JOIN queries q ON q.pk = l.query_pk "
+                               f"WHERE {' AND '.join(where)} GROUP BY 1", params):
+        counts[value] = counts.get(value, 0) + n
+    return counts
+
+
+# --- reuse of loaded inputs while the database is unchanged ---------------------------------------
+
+class _Watch:
+    """``PRAGMA data_version`` of a private read-only connection per database file: it changes
+    whenever any other connection (any thread or process) commits, so data loaded under one value
+    is exactly current while the value stays the same."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.conns: dict[str, tuple[tuple[int, int], sqlite3.Connection]] = {}
+
+    def token(self, db: sqlite_utils.Database) -> tuple | None:
+        path = next((r[2] for r in db.execute("PRAGMA database_list") if r[1] == "main"), "")
+        if not path:
+            return None  # an in-memory database: nothing to watch, nothing is reused
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        identity = (st.st_dev, st.st_ino)
+        with self.lock:
+            known = self.conns.get(path)
+            if known is None or known[0] != identity:  # a new file at the same path
+                if known is not None:
+                    known[1].close()
+                conn = sqlite3.connect(f"{Path(path).as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                       isolation_level=None)
+                self.conns[path] = known = (identity, conn)
+            version = known[1].execute("PRAGMA data_version").fetchone()[0]
+        return (path, identity, version)
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size, self.lock, self.items = size, threading.Lock(), OrderedDict()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key is None:
+            return make()
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = make()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+
+
+_WATCH = _Watch()
+_LOADED = _LRU(4)
+_REPORTS = _LRU(16)
+
+
+def data_token(db: sqlite_utils.Database) -> tuple | None:
+    """A value that changes whenever anything is committed to the database file (None in memory)."""
+    return _WATCH.token(db)
+
+
+def clear_cache() -> None:
+    """Forget every reused input and report (the next call reads the database again)."""
+    _LOADED.clear()
+    _REPORTS.clear()
+
+
+@dataclass
+class _Loaded:
+    qrels: pd.DataFrame  # query, doc, grade: golden labels of queries that count
+    queries: pd.DataFrame  # query_pk, query_id, origin (sorted by pk)
+    runs: dict[str, tuple[pd.DataFrame, np.ndarray]] = field(default_factory=dict)  # run, pks it ran
+
+
+def _load(db: sqlite_utils.Database, annotator: str | None, since: When, until: When) -> _Loaded:
+    golden = golden_labels(db, annotator=annotator, since=since, until=until)
+    pks = golden["query_pk"].unique()
+    queries = _read_queries(db, pks)
+    # synthetic questions count only once accepted in review
+    counted = queries[(queries["origin"] != "synthetic") | (queries["review_state"] == "accepted")]
+    queries = counted.drop(columns="review_state").reset_index(drop=True)
+    if len(counted) < len(pks):
+        golden = golden[golden["query_pk"].isin(queries["query_pk"])]
+    qrels = pd.DataFrame({"query": golden["query_pk"].to_numpy(np.int64), "doc": golden["doc_pk"].to_numpy(np.int64),
+                          "grade": golden["grade"].to_numpy(np.int64)})
+    return _Loaded(qrels, queries)
+
+
+def _inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
+            since: When, until: When) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
+    key = None if token is None else (token, annotator, None if since is None else stamp(since),
+                                      None if until is None else stamp(until))
+    loaded = _LOADED.get(key, lambda: _load(db, annotator, since, until))
+    if retriever not in loaded.runs:
+        pks = loaded.queries["query_pk"].to_numpy()
+        loaded.runs[retriever] = (_read_run(db, retriever, pks), logged_queries(db, retriever, pks))
+    run, ran = loaded.runs[retriever]
+    return loaded.qrels, run, loaded.queries, ran

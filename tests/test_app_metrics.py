@@ -1,0 +1,164 @@
+"""AppTest of the Metrics page (tiles, worst queries opening the Label page, filters, segments, the
+diagnosis, a new label shown on the next rerun) and of the Export section of the Data page."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import labeler
+import labeler.labels as labels
+from labeler import report as R
+from labeler.app import state
+from labeler.demo import build_demo
+
+APP = str(Path(labeler.__file__).parent / "app" / "streamlit_app.py")
+
+
+@pytest.fixture
+def demo_db(tmp_path, monkeypatch):
+    path = tmp_path / "demo.db"
+    build_demo(path)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    return path
+
+
+def page(view: str = "views/metrics.py", name: str = "alice") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state[state.ANNOTATOR] = name
+    at.run()
+    at.switch_page(view)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def tiles(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def captions(at: AppTest) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_tiles_show_mean_ci_and_n_for_every_metric(demo_db):
+    at = page()
+    report = R.retrieval_report(labeler.connect(demo_db))
+    shown = tiles(at)
+    for spec in R.expand_specs():
+        v = report.metrics[spec]
+        assert shown[spec] == f"{v['mean']:.3f}"
+        assert f"95% CI [{v['ci_low']:.3f}, {v['ci_high']:.3f}] · n = {v['n']}" in captions(at)
+    assert "50 labeled queries · 0 without a relevant chunk" in captions(at)
+    assert "judged@10 0.80" in captions(at)
+    assert int(shown["More labeled queries for a CI half-width of ±0.05"].replace(",", "")) == max(
+        v["more_needed"] for v in report.more_needed().values())
+    # the demo's recall@5 is 0.77 < 0.8: the diagnosis says retrieval, with its thresholds
+    assert "Retrieval is the bottleneck" in at.error[0].value and "recall@5 = 0.77 < 0.8" in at.error[0].value
+    frames = {tuple(d.value.columns): d.value for d in at.dataframe}
+    diagnosis = frames[("check", "value", "threshold", "fails means")]
+    assert diagnosis["check"].tolist() == ["recall@5", "mrr", "ndcg@5", "faithfulness"]
+    assert diagnosis["threshold"].tolist() == [0.8, 0.6, 0.6, 0.8]
+    assert frames[("metric", "mean", "ci_low", "ci_high", "n")]["metric"].tolist() == R.expand_specs()  # log segment
+    needed = frames[("metric", "n", "sd", "half-width now", "more needed")]
+    assert needed["more needed"].tolist() == [v["more_needed"] for v in report.more_needed().values()]
+
+
+def test_worst_query_opens_in_the_label_page(demo_db):
+    at = page()
+    first = next(b for b in at.button if b.key and b.key.startswith("m_open_"))
+    pk = int(first.key.removeprefix("m_open_"))
+    db = labeler.connect(demo_db)
+    worst = R.worst_queries(db, R.retrieval_report(db), "recall@1", limit=1)
+    assert worst["query_pk"].tolist() == [pk]  # lowest first
+    first.click().run()
+    assert not at.exception, at.exception
+    assert at.session_state[state.CURRENT] == pk
+    query_id = db.execute("SELECT query_id FROM queries WHERE pk = ?", [pk]).fetchone()[0]
+    assert any(c.value.startswith(f"Query {query_id}") for c in at.caption)
+
+
+def test_a_new_submitted_label_shows_on_the_next_rerun(demo_db):
+    at = page()
+    assert "50 labeled queries" in captions(at)
+    db = labeler.connect(demo_db)  # another session labels one more query
+    pk = labels.next_item(db, "bob")
+    item = labels.get_item(db, pk, "bob")
+    labels.set_grade(db, pk, item.chunks[0].doc_pk, "bob", 3)
+    labels.set_rest_zero(db, pk, "bob")
+    labels.set_status(db, pk, "bob", "submitted")
+    at.run()
+    assert not at.exception, at.exception
+    assert "51 labeled queries" in captions(at)
+    assert tiles(at)["mrr"] == f"{R.retrieval_report(db).metrics['mrr']['mean']:.3f}"
+
+
+def test_filters_change_the_numbers(demo_db):
+    at = page()
+    at.selectbox(key="m_origin").set_value("synthetic").run()
+    assert not at.exception
+    assert "No labeled queries match yet" in at.info[0].value
+    at.selectbox(key="m_origin").set_value("log").run()
+    at.selectbox(key="m_annotator").set_value("demo").run()
+    assert "50 labeled queries" in captions(at)
+    at.multiselect(key="m_metrics").set_value(["precision", "mrr"]).run()
+    at.multiselect(key="m_ks").set_value([5]).run()
+    assert not at.exception, at.exception
+    assert [m.label for m in at.metric][:2] == ["precision@5", "mrr"]
+    at.selectbox(key="m_hist_metric").set_value("mrr").run()
+    assert at.subheader[2].value == "Worst queries by mrr"
+    today = dt.datetime.now(dt.UTC).date()
+    at.date_input(key="m_dates").set_value((today - dt.timedelta(days=60), today - dt.timedelta(days=30))).run()
+    assert not at.exception, at.exception
+    assert "No labeled queries match yet" in at.info[0].value
+    at.date_input(key="m_dates").set_value((today - dt.timedelta(days=1), today)).run()
+    assert "50 labeled queries" in captions(at)
+
+
+def test_empty_database_says_what_to_do(tmp_path, monkeypatch):
+    path = tmp_path / "empty.db"
+    labeler.connect(path)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = page()
+    assert "No labeled queries match yet" in at.info[0].value
+
+
+def test_data_page_export_section(demo_db):
+    at = page("views/data.py")
+    shown = tiles(at)
+    assert (shown["Queries to export"], shown["Judged pairs"], shown["Relevant pairs"]) == ("50", "412", "75")
+    assert at.get("download_button")[0].proto.label == "Download golden.jsonl"
+    at.selectbox(key="export_format").set_value("beir").run()
+    assert at.get("download_button")[0].proto.label == "Download golden-beir.zip"
+    at.number_input(key="export_min_annotators").set_value(2).run()
+    assert tiles(at)["Queries to export"] == "0"
+    assert at.get("download_button")[0].proto.disabled
+
+
+HOSTILE_ID = "[x](javascript:alert(1))"
+HOSTILE_QUESTION = "<script>window.x = 1</script> **bold** [link](http://127.0.0.1:9/)"
+
+
+def test_text_from_logs_is_shown_as_plain_text(tmp_path, monkeypatch):
+    path = tmp_path / "hostile.db"
+    db = labeler.connect(path)
+    log = tmp_path / "logs.jsonl"
+    log.write_text(json.dumps({"query_id": HOSTILE_ID, "question": HOSTILE_QUESTION,
+                               "retrieved": [{"id": "d1", "text": "t"}, {"id": "d2", "text": "u"}]}) + "\n")
+    labeler.ingest_logs(db, log)
+    pk = labels.next_item(db, "bob")
+    doc = labels.get_item(db, pk, "bob").chunks[1].doc_pk
+    labels.set_grade(db, pk, doc, "bob", 3)
+    labels.set_rest_zero(db, pk, "bob")
+    labels.set_status(db, pk, "bob", "submitted")
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = page()
+    html = [h.proto.body for h in at.get("html")]
+    assert any("&lt;script&gt;window.x = 1&lt;/script&gt; **bold**" in body for body in html)
+    assert not any("<script>" in body for body in html)
+    assert any(c.value.startswith(r"\[x\]\(javascript\:alert\(1\)\)") for c in at.caption)
+    assert not any(HOSTILE_QUESTION in m.value for m in at.markdown)

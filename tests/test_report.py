@@ -1,0 +1,409 @@
+"""labeler.report and `labeler metrics`: hand-computed values from labels made through the public
+API, filters and segments, reuse that never hides a new label, the diagnosis, the CI arithmetic, a
+paired comparison of two retrievers, and real data (CISI + a TF-IDF retriever) against pytrec_eval."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytrec_eval
+from click.testing import CliRunner
+
+import labeler
+from labeler import labels as L
+from labeler import report as R
+from labeler.cli import cli
+from labeler.errors import LabelerError
+from labeler.export import import_golden
+from labeler.ingest import ingest_corpus, ingest_logs
+from tests import cisi
+
+
+def chunks(prefix: str, n: int = 3) -> list[dict]:
+    return [{"id": f"{prefix}{i}", "text": f"chunk {prefix}{i}", "score": round(1 - i / 10, 2)} for i in range(1, n + 1)]
+
+
+RECORDS = [{"query_id": q, "question": f"question {q}?", "answer": f"answer {q}", "retrieved": chunks(q[1])}
+           for q in ("qa", "qb", "qc", "qd", "qe", "qf")]
+GRADES = {  # what alice submits (qf she skips, qe nobody labels)
+    "qa": {"a1": 3, "a2": 0, "a3": 2},
+    "qb": {"b1": 1, "b2": 2, "b3": 0},
+    "qc": {"c1": 0, "c2": 0, "c3": 0},
+    "qd": {"d1": 0, "d2": 0, "d3": 0, "missed": 3},
+    "qf": {"f1": 3, "f2": 3, "f3": 3},
+}
+NDCG_QA = 4 / (3 + 2 / math.log2(3))
+NDCG_QB = (1 + 2 / math.log2(3)) / (2 + 1 / math.log2(3))
+
+
+def write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def pk(db, query_id: str) -> int:
+    return db.execute("SELECT pk FROM queries WHERE query_id = ?", [query_id]).fetchone()[0]
+
+
+def doc(db, doc_id: str) -> int:
+    return db.execute("SELECT pk FROM documents WHERE doc_id = ?", [doc_id]).fetchone()[0]
+
+
+def label(db, query_id: str, grades: dict[str, int], annotator: str = "alice", status: str = "submitted",
+          now=None, **fields) -> None:
+    q = pk(db, query_id)
+    for d, g in grades.items():
+        L.set_grade(db, q, doc(db, d), annotator, g, now=now)
+    if fields:
+        L.set_query_fields(db, q, annotator, now=now, **fields)
+    L.set_status(db, q, annotator, status, now=now)
+
+
+def build(db, tmp_path: Path) -> None:
+    labeler.set_setting(db, "overlap_fraction", 0)
+    ingest_logs(db, write(tmp_path / "logs.jsonl", RECORDS))
+    ingest_corpus(db, write(tmp_path / "corpus.jsonl", [{"id": "missed", "text": "the chunk the retriever missed"}]))
+    for q, grades in GRADES.items():
+        label(db, q, grades, status="skipped" if q == "qf" else "submitted", now="2026-03-02T10:00:00Z")
+
+
+@pytest.fixture
+def small(db, tmp_path):
+    build(db, tmp_path)
+    return db
+
+
+@pytest.fixture
+def small_file(file_db, tmp_path):
+    build(file_db, tmp_path)
+    return file_db
+
+
+def cli_json(db_path: Path, *args: str) -> dict:
+    r = CliRunner().invoke(cli, ["--db", str(db_path), "metrics", *args, "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+# --- hand-computed values --------------------------------------------------------------------------
+
+def test_hand_computed_values_and_counts(small):
+    rep = R.retrieval_report(small, ["recall@1", "recall@3", "P@3", "mrr", "ndcg@3", "hit@1"])
+    assert (rep.n_queries, rep.n_without_relevant, rep.threshold, rep.retriever) == (4, 1, 2, "production")
+    pq = rep.per_query.set_index("query_id")
+    assert list(pq.index) == ["qa", "qb", "qc", "qd"]  # skipped and unlabeled queries do not count
+    assert pq.loc["qa", ["recall@1", "recall@3", "P@3", "mrr", "hit@1"]].tolist() == [0.5, 1.0, 2 / 3, 1.0, 1.0]
+    assert pq.loc["qb", ["recall@1", "recall@3", "mrr", "hit@1"]].tolist() == [0.0, 1.0, 0.5, 0.0]
+    assert pq.loc["qa", "ndcg@3"] == pytest.approx(NDCG_QA, abs=1e-12)
+    assert pq.loc["qb", "ndcg@3"] == pytest.approx(NDCG_QB, abs=1e-12)
+    assert pq.loc["qc", ["recall@1", "mrr"]].isna().all()  # no relevant chunk: left out
+    assert pq.loc["qd", ["recall@3", "mrr", "ndcg@3"]].tolist() == [0.0, 0.0, 0.0]  # the missed chunk counts
+    assert pq.loc["qd", "n_relevant"] == 1 and pq.loc["qd", "n_retrieved"] == 3
+    assert set(pq["origin"]) == {"log"}
+    assert rep.metrics["recall@3"]["mean"] == pytest.approx(2 / 3)
+    assert rep.metrics["mrr"]["mean"] == pytest.approx(0.5)
+    assert rep.metrics["ndcg@3"]["mean"] == pytest.approx((NDCG_QA + NDCG_QB) / 3)
+    assert all(v["n"] == 3 for v in rep.metrics.values())
+    assert all(v["ci_low"] <= v["mean"] <= v["ci_high"] for v in rep.metrics.values())
+    assert rep.judged == {"judged@1": {"mean": 1.0, "n": 4}, "judged@3": {"mean": 1.0, "n": 4}}
+
+
+def test_default_specs_and_expansion():
+    assert R.expand_specs() == ["recall@1", "recall@3", "recall@5", "recall@10", "ndcg@1", "ndcg@3", "ndcg@5",
+                                "ndcg@10", "mrr"]
+    assert R.expand_specs(["P", "recall@7", "mrr", "ap", "P@5"], [5, 10]) == ["P@5", "P@10", "recall@7", "mrr", "ap"]
+    with pytest.raises(LabelerError, match="unknown metric 'rcall'"):
+        R.expand_specs(["rcall"])
+    with pytest.raises(LabelerError, match="positive whole number"):
+        R.expand_specs(["recall"], [0])
+
+
+def test_per_query_records_and_file(small, tmp_path):
+    rep = R.retrieval_report(small, ["recall@3", "mrr"])
+    records = rep.per_query_records()
+    assert records[:2] == [{"query_id": "qa", "metric": "recall@3", "value": 1.0},
+                           {"query_id": "qa", "metric": "mrr", "value": 1.0}]
+    assert {"query_id": "qc", "metric": "mrr", "value": None} in records
+    assert rep.write_per_query(tmp_path / "pq.jsonl") == 8
+    assert [json.loads(x) for x in (tmp_path / "pq.jsonl").read_text().splitlines()] == records
+
+
+def test_unknown_retriever_and_origin_are_clear_errors(small):
+    with pytest.raises(LabelerError, match="retriever 'bm99' logged no rankings; known retrievers: production"):
+        R.retrieval_report(small, retriever="bm99")
+    with pytest.raises(LabelerError, match="origin 'web' is unknown"):
+        R.retrieval_report(small, origin="web")
+
+
+def test_empty_database_gives_an_empty_report(db):
+    rep = R.retrieval_report(db, ["recall@5"])
+    assert rep.to_dict() == {"n_queries": 0, "n_without_relevant": 0, "threshold": 2, "retriever": "production",
+                             "metrics": {"recall@5": {"mean": None, "ci_low": None, "ci_high": None, "n": 0}}}
+    assert rep.diagnosis().verdict == "not_enough_data"
+    assert rep.curve().empty
+
+
+def test_threshold_setting_is_used(small):
+    labeler.set_setting(small, "threshold", 1)
+    rep = R.retrieval_report(small, ["recall@1"])
+    # qb's grade-1 chunk b1 at rank 1 is now relevant: qb recall@1 = 1/2
+    assert rep.threshold == 1
+    assert rep.per_query.set_index("query_id").loc["qb", "recall@1"] == 0.5
+
+
+# --- filters and segments ---------------------------------------------------------------------------
+
+def test_annotator_and_date_filters(small):
+    labeler.set_setting(small, "overlap_fraction", 1.0)
+    L.sync_queue(small, force=True)
+    label(small, "qe", {"e1": 2, "e2": 0, "e3": 0}, annotator="bob", now="2026-03-05T10:00:00Z")
+    assert R.retrieval_report(small, ["mrr"]).n_queries == 5
+    assert R.retrieval_report(small, ["mrr"], annotator="bob").n_queries == 1
+    assert R.retrieval_report(small, ["mrr"], since="2026-03-03").n_queries == 1
+    assert R.retrieval_report(small, ["mrr"], until="2026-03-03").n_queries == 4
+    assert R.retrieval_report(small, ["mrr"], annotator="alice", until="2026-03-03").metrics["mrr"]["mean"] == 0.5
+
+
+def add_synthetic(db, tmp_path, question: str = "synthetic one?") -> int:
+    """A synthetic question labeled by carol, with the candidates synth stores as the production list."""
+    import_golden(db, write(tmp_path / "s.jsonl", [
+        {"question": question, "relevance": {"missed": 3, "a2": 0}, "origin": "synthetic"}]), annotator="carol")
+    q = db.execute("SELECT pk FROM queries WHERE question = ?", [question]).fetchone()[0]
+    db.execute("INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score) VALUES (?, 'production', 1, ?, 1.0), "
+               "(?, 'production', 2, ?, 0.5)", [q, doc(db, "a2"), q, doc(db, "missed")])
+    return q
+
+
+def test_origin_filter_and_segments(small, tmp_path):
+    add_synthetic(small, tmp_path)
+    rep = R.retrieval_report(small, ["recall@3", "mrr"])
+    assert (rep.n_queries, rep.n_not_run) == (5, 0)
+    segments = rep.segments()
+    assert list(segments) == ["log", "synthetic"]
+    assert segments["log"]["n_queries"] == 4 and segments["log"]["n_without_relevant"] == 1
+    assert segments["log"]["metrics"]["mrr"]["mean"] == pytest.approx(0.5)
+    assert segments["synthetic"]["metrics"]["mrr"] == {"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1}
+    only_log = R.retrieval_report(small, ["recall@3", "mrr"], origin="log")
+    assert only_log.to_dict()["metrics"] == {s: segments["log"]["metrics"][s] for s in ("recall@3", "mrr")}
+    assert R.retrieval_report(small, ["mrr"], origin="import").n_queries == 0
+
+
+def test_queries_the_retriever_never_ran_are_left_out(small, tmp_path):
+    # an imported question production never saw: not scored 0, left out and counted
+    import_golden(small, write(tmp_path / "g.jsonl", [{"question": "brand new?", "relevant_ids": ["missed"]}]),
+                  annotator="carol")
+    rep = R.retrieval_report(small, ["mrr"])
+    assert (rep.n_queries, rep.n_not_run, rep.metrics["mrr"]["mean"]) == (4, 1, 0.5)
+    assert R.retrieval_report(small, ["mrr"], origin="import").n_not_run == 1
+    # a logged empty list is a ranking: the query counts (and scores 0)
+    ingest_logs(small, write(tmp_path / "empty.jsonl", [{"query_id": "qz", "question": "nothing found?",
+                                                           "retrieved": []}]))
+    import_golden(small, write(tmp_path / "z.jsonl", [{"query_id": "qz", "question": "x", "relevant_ids": ["missed"]}]),
+                  annotator="carol")
+    rep = R.retrieval_report(small, ["mrr"])
+    assert (rep.n_queries, rep.n_not_run, rep.metrics["mrr"]["mean"]) == (5, 1, pytest.approx(0.5 * 3 / 4))
+
+
+def test_synthetic_questions_count_only_once_accepted(small, tmp_path):
+    add_synthetic(small, tmp_path)
+    assert R.retrieval_report(small, ["mrr"], origin="synthetic").n_queries == 1
+    small.execute("UPDATE queries SET review_state = 'rejected' WHERE origin = 'synthetic'")
+    assert R.retrieval_report(small, ["mrr"], origin="synthetic").n_queries == 0
+
+
+# --- reuse while unchanged ---------------------------------------------------------------------------
+
+def test_reuse_returns_the_same_report_until_anything_is_committed(small_file, db_path):
+    first = R.retrieval_report(small_file, ["mrr"], reuse=True)
+    assert R.retrieval_report(small_file, ["mrr"], reuse=True) is first
+    other = labeler.connect(db_path)  # another connection, as another annotator's session would be
+    labeler.set_setting(other, "overlap_fraction", 1.0)
+    L.sync_queue(other, force=True)
+    label(other, "qe", {"e1": 2, "e2": 0, "e3": 0}, annotator="bob")
+    second = R.retrieval_report(small_file, ["mrr"], reuse=True)
+    assert second is not first and second.n_queries == first.n_queries + 1
+    assert second.to_dict() == R.retrieval_report(small_file, ["mrr"]).to_dict()
+    # a change made on the reading connection itself is seen too
+    L.set_grade(small_file, pk(small_file, "qe"), doc(small_file, "e1"), "bob", 0)
+    third = R.retrieval_report(small_file, ["mrr"], reuse=True)
+    assert third.n_without_relevant == second.n_without_relevant + 1
+
+
+def test_reuse_never_applies_to_in_memory_databases(small):
+    assert R.data_token(small) is None
+    assert R.retrieval_report(small, ["mrr"], reuse=True) is not R.retrieval_report(small, ["mrr"], reuse=True)
+
+
+# --- more labels, curve, worst, diagnosis --------------------------------------------------------------
+
+def test_more_needed_is_the_normal_approximation(small):
+    rep = R.retrieval_report(small, ["recall@3", "recall@1"])
+    values = np.array([1.0, 1.0, 0.0])
+    sd = values.std(ddof=1)
+    expected = math.ceil((1.96 * sd / 0.05) ** 2 - 3)
+    assert rep.more_needed()["recall@3"] == {"n": 3, "sd": pytest.approx(sd), "half_width": pytest.approx(
+        1.96 * sd / math.sqrt(3)), "more_needed": expected}
+    assert rep.more_needed(half_width=10)["recall@3"]["more_needed"] == 0
+    with pytest.raises(LabelerError, match="half_width must be positive"):
+        rep.more_needed(0)
+
+
+def test_curve_and_worst_queries(small):
+    rep = R.retrieval_report(small, ["recall@3"])
+    curve = rep.curve(names=["recall", "precision"], ks=[1, 3])
+    assert curve.to_dict("records") == [
+        {"metric": "recall", "k": 1, "mean": pytest.approx(1 / 6), "n": 3},
+        {"metric": "recall", "k": 3, "mean": pytest.approx(2 / 3), "n": 3},
+        {"metric": "precision", "k": 1, "mean": pytest.approx(1 / 3), "n": 3},
+        {"metric": "precision", "k": 3, "mean": pytest.approx(1 / 3), "n": 3}]
+    assert list(rep.curve()["k"].unique()) == [1, 2, 3]  # up to the deepest logged rank
+    worst = R.worst_queries(small, rep, "recall@3", limit=2)
+    assert worst[["query_id", "value", "question"]].to_dict("records") == [
+        {"query_id": "qd", "value": 0.0, "question": "question qd?"},
+        {"query_id": "qa", "value": 1.0, "question": "question qa?"}]
+    with pytest.raises(LabelerError, match="has no metric 'mrr'"):
+        R.worst_queries(small, rep, "mrr")
+    hist = rep.histogram("recall@3", bins=4)
+    assert hist.to_dict("list") == {"start": [0.0, 0.25, 0.5, 0.75], "end": [0.25, 0.5, 0.75, 1.0],
+                                    "queries": [1, 0, 0, 2]}
+
+
+def test_diagnosis_follows_the_decision_tree(small):
+    rep = R.retrieval_report(small, ["mrr"])
+    t = R.Thresholds(k=3, min_queries=1)
+    d = rep.diagnosis(t)
+    assert (d.verdict, d.n_queries, d.thresholds) == ("retrieval", 3, t)  # recall@3 = 0.67 < 0.8
+    assert d.values["recall@3"] == pytest.approx(2 / 3) and d.values["faithfulness"] is None
+    assert "recall@3 = 0.67 < 0.8" in d.advice and "hybrid search" in d.advice
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.6, min_queries=1))
+    assert d.verdict == "ranking" and "MRR = 0.50 < 0.6" in d.advice and "reranker" in d.advice
+    assert rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.4, ndcg=0.1, min_queries=1)).verdict == "healthy"
+    assert rep.diagnosis(R.Thresholds(k=3)).verdict == "not_enough_data"  # 3 < 10 queries
+
+
+def test_diagnosis_points_at_generation_when_answers_are_unfaithful(small):
+    for q, judgment in (("qa", "no"), ("qb", "partly"), ("qd", "no")):
+        L.set_query_fields(small, pk(small, q), "alice", answer_faithful=judgment)
+    rep = R.retrieval_report(small, ["mrr"])
+    assert rep.answers == {"yes": 0, "partly": 1, "no": 2}
+    assert rep.faithfulness == pytest.approx(0.5 / 3)
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.4, ndcg=0.1, faithfulness=0.8, min_queries=1))
+    assert d.verdict == "generation" and "17% of the answers are faithful" in d.advice
+
+
+# --- two retrievers ----------------------------------------------------------------------------------
+
+def test_compare_retrievers_with_a_paired_test(small, tmp_path):
+    reversed_runs = [{"query_id": r["query_id"], "question": r["question"], "retriever": "bm25",
+                      "retrieved": list(reversed(r["retrieved"]))} for r in RECORDS]
+    ingest_logs(small, write(tmp_path / "bm25.jsonl", reversed_runs))
+    assert R.retrievers(small) == ["bm25", "production"]
+    c = R.compare_retrievers(small, "production", "bm25", ["mrr", "recall@3"])
+    # bm25: qa ranks a3 (grade 2) first -> mrr 1; qb b2 stays at 2 -> 0.5; qd 0
+    assert c.metrics["mrr"]["a"] == pytest.approx(0.5) and c.metrics["mrr"]["b"] == pytest.approx(0.5)
+    assert c.metrics["mrr"]["diff"] == 0 and c.metrics["mrr"]["p_value"] == 1.0
+    assert c.metrics["recall@3"]["n"] == 3 and c.n_queries == 4
+    bm = R.retrieval_report(small, ["mrr"], retriever="bm25")
+    assert bm.retriever == "bm25" and bm.metrics["mrr"]["mean"] == pytest.approx(0.5)
+    with pytest.raises(LabelerError, match="two different retrievers"):
+        R.compare_retrievers(small, "bm25", "bm25")
+
+
+# --- CLI -----------------------------------------------------------------------------------------------
+
+def test_cli_json_document_is_exactly_the_issue_shape(small_file, db_path, tmp_path):
+    out = cli_json(db_path, "--k", "1,3", "--metric", "recall", "--metric", "mrr", "--per-query",
+                   str(tmp_path / "pq.jsonl"))
+    assert list(out) == ["n_queries", "n_without_relevant", "threshold", "retriever", "metrics"]
+    assert (out["n_queries"], out["n_without_relevant"], out["threshold"], out["retriever"]) == (4, 1, 2, "production")
+    assert list(out["metrics"]) == ["recall@1", "recall@3", "mrr"]
+    for v in out["metrics"].values():
+        assert list(v) == ["mean", "ci_low", "ci_high", "n"]
+        assert all(isinstance(v[k], float) for k in ("mean", "ci_low", "ci_high")) and isinstance(v["n"], int)
+    lines = [json.loads(x) for x in (tmp_path / "pq.jsonl").read_text().splitlines()]
+    assert len(lines) == 12 and set(lines[0]) == {"query_id", "metric", "value"}
+    default = cli_json(db_path)
+    assert list(default["metrics"]) == R.expand_specs()
+
+
+def test_cli_text_and_errors(small_file, db_path):
+    r = CliRunner().invoke(cli, ["--db", str(db_path), "metrics", "--k", "3", "--metric", "P"])
+    assert r.exit_code == 0, r.output
+    assert "production: 4 labeled queries, threshold 2; 1 without a relevant chunk" in r.output
+    assert "P@3" in r.output and "judged@3" in r.output
+    bad = CliRunner().invoke(cli, ["--db", str(db_path), "metrics", "--metric", "rcall@5"])
+    assert bad.exit_code == 1 and bad.output.startswith("Error: unknown metric 'rcall'") and "Traceback" not in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+    usage = CliRunner().invoke(cli, ["--db", str(db_path), "metrics", "--k", "a,b"])
+    assert usage.exit_code == 2
+
+
+# --- real data: CISI with a TF-IDF retriever ------------------------------------------------------------
+
+TREC = {"recall@5": "recall_5", "recall@10": "recall_10", "P@5": "P_5", "success@5": "success_5",
+        "mrr": "recip_rank", "ndcg@10": "ndcg_cut_10", "ndcg@5": "ndcg_cut_5", "map": "map", "map@10": "map_cut_10"}
+
+
+def cisi_golden() -> list[dict]:
+    """CISI.REL as this tool's golden lines: every relevant document grade 1 (the README's scale),
+    every retrieved one that is not relevant grade 0; the relevant ones the retriever missed are in."""
+    run = cisi.tfidf_run(10)
+    lines = []
+    for q, relevant in sorted(cisi.qrels().items(), key=lambda kv: int(kv[0])):
+        relevance = {d: 0 for d, _ in run[q]} | dict.fromkeys(relevant, 1)
+        lines.append({"query_id": f"cisi-{q}", "question": cisi.queries()[q], "relevance": relevance})
+    # two labeled queries without any relevant document: counted apart, left out of the means
+    for q in [q for q in cisi.queries() if q not in cisi.qrels()][:2]:
+        lines.append({"query_id": f"cisi-{q}", "question": cisi.queries()[q], "relevance": {d: 0 for d, _ in run[q]}})
+    return lines
+
+
+@pytest.fixture(scope="module")
+def cisi_db(tmp_path_factory):
+    cisi.require_cisi()
+    tmp = tmp_path_factory.mktemp("cisi")
+    db_path = tmp / "cisi.db"
+    db = labeler.connect(db_path)
+    ingest_logs(db, cisi.write_logs(tmp / "logs.jsonl"))
+    ingest_corpus(db, cisi.write_corpus(tmp / "corpus.jsonl"))
+    labeler.set_setting(db, "threshold", 1)
+    result = import_golden(db, write(tmp / "cisi-golden.jsonl", cisi_golden()), annotator="cisi")
+    assert (result.records, result.merged, result.rejected) == (78, 78, 0)
+    return db_path
+
+
+def pytrec_reference(threshold: int = 1) -> dict[str, dict[str, float]]:
+    """pytrec_eval on the same labels and the logged ranking (score = 11 - rank, so ties cannot reorder)."""
+    qrels = {line["query_id"]: line["relevance"] for line in cisi_golden()}
+    run = {f"cisi-{q}": {d: float(11 - rank) for rank, (d, _) in enumerate(docs, 1)}
+           for q, docs in cisi.tfidf_run(10).items() if f"cisi-{q}" in qrels}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(TREC.values()), relevance_level=threshold)
+    return evaluator.evaluate(run)
+
+
+def test_cisi_metrics_equal_pytrec_eval_per_query(cisi_db, tmp_path):
+    out = cli_json(cisi_db, *[a for spec in TREC for a in ("--metric", spec)], "--per-query",
+                   str(tmp_path / "pq.jsonl"))
+    reference = pytrec_reference()
+    assert (out["n_queries"], out["n_without_relevant"], out["threshold"]) == (78, 2, 1)
+    per_query: dict[tuple[str, str], float | None] = {}
+    for line in (tmp_path / "pq.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        per_query[(r["query_id"], r["metric"])] = r["value"]
+    relevant = {q for q, rel in cisi.qrels().items()}
+    assert len(relevant) == 76
+    for q in reference:
+        for spec, measure in TREC.items():
+            value = per_query[(q, spec)]
+            if q.removeprefix("cisi-") not in relevant:
+                assert value is None  # no relevant document: left out, as counted above
+                continue
+            assert value == pytest.approx(reference[q][measure], abs=1e-9), (q, spec)
+    for spec, measure in TREC.items():
+        expected = np.mean([reference[f"cisi-{q}"][measure] for q in relevant])
+        assert out["metrics"][spec]["mean"] == pytest.approx(expected, abs=1e-9)
+        assert out["metrics"][spec]["n"] == 76
