@@ -52,6 +52,8 @@ def golden_labels(db: sqlite_utils.Database, *, origin: str | None = None, annot
     person's submitted grades, as they gave them (no adjudication applied); ``since`` (inclusive)
     and ``until`` (exclusive) on when each annotator submitted.
     """
+    import itertools
+
     import numpy as np
     import pandas as pd
 
@@ -70,19 +72,38 @@ def golden_labels(db: sqlite_utils.Database, *, origin: str | None = None, annot
     if until is not None:
         where.append("l.submitted_at < ?")
         params.append(stamp(until))
-    sql = _SUBMITTED + (" WHERE " + " AND ".join(where) if where else "")
-    df = pd.DataFrame(db.execute(sql, params).fetchall(),
-                      columns=["query_pk", "doc_pk", "annotator", "grade"])
-    if df.empty:
+    # One packed integer per label (query << 36 | doc << 4 | grade), read in the primary key's
+    # (query, doc, annotator) order: CROSS JOIN keeps relevance_labels as the outer loop, so no sort
+    # and no tuples. Fits while doc pks stay below 2^32 and query pks below 2^27.
+    select = ("SELECT (r.query_pk << 36) | (r.doc_pk << 4) | r.grade FROM relevance_labels r CROSS JOIN "
+              "query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted'")
+    if origin is not None:
+        select += " JOIN queries q ON q.pk = r.query_pk"
+    sql = select + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.query_pk, r.doc_pk"
+    packed = np.fromiter(itertools.chain.from_iterable(db.execute(sql, params)), dtype=np.int64)
+    if not len(packed):
         return pd.DataFrame({"query_pk": pd.Series(dtype="int64"), "doc_pk": pd.Series(dtype="int64"),
                              "grade": pd.Series(dtype="int64"), "n_annotators": pd.Series(dtype="int64"),
                              "conflict": pd.Series(dtype="bool"), "adjudicated": pd.Series(dtype="bool")})
-    g = df.groupby(["query_pk", "doc_pk"], sort=True)["grade"].agg(["min", "max", "count", "median"])
+    flat = np.stack([packed >> 36, (packed >> 4) & 0xFFFFFFFF, packed & 0xF], axis=1)
+    q, d, grades = flat[:, 0], flat[:, 1], flat[:, 2]
+    first = np.ones(len(q), dtype=bool)
+    first[1:] = (q[1:] != q[:-1]) | (d[1:] != d[:-1])
+    starts = np.flatnonzero(first)
+    count = np.diff(np.append(starts, len(q)))
+    low = np.minimum.reduceat(grades, starts)
+    high = np.maximum.reduceat(grades, starts)
+    grade = grades[starts].copy()
+    several = np.flatnonzero(count > 1)
+    if several.size:  # the median (rounded half up) only where several annotators graded the pair
+        members = np.repeat(several, count[several])
+        offsets = np.concatenate([np.arange(starts[i], starts[i] + count[i]) for i in several])
+        medians = pd.Series(grades[offsets]).groupby(members).median().to_numpy()
+        grade[several] = np.floor(medians + 0.5).astype(np.int64)
     out = pd.DataFrame({
-        "grade": np.floor(g["median"] + 0.5).astype("int64"),
-        "n_annotators": g["count"].astype("int64"),
-        "conflict": _is_conflict(g["min"], g["max"], int(store.get_setting(db, "threshold"))),
-    }, index=g.index).reset_index()
+        "query_pk": q[starts], "doc_pk": d[starts], "grade": grade, "n_annotators": count,
+        "conflict": np.asarray(_is_conflict(low, high, int(store.get_setting(db, "threshold"))), dtype=bool),
+    })
     out["adjudicated"] = False
     if annotator is None:
         adj = pd.DataFrame(db.execute("SELECT query_pk, doc_pk, grade FROM adjudications").fetchall(),
