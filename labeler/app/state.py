@@ -67,3 +67,20 @@ def get_db():
 def settings() -> dict:
     """The project settings (grade names, threshold, guidelines, ...), read once per run."""
     return labeler.get_settings(get_db())
+
+
+def secrets():
+    """``st.secrets`` when a secrets.toml exists, else None (then the environment alone counts)."""
+    try:
+        found = st.secrets
+        found.get("OPENAI_API_KEY")  # parses the file; raises when there is none
+        return found
+    except Exception:
+        return None
+
+
+def llm_config(model: str | None = None):
+    """The LLM endpoint from the environment or secrets.toml (the key is never shown or stored)."""
+    from labeler import llm
+
+    return llm.LLMConfig.from_env(secrets(), model=model or None)

@@ -104,7 +104,11 @@ def _index(db_path: str, version: tuple[int, int, int]) -> corpus_search.CorpusI
     return corpus_search.CorpusIndex(state.get_db())
 
 
+def corpus_index(db: Any) -> corpus_search.CorpusIndex:
+    """The corpus TF-IDF index, cached until the documents change."""
+    return _index(state.db_path(), corpus_search.corpus_version(db))
+
+
 def search_corpus(db: Any, query: str, k: int = 10) -> list[corpus_search.SearchHit]:
-    """Corpus search with the TF-IDF index cached until the documents change."""
-    index = _index(state.db_path(), corpus_search.corpus_version(db))
-    return index.search(query, k)
+    """Corpus search with the cached index."""
+    return corpus_index(db).search(query, k)

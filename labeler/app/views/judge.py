@@ -27,17 +27,8 @@ me = st.session_state[state.ANNOTATOR]
 settings = state.settings()
 
 
-def _secrets() -> Any:
-    try:
-        secrets = st.secrets
-        secrets.get("OPENAI_API_KEY")  # parses the file; raises when there is none
-        return secrets
-    except Exception:  # no secrets.toml: the environment alone
-        return None
-
-
 def _config(model: str | None = None) -> llm.LLMConfig:
-    return llm.LLMConfig.from_env(_secrets(), model=model or None)
+    return state.llm_config(model)
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the labels")

@@ -3,13 +3,11 @@ rejected ones with their reasons, and the distribution shift report."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
 import streamlit as st
 
 from labeler import llm, synth
-from labeler import search as corpus_search
 from labeler.app import state, widgets
 from labeler.errors import LabelerError
 
@@ -22,20 +20,6 @@ REPORT = "synth_report"
 db = state.get_db()
 
 
-def _secrets() -> Any:
-    try:
-        secrets = st.secrets
-        secrets.get("OPENAI_API_KEY")  # parses the file; raises when there is none
-        return secrets
-    except Exception:  # no secrets.toml: the environment alone
-        return None
-
-
-@st.cache_resource(max_entries=2, show_spinner="Indexing the corpus")
-def _index(db_path: str, version: tuple[int, int, int]) -> corpus_search.CorpusIndex:
-    return corpus_search.CorpusIndex(state.get_db())
-
-
 def _host(base_url: str | None) -> str:
     """Where requests go, without any user:password a URL may carry."""
     if not base_url:
@@ -45,7 +29,7 @@ def _host(base_url: str | None) -> str:
 
 
 def _config(model: str | None) -> llm.LLMConfig:
-    return llm.LLMConfig.from_env(_secrets(), model=model or None)
+    return state.llm_config(model)
 
 
 st.title("Synthetic questions")
@@ -92,7 +76,7 @@ with tab_generate:
         options, model_name = chosen
         try:
             config = _config(model_name)
-            index = _index(state.db_path(), corpus_search.corpus_version(db))
+            index = widgets.corpus_index(db)
             plan = synth.plan_generation(db, config, options, index=index)
         except LabelerError as e:
             widgets.show_error(e)
