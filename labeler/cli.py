@@ -295,6 +295,12 @@ def demo(ctx: click.Context, port: int | None, headless: bool, no_app: bool) -> 
 
 # --- synth: synthetic questions (labeler.synth) ---------------------------------------------
 
+def _eval_llm_config() -> Any:
+    from .llm import LLMConfig
+
+    return LLMConfig.from_env(_secrets_toml())  # the judge run's own model and temperature are used
+
+
 def _secrets_toml() -> dict[str, Any]:
     """``.streamlit/secrets.toml`` of the working directory (where the app reads it), if any."""
     import tomllib
@@ -469,13 +475,17 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
               help="Write report.json here and per-question records to <stem>.questions.jsonl.")
 @click.option("--lenient", is_flag=True, help="Skip invalid golden lines with a warning instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the test.")
+@click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
+              help="Also judge the answers (faithfulness / answer relevance) with the judge, rubric and model of "
+              "this calibration run in --db (labeler judge list); repeatable.")
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
              headers: tuple[str, ...], retriever: str, k: int | None, metric_specs: tuple[str, ...],
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
-             save_baseline: str | None, output: str | None, lenient: bool, seed: int, as_json: bool) -> None:
+             save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
+             as_json: bool) -> None:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
     Without --pipeline or --endpoint, evaluates the production retrieval logged in --db (to seed a
@@ -496,11 +506,13 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
     try:
         result = evaluate(
             golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
-            headers=parse_headers(headers), db=None if pipeline or endpoint else ctx.obj["db_path"],
+            headers=parse_headers(headers),
+            db=ctx.obj["db_path"] if judge_runs or not (pipeline or endpoint) else None,
             retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
             concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
             allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
-            save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None)
+            save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None,
+            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None)
     finally:
         close()
     if as_json:

@@ -142,3 +142,12 @@ def langchain_style(question: str) -> tuple[list[Document], Message]:
     docs = search(question)
     return [Document(d["text"], {"id": d["id"], "score": np.float32(d["score"])}) for d in docs], \
         Message(_answer(docs))
+
+
+def tiny_items(question: str) -> tuple[list[dict], str]:
+    """For the judge test: answers the tiny fixture's questions ("What is item q7?") the way the
+    fixture's logs did, with its chunk texts."""
+    name = question.removeprefix("What is item ").rstrip("?")
+    i = int(name.lstrip("q"))
+    docs = [{"id": f"q{i:03d}-c{j}", "text": f"chunk {j} about {name}"} for j in range(2)]
+    return docs, f"Item {name} is a thing."

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+import labeler
 from labeler import db as store
 from labeler import metrics
 from labeler.cli import cli
@@ -659,3 +660,43 @@ def test_a_golden_set_exported_by_labeler_export_evaluates_as_its_source(shared,
     for spec, agg in result.report["metrics"].items():  # export sorts by query id: same means, other order
         assert agg["mean"] == pytest.approx(source[spec]["mean"], abs=1e-12) and agg["n"] == GOLDEN_LINES
     assert result.report["golden"]["export"]["version"] == 1
+
+
+def test_answers_judged_with_a_calibration_run(tmp_path, ingest_tiny):
+    """--judge-run: the pipeline's answers get a faithfulness score through the judge, rubric and model
+    of a calibration run; the report names the run, its agreement, and warns when the gate failed."""
+    from labeler import judge
+    from tests.fake_openai import FakeOpenAI
+    from tests.test_judge import answers, claims_responder, make_config
+
+    db_path = tmp_path / "judged.db"
+    db = labeler.connect(db_path)
+    pks = answers(db, ingest_tiny, n=30)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(json.dumps({"question": f"What is item q{i}?", "relevant_ids": [f"q{i:03d}-c0"]}) + "\n"
+                              for i in range(len(pks))))
+    with FakeOpenAI() as server:
+        server.responder = claims_responder
+        config = make_config(server)
+        run = judge.run_judge(db, config, "faithfulness.v1")
+        before = server.total
+        result = evaluate(golden, pipeline="tests.pipelines:tiny_items", db=db_path, judge_runs=[run.id],
+                          llm_config=config, k=1)
+        assert server.total - before == 0  # the same prompts as the calibration run: answered from the cache
+    faith = result.report["metrics"]["faithfulness"]
+    # claims_responder supports 2/2, 1/2, 0/3 claims for i % 3 == 0, 1, 2
+    expected = np.mean([[1.0, 0.5, 0.0][i % 3] for i in range(30)])
+    assert faith["mean"] == pytest.approx(expected) and faith["n"] == 30
+    assert faith["ci_low"] <= expected <= faith["ci_high"]
+    (info,) = result.report["judges"]
+    assert (info["run_id"], info["judge"], info["model"]) == (run.id, "faithfulness.v1", "fake-model")
+    assert info["calibration_kappa"]["value"] == pytest.approx(1.0)
+    assert info["gate_passed"] is False and any("did not pass the calibration gate" in w for w in result.report["warnings"])
+    assert result.questions[1]["metrics"]["faithfulness"] == 0.5
+
+
+def test_judge_run_needs_a_database(tmp_path):
+    golden = tmp_path / "g.jsonl"
+    golden.write_text(json.dumps({"question": "What is item q1?", "relevant_ids": ["q001-c0"]}) + "\n")
+    with pytest.raises(labeler.LabelerError, match="--judge-run needs --db"):
+        evaluate(golden, pipeline="tests.pipelines:tiny_items", judge_runs=[1])

@@ -22,13 +22,23 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LabelerError
 from ..ingest import CHUNK_ALIASES, LOG_ALIASES, canonical, validate_log
 
-Output = tuple[list[str], "str | None"]
+
+class Output(tuple):
+    """``(chunk ids, answer)`` as a pipeline returned them; ``.texts`` holds the chunk texts (None
+    where the pipeline gave only an id), for judging the answer's faithfulness."""
+
+    texts: list
+
+    def __new__(cls, ids: list[str], answer: str | None, texts: list | None = None) -> Output:
+        out = super().__new__(cls, (ids, answer))
+        out.texts = texts if texts is not None else [None] * len(ids)
+        return out
 _ID_NAMES = tuple(a for a in CHUNK_ALIASES["id"] if "." not in a)
 
 
@@ -50,6 +60,7 @@ class Answer:
     seconds: float
     status: str = "ok"
     error: str | None = None
+    texts: list = field(default_factory=list)  # chunk texts in rank order, when the pipeline gave them
 
 
 @dataclass
@@ -64,6 +75,9 @@ class Pipeline:
 
 # --- reading outputs -----------------------------------------------------------------------
 
+_TEXT_NAMES = ("text", "content", "page_content", "chunk")
+
+
 def _doc_record(doc: Any) -> Any:
     """A doc reduced to what identifies it (dict or string), so scores of exotic types never matter."""
     if isinstance(doc, str):
@@ -74,22 +88,29 @@ def _doc_record(doc: Any) -> Any:
             out["document.id"] = doc["document.id"]
         if isinstance(doc.get("metadata"), Mapping):
             out["metadata"] = dict(doc["metadata"])
+        text = next((doc[k] for k in _TEXT_NAMES if isinstance(doc.get(k), str)), None)
+        if text is not None:  # kept for judging the answer's faithfulness
+            out["text"] = text
         return out
     out = {k: getattr(doc, k) for k in _ID_NAMES if getattr(doc, k, None) is not None}
     meta = getattr(doc, "metadata", None)
     if isinstance(meta, Mapping):
         out["metadata"] = dict(meta)
+    text = next((getattr(doc, k) for k in _TEXT_NAMES if isinstance(getattr(doc, k, None), str)), None)
+    if text is not None and out:
+        out["text"] = text
     if not out:
         raise OutputError(f"a doc of type {type(doc).__name__} has no id attribute "
                           f"({', '.join(_ID_NAMES)}) and no metadata id")
     return out
 
 
-def _doc_id(doc: Any, i: int) -> str:
+def _doc_id(doc: Any, i: int) -> tuple[str, str | None]:
     record = {"question": "-", "retrieved": [_doc_record(doc)], "query_id": None, "answer": None,
               "timestamp": None, "retriever": None, "meta": None}
     try:
-        return validate_log(record)["chunks"][0][0]
+        chunk = validate_log(record)["chunks"][0]
+        return chunk[0], chunk[1]
     except Exception as e:  # ingest's field error: name the doc the way the pipeline returned it
         where = str(getattr(e, "field", "")).replace("retrieved[0]", f"docs[{i}]") or f"docs[{i}]"
         raise OutputError(f"{where}: {getattr(e, 'message', e)}") from None
@@ -118,16 +139,18 @@ def read_output(out: Any, mapping: dict[str, str] | None = None) -> Output:
     if not isinstance(docs, list | tuple):
         raise OutputError(f"docs must be a list, got {type(docs).__name__}")
     ids: list[str] = []
+    texts: list[str | None] = []
     seen: set[str] = set()
     for i, doc in enumerate(docs):
-        cid = _doc_id(doc, i)
+        cid, text = _doc_id(doc, i)
         if cid not in seen:  # a chunk retrieved twice counts at its best rank
             seen.add(cid)
             ids.append(cid)
+            texts.append(text)
     if answer is not None and not isinstance(answer, str):
         answer = getattr(answer, "content", answer)  # chat messages carry the text in .content
         answer = answer if isinstance(answer, str) else json.dumps(answer, default=str)
-    return ids, answer
+    return Output(ids, answer, texts)
 
 
 # --- building pipelines --------------------------------------------------------------------
@@ -259,8 +282,9 @@ def run_pipeline(pipeline: Pipeline, questions: Sequence[str], *, concurrency: i
 
     def work(i: int, start: float) -> None:
         try:
-            ids, text = pipeline.call(questions[i])
-            answer = Answer(ids, text, time.perf_counter() - start)
+            out = pipeline.call(questions[i])
+            ids, text = out
+            answer = Answer(ids, text, time.perf_counter() - start, texts=getattr(out, "texts", None) or [])
         except BaseException as e:  # noqa: BLE001 - one question's failure must not end the run
             answer = Answer([], None, time.perf_counter() - start, "error", _describe(e))
         with cond:

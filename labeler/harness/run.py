@@ -187,6 +187,8 @@ def evaluate(
     output: str | Path | None = None,
     save_baseline: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    judge_runs: Sequence[int] = (),
+    llm_config: Any = None,
 ) -> EvalResult:
     """Evaluate a RAG pipeline on a golden set and, given a ``baseline``, gate on a regression.
 
@@ -201,7 +203,12 @@ def evaluate(
     a baseline made on another golden set or threshold raises BaselineError unless
     ``allow_golden_change``. ``output`` writes report.json and ``<stem>.questions.jsonl`` next to
     it; ``save_baseline`` writes a baseline, except when the gate failed (a regression never
-    becomes the new baseline silently). Options are checked before any question runs. Raises
+    becomes the new baseline silently). ``judge_runs``: calibration runs of the faithfulness and/or
+    answer-relevance judge (in ``db``); the pipeline's answers are judged with each run's judge,
+    rubric and model (``llm_config``, default from the environment) and reported as ``faithfulness``
+    (supported / total claims) and ``answer_relevance`` (yes 1, partly 0.5, no 0) with CIs, naming
+    the run and its calibration agreement, with a warning when it did not pass the gate. Options are
+    checked before any question runs. Raises
     LabelerError (exit 1) on user errors, and when every evaluated question failed (after writing
     the report).
     """
@@ -245,6 +252,10 @@ def evaluate(
 
     per_q = score(loaded, answers, wanted)
     aggregates = summarize(per_q, n_resamples=n_resamples, seed=seed)
+    judged: list[dict[str, Any]] = []
+    if judge_runs:
+        judged = _judge_answers(db, judge_runs, llm_config, loaded, answers, per_q, aggregates, warnings,
+                                n_resamples=n_resamples, seed=seed)
     scored_at = time.perf_counter()
     comparison = None
     if base is not None:
@@ -253,6 +264,9 @@ def evaluate(
     done_at = time.perf_counter()
 
     rows = _question_rows(loaded, answers, per_q, specs, base, comparison)
+    for j in judged:
+        for i, row in enumerate(rows):
+            row["metrics"][j["metric"]] = _none(float(per_q.at[i, j["metric"]]))
     evaluated = [a for a in answers if a.status != "skipped"]
     failures = [r for r in rows if r["status"] in ("error", "timeout")]
     status = "no baseline" if comparison is None else "fail" if comparison.failed else "pass"
@@ -287,6 +301,7 @@ def evaluate(
         "errors": [{k_: r[k_] for k_ in ("query_id", "question", "status", "error")} for r in failures],
         "skipped": [{k_: r[k_] for k_ in ("query_id", "question", "error")} for r in rows if r["status"] == "skipped"],
         "comparison": comparison.to_dict() if comparison is not None else None,
+        "judges": judged,
         "warnings": warnings,
     }
     result = EvalResult(report, rows, "", comparison, per_q)
@@ -302,6 +317,55 @@ def evaluate(
     if save_baseline is not None and not result.failed:
         write_json(save_baseline, baseline_document(loaded, pipeline_info["id"], aggregates, rows, report["created_at"]))
     return result
+
+
+ANSWER_SCORES = {"yes": 1.0, "partly": 0.5, "no": 0.0}
+
+
+def _judge_answers(db: Any, run_ids: Sequence[int], config: Any, golden: GoldenSet, answers: Sequence[Answer],
+                   per_q: pd.DataFrame, aggregates: dict[str, Any], warnings: list[str], *,
+                   n_resamples: int, seed: int) -> list[dict[str, Any]]:
+    """Judge the pipeline's answers with each calibration run; add the per-question values as
+    columns of ``per_q`` and their means with CIs to ``aggregates``; return what the report says
+    about each judge (run, rubric, model, calibration agreement, gate)."""
+    from .. import judge, llm
+    from ..agreement import run_agreement
+
+    if db is None:
+        raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")
+    database, _ = _open_db(db)
+    config = config or llm.LLMConfig.from_env()
+    items = [(str(i), q.question, a.answer, a.texts) for i, (q, a) in enumerate(zip(golden.queries, answers, strict=True))
+             if a.status == "ok" and a.answer]
+    out = []
+    for run_id in run_ids:
+        result = judge.judge_answers(database, config, int(run_id), items)
+        name = "faithfulness" if result.run.kind == "faithfulness" else "answer_relevance"
+        values = np.full(len(answers), np.nan)
+        for key, v in result.verdicts.items():
+            value = v.score if name == "faithfulness" else ANSWER_SCORES.get(v.label)
+            values[int(key)] = np.nan if value is None else value
+        per_q[name] = values
+        aggregates[name] = m.aggregate(per_q[[name]], n_resamples=n_resamples, seed=seed)[name]
+        agreement = run_agreement(database, int(run_id), retrievers=False, n_resamples=n_resamples, seed=seed)
+        kappa = agreement.statistics.get("cohen_kappa")
+        try:
+            verdict = judge.gate(database, int(run_id), agreement=agreement)
+            passed, reasons = verdict.passed, verdict.reasons
+        except LabelerError as e:
+            passed, reasons = False, [str(e)]
+        if not passed:
+            warnings.append(f"judge run {run_id} ({result.run.judge}) did not pass the calibration gate: "
+                            f"{'; '.join(reasons) or 'see labeler judge agreement'}; treat {name} with care")
+        out.append({
+            "metric": name, "run_id": int(run_id), "judge": result.run.judge, "rubric": result.run.rubric,
+            "rubric_hash": result.run.rubric_hash, "model": result.run.model,
+            "calibration_kappa": kappa.to_dict() if kappa is not None else None,
+            "gate_passed": passed, "gate_reasons": reasons, "judged": len(result.verdicts),
+            "failed": [{"question": golden.queries[int(k)].question, "reason": r} for k, r in result.failures.items()],
+            "cost": result.cost,
+        })
+    return out
 
 
 def _question_rows(golden: GoldenSet, answers: Sequence[Answer], per_q: Any, specs: Sequence[str],

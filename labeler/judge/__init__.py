@@ -64,9 +64,11 @@ from .registry import (
 )
 from .runs import (
     ON_SETS,
+    AnswerVerdicts,
     JudgeRun,
     Stability,
     get_run,
+    judge_answers,
     list_runs,
     resume_run,
     run_judge,
@@ -81,6 +83,6 @@ __all__ = [
     "FaithfulnessJudgment", "GateResult", "Judge", "JudgeItem", "JudgeRun", "Rubric", "Stability", "Suggestion",
     "Verdict", "accept_suggestion", "comparison_data", "data_version", "disagreements", "faithfulness_verdict",
     "gate", "gate_settings", "get_judge", "get_rubric", "get_run", "human_answers", "human_grades", "list_runs",
-    "register_judge", "resume_run", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
+    "register_judge", "resume_run", "judge_answers", "AnswerVerdicts", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
     "save_rubric", "select_items", "set_gate_settings", "stability", "suggestions_for", "tag_counts", "tag_item",
 ]

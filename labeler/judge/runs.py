@@ -369,3 +369,38 @@ def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, 
             same.append(all(g == original for g in got))
     return Stability(run_id, k, len(identical), float(np.mean(identical)) if identical else None,
                      float(np.mean(same)) if same else None, len(summary.failed), rows, summary.cost)
+
+
+@dataclass
+class AnswerVerdicts:
+    """What ``judge_answers`` found: a verdict per key, or the reason it has none."""
+
+    run: JudgeRun
+    verdicts: dict[str, Any]
+    failures: dict[str, str]
+    cost: float | None = None
+
+
+def judge_answers(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
+                  items: list[tuple[str, str, str | None, list[str | None]]]) -> AnswerVerdicts:
+    """Judge new answers with the judge, rubric, model and temperature of calibration run ``run_id``
+    (a faithfulness or answer-relevance run), e.g. a pipeline's answers in ``labeler eval``.
+
+    ``items`` are ``(key, question, answer, chunk texts in rank order)``. Requests go through
+    ``llm.run_tasks`` (cache, retries, concurrency); nothing is written to ``judge_labels``.
+    """
+    run = get_run(db, run_id)
+    judge = get_judge(run.judge)
+    if judge.unit != "query":
+        raise JudgeError(f"run {run_id} is a {run.judge} run, which grades chunks; give a faithfulness or "
+                         "answer-relevance run (labeler judge list)")
+    rubric = get_rubric(db, judge.name, run.rubric)
+    settings = run.params["scale"]
+    judge_items = [JudgeItem(i, 0, question, answer, chunks=[(None, t) for t in texts if t])
+                   for i, (_, question, answer, texts) in enumerate(items)]
+    tasks, skipped = _tasks(judge, judge_items, rubric.text, settings)
+    keys = {f"{i}:0": item[0] for i, item in enumerate(items)}
+    summary = llm.run_tasks(db, _same_config(config, run), tasks)
+    verdicts = {keys[k]: judge.parse(a, settings) for k, a in summary.results.items()}
+    failures = {keys[k]: reason for k, reason in [*summary.failed, *skipped]}
+    return AnswerVerdicts(run, verdicts, failures, summary.cost)
