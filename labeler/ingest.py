@@ -69,8 +69,29 @@ class Problem:
         return f"{self.path}:{self.line}: {self.field}: {self.message}"
 
 
+class ProblemList:
+    """Mixin of the result records that carry ``problems``: ``to_dict`` shows them as text."""
+
+    problems: list[Problem]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]
+        d["problems"] = [str(p) for p in self.problems]
+        return d
+
+
+class FieldError(Exception):
+    """A record's ``field`` is wrong; becomes a ``Problem`` with the record's place."""
+
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+
+
+_FieldError = FieldError
+
+
 @dataclass
-class IngestResult:
+class IngestResult(ProblemList):
     """What one file did to the store. ``new + merged + unchanged + rejected == records``."""
 
     path: str
@@ -87,16 +108,6 @@ class IngestResult:
     documents_without_text: int = 0
     rejects_path: str | None = None
     problems: list[Problem] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["problems"] = [str(p) for p in self.problems]
-        return d
-
-
-class _FieldError(Exception):
-    def __init__(self, field: str, message: str):
-        self.field, self.message = field, message
 
 
 # --- mapping ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import IngestError
-from ..ingest import LOG_ALIASES, MAX_ERRORS_SHOWN, Problem, normalize_question
+from ..ingest import LOG_ALIASES, MAX_ERRORS_SHOWN, FieldError, Problem, ProblemList, normalize_question
 from ..labels import JUDGMENTS, sync_queue
 from ..labels._common import check_name, event, max_grade
 from ..labels.queue import recount
@@ -21,7 +21,7 @@ from ..report import ORIGINS
 
 
 @dataclass
-class ImportResult:
+class ImportResult(ProblemList):
     """What one golden file did. ``new + merged + unchanged + rejected == records``: new = a query
     was created, merged = an existing query's labels changed, unchanged = nothing to change.
     ``changes``: values written (grades, removed grades, answer fields, statuses), one audit event
@@ -40,15 +40,8 @@ class ImportResult:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["problems"] = [str(p) for p in self.problems]
-        return d
 
-
-class _Bad(Exception):
-    def __init__(self, field_name: str, message: str):
-        self.field, self.message = field_name, message
+_Bad = FieldError
 
 
 @dataclass
