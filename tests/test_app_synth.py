@@ -186,3 +186,16 @@ def test_synth_page_without_an_api_key_says_so(db_path):
     assert any("API key not set" in c.value for c in at.caption)
     assert at.button(key="sy_generate").disabled
     assert any("OPENAI_API_KEY" in i.value for i in at.info)
+
+
+def test_label_page_shows_the_generators_proposal_for_an_accepted_synthetic_question(generated):
+    db, pks = generated
+    synth.review(db, pks[0], "accept", reviewer="alice")
+    proposal = synth.get_question(db, pks[0])
+    at = page("views/label.py", name="bob")
+    at.session_state[state.OPEN_QUERY] = pks[0]
+    at.run()
+    assert at.session_state[state.CURRENT] == pks[0]
+    bodies = [h.proto.body for h in at.get("html")]
+    assert any('data-key="proposal"' in b and proposal.expected_answer.split()[0] in b for b in bodies)
+    assert any("Seed chunks: " + proposal.seed_chunks[0].doc_id in c.value for c in at.caption)

@@ -7,6 +7,7 @@ import time
 import streamlit as st
 
 import labeler.labels as labels
+from labeler import synth
 from labeler.app import state, suggestions, widgets
 from labeler.errors import LabelerError
 
@@ -225,6 +226,13 @@ with right:
                     cols[g].button(f"Add as {g}", key=f"add_{pk}_{h.doc_pk}_{g}", help=names[g],
                                    on_click=grade, args=(pk, h.doc_pk, g, len(chunks)), width="stretch")
 
+    if item.origin == "synthetic":
+        proposal = synth.get_question(db, pk)
+        st.subheader("Generator's proposal")
+        st.caption("A synthetic question: the generator's answer and seed chunks are a proposal, not a label. "
+                   "Grade every chunk yourself.")
+        widgets.plain_block(proposal.expected_answer or "(no proposed answer)", muted=True, key="proposal")
+        st.caption("Seed chunks: " + ", ".join(c.doc_id for c in proposal.seed_chunks))
     if item.answer is not None:
         st.subheader("Production answer")
         widgets.plain_block(item.answer, key="answer")
