@@ -233,6 +233,35 @@ def test_reuse_returns_the_same_report_until_anything_is_committed(small_file, d
     assert third.n_without_relevant == second.n_without_relevant + 1
 
 
+def test_a_refresh_after_new_labels_equals_a_full_reload(small_file, db_path, monkeypatch):
+    """Only the queries with new label events are re-read, and the report is the same as reading all."""
+    from labeler.report import load
+
+    specs = ["recall@1", "recall@3", "ndcg@3", "mrr", "judged@3"]
+    R.clear_cache()
+    R.retrieval_report(small_file, specs, reuse=True)
+    other = labeler.connect(db_path)
+    label(other, "qe", {"e1": 2, "e2": 3}, annotator="bob")  # a new submitted query
+    L.set_grade(other, pk(other, "qa"), doc(other, "a2"), "alice", 3)  # an edit of a submitted one
+    L.set_status(other, pk(other, "qc"), "alice", "discarded")  # a query that stops counting
+    L.set_grade(other, pk(other, "qd"), doc(other, "d1"), "alice", 2)
+    full_loads = []
+    real_load = load._load
+    monkeypatch.setattr(load, "_load", lambda *a, **k: full_loads.append(1) or real_load(*a, **k))
+    refreshed = R.retrieval_report(small_file, specs, reuse=True)
+    assert full_loads == []  # patched, not reloaded
+    monkeypatch.setattr(load, "_load", real_load)
+    R.clear_cache()
+    reloaded = R.retrieval_report(small_file, specs, reuse=True)
+    assert refreshed.to_dict() == reloaded.to_dict()
+    assert refreshed.per_query_records() == reloaded.per_query_records()
+    assert refreshed.n_queries == 4  # qa, qb, qd and the new qe; qc was discarded
+    # a settings change is not a label event: it reloads everything
+    labeler.set_setting(other, "threshold", 3)
+    R.retrieval_report(small_file, specs, reuse=True)
+    assert R.retrieval_report(small_file, specs, reuse=True).threshold == 3
+
+
 def test_reuse_never_applies_to_in_memory_databases(small):
     assert R.data_token(small) is None
     assert R.retrieval_report(small, ["mrr"], reuse=True) is not R.retrieval_report(small, ["mrr"], reuse=True)

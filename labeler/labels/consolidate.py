@@ -16,6 +16,7 @@ Rules (the golden set is built only from these):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,14 +44,15 @@ def _is_conflict(low: Any, high: Any, threshold: int) -> Any:
 
 
 def golden_labels(db: sqlite_utils.Database, *, origin: str | None = None, annotator: str | None = None,
-                  since: When = None, until: When = None) -> pd.DataFrame:
+                  since: When = None, until: When = None, query_pks: Any = None) -> pd.DataFrame:
     """The consolidated golden grades as a DataFrame, one row per (query, chunk), sorted.
 
     Columns: ``query_pk``, ``doc_pk``, ``grade``, ``n_annotators`` (how many submitted grades),
     ``conflict`` (unresolved disagreement, see the module doc) and ``adjudicated`` (the grade is the
     lead's). Filters: ``origin`` of the query (log/synthetic/import); ``annotator`` = only that
     person's submitted grades, as they gave them (no adjudication applied); ``since`` (inclusive)
-    and ``until`` (exclusive) on when each annotator submitted.
+    and ``until`` (exclusive) on when each annotator submitted; ``query_pks`` = only these queries
+    (to refresh the few that changed).
     """
     import itertools
 
@@ -72,6 +74,9 @@ def golden_labels(db: sqlite_utils.Database, *, origin: str | None = None, annot
     if until is not None:
         where.append("l.submitted_at < ?")
         params.append(stamp(until))
+    if query_pks is not None:
+        where.append("r.query_pk IN (SELECT value FROM json_each(?))")
+        params.append(json.dumps([int(p) for p in query_pks]))
     # One packed integer per label (query << 36 | doc << 4 | grade), read in the primary key's
     # (query, doc, annotator) order: CROSS JOIN keeps relevance_labels as the outer loop, so no sort
     # and no tuples. Fits while doc pks stay below 2^32 and query pks below 2^27.

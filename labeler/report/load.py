@@ -170,6 +170,8 @@ def clear_cache() -> None:
     """Forget every reused input and report (the next call reads the database again)."""
     _LOADED.clear()
     _REPORTS.clear()
+    with _PREVIOUS_LOCK:
+        _PREVIOUS.clear()
 
 
 @dataclass
@@ -177,10 +179,27 @@ class _Loaded:
     qrels: pd.DataFrame  # query, doc, grade: golden labels of queries that count
     queries: pd.DataFrame  # query_pk, query_id, origin (sorted by pk)
     runs: dict[str, tuple[pd.DataFrame, np.ndarray]] = field(default_factory=dict)  # run, pks it ran
+    watermark: int = 0  # the last label_events id already reflected
+    structure: tuple = ()  # what a label event does not record: ingests and settings
 
 
-def _load(db: sqlite_utils.Database, annotator: str | None, since: When, until: When) -> _Loaded:
-    golden = golden_labels(db, annotator=annotator, since=since, until=until)
+# a refresh patches at most this many changed queries; more and it reloads everything
+MAX_PATCHED = 5000
+
+
+def _structure(db: sqlite_utils.Database) -> tuple:
+    """Changes that label_events do not record but that change a report: ingests and settings."""
+    return (tuple(db.execute("SELECT count(*), max(id) FROM ingests").fetchone()),
+            tuple(tuple(r) for r in db.execute("SELECT key, value FROM settings ORDER BY key")))
+
+
+def _watermark(db: sqlite_utils.Database) -> int:
+    return int(db.execute("SELECT coalesce(max(id), 0) FROM label_events").fetchone()[0])
+
+
+def _golden_part(db: sqlite_utils.Database, annotator: str | None, since: When, until: When,
+                 query_pks: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    golden = golden_labels(db, annotator=annotator, since=since, until=until, query_pks=query_pks)
     pks = golden["query_pk"].unique()
     queries = _read_queries(db, pks)
     # synthetic questions count only once accepted in review
@@ -190,14 +209,69 @@ def _load(db: sqlite_utils.Database, annotator: str | None, since: When, until: 
         golden = golden[golden["query_pk"].isin(queries["query_pk"])]
     qrels = pd.DataFrame({"query": golden["query_pk"].to_numpy(np.int64), "doc": golden["doc_pk"].to_numpy(np.int64),
                           "grade": golden["grade"].to_numpy(np.int64)})
-    return _Loaded(qrels, queries)
+    return qrels, queries
+
+
+def _load(db: sqlite_utils.Database, annotator: str | None, since: When, until: When) -> _Loaded:
+    # read the watermark first: an event committed meanwhile is simply applied again next time
+    watermark, structure = _watermark(db), _structure(db)
+    qrels, queries = _golden_part(db, annotator, since, until)
+    return _Loaded(qrels, queries, watermark=watermark, structure=structure)
+
+
+def _refresh(db: sqlite_utils.Database, old: _Loaded, annotator: str | None, since: When,
+             until: When) -> _Loaded | None:
+    """``old`` brought up to date by re-reading only the queries with newer label events (a label,
+    a status, an adjudication, a review, an import: every labeler write that changes a golden label
+    logs one); None when a full reload is needed (an ingest, a settings change, or many changes).
+    A label edited with raw SQL, bypassing labeler, is not seen until the next full reload."""
+    watermark, structure = _watermark(db), _structure(db)
+    if structure != old.structure or watermark < old.watermark:
+        return None
+    changed = np.array(sorted({r[0] for r in db.execute(
+        "SELECT DISTINCT query_pk FROM label_events WHERE id > ?", [old.watermark])}), dtype=np.int64)
+    if len(changed) > MAX_PATCHED:
+        return None
+    qrels, queries = _golden_part(db, annotator, since, until, query_pks=changed)
+    keep_q = ~old.qrels["query"].isin(changed)
+    new = _Loaded(
+        pd.concat([old.qrels[keep_q], qrels], ignore_index=True).sort_values(["query", "doc"], ignore_index=True),
+        pd.concat([old.queries[~old.queries["query_pk"].isin(changed)], queries], ignore_index=True)
+        .sort_values("query_pk", ignore_index=True),
+        watermark=watermark, structure=structure)
+    counted = queries["query_pk"].to_numpy(np.int64)
+    for retriever, (run, ran) in old.runs.items():
+        fresh = _read_run(db, retriever, counted)
+        kept = run[~run["query"].isin(changed)]
+        new.runs[retriever] = (
+            pd.concat([kept, fresh], ignore_index=True).sort_values(["query", "rank"], ignore_index=True),
+            np.union1d(ran[~np.isin(ran, changed)], logged_queries(db, retriever, counted)).astype(np.int64))
+    return new
+
+
+_PREVIOUS: dict[tuple, tuple[Any, _Loaded]] = {}  # (file, filters) -> the last token and what it loaded
+_PREVIOUS_LOCK = threading.Lock()
 
 
 def _inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
             since: When, until: When) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
-    key = None if token is None else (token, annotator, None if since is None else stamp(since),
-                                      None if until is None else stamp(until))
-    loaded = _LOADED.get(key, lambda: _load(db, annotator, since, until))
+    filters = (annotator, None if since is None else stamp(since), None if until is None else stamp(until))
+    key = None if token is None else (token, *filters)
+
+    def make() -> _Loaded:
+        if token is None:
+            return _load(db, annotator, since, until)
+        slot = (token[0], token[1], *filters)
+        with _PREVIOUS_LOCK:
+            previous = _PREVIOUS.get(slot)
+        loaded = _refresh(db, previous[1], annotator, since, until) if previous is not None else None
+        if loaded is None:
+            loaded = _load(db, annotator, since, until)
+        with _PREVIOUS_LOCK:
+            _PREVIOUS[slot] = (token, loaded)
+        return loaded
+
+    loaded = _LOADED.get(key, make)
     if retriever not in loaded.runs:
         pks = loaded.queries["query_pk"].to_numpy()
         loaded.runs[retriever] = (_read_run(db, retriever, pks), logged_queries(db, retriever, pks))
