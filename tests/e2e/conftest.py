@@ -105,3 +105,23 @@ def page(browser):
     pg.set_default_timeout(20_000)
     yield pg
     context.close()
+
+
+def settle(page, quiet_ms: int = 250, timeout_s: float = 20.0) -> None:
+    """Wait until the app has finished rerunning: no stale elements for ``quiet_ms``.
+
+    A key pressed while a rerun is still drawing can race with it; tests settle before pressing."""
+    import time as _time
+
+    deadline = _time.monotonic() + timeout_s
+    quiet_since = None
+    while _time.monotonic() < deadline:
+        stale = page.evaluate("() => document.querySelectorAll('[data-stale=true]').length")
+        now = _time.monotonic()
+        if stale:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif (now - quiet_since) * 1000 >= quiet_ms:
+            return
+        page.wait_for_timeout(25)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import labeler
 import labeler.labels as labels
+from tests.e2e.conftest import settle
 
 RECORDS = [
     {"query_id": f"q{i}", "question": f"how do i export invoice batch {i}", "answer": f"Use export {i}.",
@@ -42,7 +43,9 @@ def sign_in(page, url: str, name: str) -> None:
 
 
 def blur(page) -> None:
-    """Take focus out of any text box, so the keyboard shortcuts reach the app."""
+    """Wait for the app to finish rerunning, then take focus out of any text box, so the keyboard
+    shortcuts reach the app."""
+    settle(page)
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
 
 

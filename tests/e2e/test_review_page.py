@@ -12,6 +12,7 @@ from pathlib import Path
 import labeler
 import labeler.labels as labels
 from labeler import llm, synth
+from tests.e2e.conftest import settle
 from tests.fake_openai import FakeOpenAI, synth_responder
 from tests.test_synth import KEY, corpus_records
 
@@ -46,6 +47,7 @@ def wait_until(condition, timeout: float = 20.0) -> bool:
 
 
 def blur(page) -> None:
+    settle(page)
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
 
 
