@@ -69,10 +69,12 @@ def raw_baseline(path: Path, db_path: Path) -> float:
 
 def run_cli(path: Path, db_path: Path) -> tuple[float, int]:
     """Run the real CLI in a child process; return (seconds, child peak RSS in bytes)."""
-    code = ("import resource, sys; from labeler.cli import cli\n"
+    # VmHWM, not ru_maxrss: getrusage's peak survives exec, so it would include this (big) parent
+    code = ("import sys; from labeler.cli import cli\ncode = 0\n"
             "try:\n    cli(['--db', sys.argv[1], 'ingest', 'logs', sys.argv[2], '--json'])\n"
             "except SystemExit as e:\n    code = e.code\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(code or 0)")
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+            "print(hwm, file=sys.stderr)\nsys.exit(code or 0)")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, str(db_path), str(path)], capture_output=True, text=True)
     elapsed = time.perf_counter() - t
