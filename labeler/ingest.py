@@ -612,8 +612,10 @@ def _check_path(path: Path) -> None:
         raise IngestError(f"{path}: is a folder; give a file")
 
 
-def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: IngestResult,
-            lenient: bool, rejects: list[dict], shown: str) -> IngestResult:
+def check_problems(path: Path, shown: str, result: Any, lenient: bool, rejects: list[dict]) -> None:
+    """The rules every file reader shares: an empty file is an error; in strict mode any problem is
+    an error listing up to 20 of them (the caller rolls back); in lenient mode the rejects go to
+    ``FILE.rejects.jsonl``. Sets ``result.rejected`` (and ``rejects_path``)."""
     if result.records == 0 and not result.problems:
         raise IngestError(f"{shown}: empty file: no records found")
     if result.problems and not lenient:
@@ -631,6 +633,11 @@ def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: 
                 f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
         result.rejects_path = str(rejects_path)
     result.rejected = len(result.problems)
+
+
+def _finish(db: sqlite_utils.Database, path: Path, kind: str, fmt: str, result: IngestResult,
+            lenient: bool, rejects: list[dict], shown: str) -> IngestResult:
+    check_problems(path, shown, result, lenient, rejects)
     counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
     db.conn.execute(
         "INSERT INTO ingests (kind, path, sha256, format, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",

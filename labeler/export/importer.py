@@ -12,7 +12,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import IngestError
-from ..ingest import LOG_ALIASES, MAX_ERRORS_SHOWN, FieldError, Problem, ProblemList, normalize_question
+from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
 from ..labels import JUDGMENTS, sync_queue
 from ..labels._common import check_name, event, max_grade
 from ..labels.queue import recount
@@ -119,23 +119,7 @@ def _parse(rec: dict[str, Any], line: int, top: int) -> _Line:
 def _finish(db: sqlite_utils.Database, path: Path, shown: str, fmt: str, result: ImportResult, lenient: bool,
             rejects: list[dict]) -> ImportResult:
     """The ingest rules and messages: empty file, strict failure listing problems, rejects file."""
-    if result.records == 0 and not result.problems:
-        raise IngestError(f"{shown}: empty file: no records found")
-    if result.problems and not lenient:
-        listed = "\n".join(str(p) for p in result.problems[:MAX_ERRORS_SHOWN])
-        more = len(result.problems) - MAX_ERRORS_SHOWN
-        tail = f"\n... and {more} more" if more > 0 else ""
-        raise IngestError(
-            f"{shown}: {len(result.problems)} invalid record(s); nothing was written "
-            f"(fix them, or pass --lenient to write the valid ones):\n{listed}{tail}",
-            result.problems, len(result.problems))
-    if rejects:
-        rejects_path = Path(str(path) + ".rejects.jsonl")
-        with open(rejects_path, "w", encoding="utf-8") as f:
-            for r in rejects:
-                f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
-        result.rejects_path = str(rejects_path)
-    result.rejected = len(result.problems)
+    check_problems(path, shown, result, lenient, rejects)
     manifest = Path(str(path) + ".manifest.json")
     if manifest.exists():
         try:
