@@ -14,15 +14,33 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
 
-from .errors import DatabaseError
+def _import_sqlite_utils() -> None:
+    """Import sqlite-utils without pandas when nothing imported pandas yet: sqlite-utils imports it
+    only to map ``pandas.Timestamp`` values when it creates tables from Python values, which
+    labeler never does, and the import is a third of every CLI start (and makes the ingest's
+    parsing process slower to fork). Code that needs pandas imports it normally afterwards."""
+    if "pandas" in sys.modules or "sqlite_utils" in sys.modules:
+        return
+    sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` raises ImportError
+    try:
+        import sqlite_utils  # noqa: F401
+    finally:
+        del sys.modules["pandas"]
+
+
+_import_sqlite_utils()
+
+import sqlite_utils  # noqa: E402
+from sqlite_utils.migrations import Migrations  # noqa: E402
+
+from .errors import DatabaseError  # noqa: E402
 
 BUSY_TIMEOUT_MS = 5000
 

@@ -481,7 +481,7 @@ def test_read_output_shapes():
         == (["q"], "w")
     # a bare string is identified by its content exactly as ingest does, so logs and runs line up
     logged = validate_log({"question": "q", "retrieved": ["some context"], "query_id": None, "answer": None,
-                           "timestamp": None, "retriever": None, "meta": None})["chunks"][0][0]
+                           "timestamp": None, "retriever": None, "meta": None})["ids"][0]
     assert read_output((["some context"], None))[0] == [logged]
     for bad, message in [(("not a list", None), "docs must be a list"), (([{"text": "t"}], None), "docs[0].id"),
                          (([object()], None), "no id attribute"), ({"answer": "a"}, "no retrieved chunks"),

@@ -331,3 +331,80 @@ def test_at_most_twenty_errors_are_listed(db, tmp_path):
     assert "... and 10 more" in message
     assert e.value.total == 30
     assert message.startswith(f"{path}: 30 invalid record(s); nothing was written")
+
+
+# --- parsing in a second process ---------------------------------------------------------------
+
+def _mixed_log(n: int) -> list:
+    """Ids and no ids, repeats that merge, a second retriever, text arriving late, int scores."""
+    out = []
+    for i in range(n):
+        docs = [{"id": f"d{(i * 7 + j) % 23}", "score": j if i % 5 == 0 else 1.0 / (j + 1)} for j in range(4)]
+        if i % 6 == 0:
+            docs[0]["text"] = f"text of d{(i * 7) % 23}"
+        rec = {"question": f"question {i % 17}?", "retrieved": docs, "timestamp": f"2026-11-{1 + i % 9:02d}"}
+        if i % 3:
+            rec["request_id"] = f"r{i}"
+        if i % 11 == 0:
+            rec["retriever"] = "bm25"
+        out.append(rec)
+    return out
+
+
+def _state(db) -> dict:
+    return {
+        "queries": rows(db, "SELECT pk, query_id, question, norm_question, answer, occurrences, first_seen, last_seen, "
+                            "meta, source FROM queries ORDER BY pk"),
+        "versions": rows(db, "SELECT * FROM query_versions ORDER BY 1, 2"),
+        "lines": rows(db, "SELECT * FROM log_lines ORDER BY 1"),
+        "retrievals": rows(db, "SELECT * FROM retrievals ORDER BY 1, 2, 3"),
+        "documents": rows(db, "SELECT pk, doc_id, text, title FROM documents ORDER BY pk"),
+    }
+
+
+def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypatch):
+    monkeypatch.setattr("labeler.ingest.BATCH", 7)  # many batches; the forked child inherits it
+    first = _mixed_log(40)
+    second = first[:25] + _mixed_log(90)[40:] + [{"question": "", "retrieved": []}]
+    second.append({**second[31], "answer": "changed"})  # same request_id, other content: a conflict
+    a, b = write_jsonl(tmp_path / "a.jsonl", first), write_jsonl(tmp_path / "b.jsonl", second)
+    results = {}
+    for parallel in (False, True):
+        db = labeler.connect(tmp_path / f"{parallel}.db")
+        r1 = labeler.ingest_logs(db, a, parallel=parallel)
+        # the second file starts with lines already ingested (unchanged or merged), then new ones
+        # whose chunks those lines also had: every chunk must still resolve to its document
+        r2 = labeler.ingest_logs(db, b, parallel=parallel, lenient=True)
+        results[parallel] = (_state(db), r1.to_dict(), r2.to_dict(), Path(r2.rejects_path).read_text())
+    assert results[True] == results[False]
+    state, r1, r2, rejects = results[True]
+    assert r1["new"] > 10 and r2["unchanged"] + r2["merged"] >= 25 and r2["new"] > 20 and r2["rejected"] == 2
+    assert '"field": "question", "error": "is empty"' in rejects and "with different content" in rejects
+    assert len(state["documents"]) == 23 and all(t is not None for _, d, t, _ in state["documents"]
+                                                 if d in {f"d{(i * 7) % 23}" for i in range(0, 90, 6)})
+
+
+def test_strict_error_from_the_second_process_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr("labeler.ingest.BATCH", 5)
+    records = _mixed_log(30)
+    records[17] = {"question": "ok?", "retrieved": [{"id": "x", "score": "high"}]}
+    path = write_jsonl(tmp_path / "a.jsonl", records)
+    messages = []
+    for parallel in (False, True):
+        db = labeler.connect(tmp_path / f"{parallel}.db")
+        before = snapshot(db)
+        with pytest.raises(IngestError) as e:
+            labeler.ingest_logs(db, path, parallel=parallel)
+        assert snapshot(db) == before
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert f"{path}:18: retrieved[0].score: expected a number, got 'high'" in messages[1]
+
+
+def test_unreadable_file_error_comes_back_from_the_second_process(db, tmp_path):
+    path = tmp_path / "a.parquet"
+    path.write_bytes(b"not parquet at all")
+    before = snapshot(db)
+    with pytest.raises(IngestError, match="a.parquet: not a readable Parquet file"):
+        labeler.ingest_logs(db, path, parallel=True)
+    assert snapshot(db) == before

@@ -109,8 +109,8 @@ def _doc_id(doc: Any, i: int) -> tuple[str, str | None]:
     record = {"question": "-", "retrieved": [_doc_record(doc)], "query_id": None, "answer": None,
               "timestamp": None, "retriever": None, "meta": None}
     try:
-        chunk = validate_log(record)["chunks"][0]
-        return chunk[0], chunk[1]
+        rec = validate_log(record)
+        return rec["ids"][0], (rec["texts"] or [None])[0]
     except Exception as e:  # ingest's field error: name the doc the way the pipeline returned it
         where = str(getattr(e, "field", "")).replace("retrieved[0]", f"docs[{i}]") or f"docs[{i}]"
         raise OutputError(f"{where}: {getattr(e, 'message', e)}") from None
