@@ -440,21 +440,67 @@ def n_without_relevant(per_q: pd.DataFrame) -> int:
     return int((per_q["n_relevant"] == 0).sum())
 
 
-def _resample_means(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
-    """Means of ``n_resamples`` bootstrap resamples of each column of ``values`` (n, m) -> (n_resamples, m)."""
-    rng = np.random.default_rng(seed)
-    n = values.shape[0]
-    chunk = max(1, _CHUNK // n)
-    out = np.empty((n_resamples, values.shape[1]))
-    for start in range(0, n_resamples, chunk):
-        size = min(chunk, n_resamples - start)
-        # How often each query is drawn, then one matrix product for all columns: cheaper than
-        # gathering values[idx] per column, and the same resample serves every column.
-        idx = rng.integers(0, n, size=(size, n), dtype=np.int64)
-        idx += (np.arange(size, dtype=np.int64) * n)[:, None]
-        counts = np.bincount(idx.ravel(), minlength=size * n).reshape(size, n)
-        out[start : start + size] = counts.astype(float) @ values / n
+_BLOCK_BITS = 10  # resampling weights are drawn for blocks of 1024 consecutive keys
+
+
+def _poisson_table() -> np.ndarray:
+    """Poisson(1) by table lookup: entry j is the inverse CDF at (j + 0.5) / 65536, so a uniform
+    16-bit draw gives a Poisson(1) count with every probability within 1/65536 of the exact one."""
+    pmf = np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)])
+    cdf = np.cumsum(pmf)
+    u = (np.arange(65536) + 0.5) / 65536
+    return np.searchsorted(cdf, u, side="right").astype(np.uint8)
+
+
+_POISSON = _poisson_table()
+
+
+def resample_weights(seed: int, block: int, n_resamples: int) -> np.ndarray:
+    """The bootstrap weights of keys ``block * 1024 ... block * 1024 + 1023``: an (n_resamples, 1024)
+    uint8 array of Poisson(1) counts drawn from ``numpy.random.default_rng([seed, block])``. A key's
+    weights depend only on the seed, the key and n_resamples, never on which other keys are present,
+    which is what lets a report patch its resampled sums when a few queries change."""
+    rng = np.random.default_rng([int(seed), int(block)])
+    draws = np.frombuffer(rng.bytes(n_resamples * (2 << _BLOCK_BITS)), dtype=np.uint16)
+    return _POISSON[draws].reshape(n_resamples, 1 << _BLOCK_BITS)
+
+
+def resample_sums(keys: np.ndarray, columns: np.ndarray, *, seed: int = 0, n_resamples: int = 1000) -> np.ndarray:
+    """Poisson-bootstrap sums: ``out[b, j] = sum_i w[b, key_i] * columns[i, j]`` with the weights of
+    :func:`resample_weights`; shape (n_resamples, columns.shape[1]). ``keys``: distinct whole numbers
+    >= 0 (query pks, or positions), one per row of ``columns``. Sums over disjoint sets of keys add
+    up to the sum over their union (up to float rounding)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    columns = np.asarray(columns, dtype=np.float64).reshape(keys.size, -1)
+    out = np.zeros((int(n_resamples), columns.shape[1]))
+    if keys.size == 0:
+        return out
+    blocks = keys >> _BLOCK_BITS
+    order = np.argsort(blocks, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(blocks[order]) != 0])
+    for rows in np.split(order, starts[1:]):
+        weights = resample_weights(seed, int(blocks[rows[0]]), int(n_resamples))
+        out += weights[:, keys[rows] & ((1 << _BLOCK_BITS) - 1)].astype(np.float64) @ columns[rows]
     return out
+
+
+def bootstrap_keys(index: pd.Index) -> np.ndarray:
+    """The resampling key of each row: the index itself when it holds distinct whole numbers >= 0
+    (query pks: a query keeps its weights whatever else is in the table), else the row position."""
+    if index.dtype.kind in "iu" and index.size and index.min() >= 0 and index.is_unique:
+        return index.to_numpy(np.int64)
+    return np.arange(index.size, dtype=np.int64)
+
+
+def interval(sums: np.ndarray, counts: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of resampled means ``sums / counts`` (resamples that drew no query are
+    skipped): (low, high), one value per column of ``sums``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = sums / counts.reshape(-1, 1)
+    means[counts == 0] = np.nan
+    q = [(1 - confidence) / 2, (1 + confidence) / 2]
+    low, high = np.nanquantile(means, q, axis=0)
+    return low, high
 
 
 def aggregate(
@@ -463,35 +509,47 @@ def aggregate(
     """Mean and percentile-bootstrap confidence interval of every metric column of ``per_q``.
 
     Metric columns are all but ``n_relevant`` and ``n_retrieved``. Each gets ``{"mean", "ci_low",
-    "ci_high", "n"}`` over its non-NaN values: queries are resampled with replacement
-    ``n_resamples`` times with ``numpy.random.default_rng(seed)``, and the interval is the
-    (1-confidence)/2 and (1+confidence)/2 quantiles of the resampled means. A column's interval
-    depends only on its own values, the seed and the options. n == 0 gives None for mean and
-    interval; n == 1 gives an interval equal to the value.
+    "ci_high", "n"}`` over its non-NaN values. The bootstrap is the Poisson bootstrap: resample b
+    gives each query a weight w[b, query] ~ Poisson(1) (:func:`resample_weights`, seeded by
+    ``seed``, keyed by the query: see :func:`bootstrap_keys`) and its mean is the weighted mean;
+    the interval is the (1-confidence)/2 and (1+confidence)/2 quantiles of the ``n_resamples``
+    means (a resample that drew no query is skipped). As n grows it agrees with resampling n
+    queries with replacement; unlike it, a query's weights do not depend on the other queries, so
+    a report can update its interval when a few queries change without redrawing everything. A
+    column's interval depends only on its own values, their keys, the seed and the options.
+    n == 0 gives None for mean and interval; n == 1 gives an interval equal to the value.
     """
     if not 0 < confidence < 1:
         raise MetricError(f"confidence must be between 0 and 1, e.g. 0.95; got {confidence!r}")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int | np.integer) or n_resamples < 1:
         raise MetricError(f"n_resamples must be a positive whole number, e.g. 1000; got {n_resamples!r}")
     metric_columns = [c for c in per_q.columns if c not in COUNT_COLUMNS]
+    keys = bootstrap_keys(per_q.index)
     result: dict[str, dict] = {}
-    # Columns with the same non-NaN rows share one resampling pass (the usual case: all but judged).
+    # Columns with the same non-NaN rows share a count column (the usual case: all but judged).
     groups: dict[bytes, list] = {}
     for column in metric_columns:
         values = per_q[column].to_numpy(dtype=float)
         mask = ~np.isnan(values)
-        groups.setdefault(mask.tobytes(), []).append((column, values[mask]))
-    quantiles = [(1 - confidence) / 2, (1 + confidence) / 2]
+        groups.setdefault(mask.tobytes(), []).append((column, values, mask))
+    matrix, layout = [], []
     for members in groups.values():
-        values = np.column_stack([v for _, v in members])
-        n = values.shape[0]
+        mask = members[0][2]
+        layout.append((len(matrix), members))
+        matrix.extend(np.where(mask, v, 0.0) for _, v, _ in members)
+        matrix.append(mask.astype(float))
+    sums = resample_sums(keys, np.column_stack(matrix), seed=int(seed), n_resamples=int(n_resamples)) \
+        if matrix and len(keys) else None
+    for first, members in layout:
+        mask = members[0][2]
+        n = int(mask.sum())
         if n > 1:
-            low, high = np.quantile(_resample_means(values, int(n_resamples), seed), quantiles, axis=0)
-        for j, (column, _) in enumerate(members):
+            low, high = interval(sums[:, first:first + len(members)], sums[:, first + len(members)], confidence)
+        for j, (column, values, _) in enumerate(members):
             if n == 0:
                 result[column] = {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
                 continue
-            mean = float(values[:, j].mean())
+            mean = float(values[mask].mean())
             lo, hi = (mean, mean) if n == 1 else (float(low[j]), float(high[j]))
             result[column] = {"mean": mean, "ci_low": lo, "ci_high": hi, "n": n}
     return {c: result[c] for c in metric_columns}

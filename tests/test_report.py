@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import labeler
 from labeler import labels as L
+from labeler import metrics as M
 from labeler import report as R
 from labeler.cli import cli
 from labeler.errors import LabelerError
@@ -436,3 +437,65 @@ def test_cisi_metrics_equal_pytrec_eval_per_query(cisi_db, tmp_path):
         expected = np.mean([reference[f"cisi-{q}"][measure] for q in relevant])
         assert out["metrics"][spec]["mean"] == pytest.approx(expected, abs=1e-9)
         assert out["metrics"][spec]["n"] == 76
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_metrics_page", Path(__file__).parent / "bench" / "bench_metrics_page.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_patched_report_equals_a_full_recompute_at_scale(tmp_path):
+    """Thousands of queries in two origins; after label changes the kept per-query values and
+    bootstrap sums are patched, and every number equals a report computed from nothing."""
+    path = _bench_module().build_db(tmp_path / "big.db", 3000, seed=5)
+    db = labeler.connect(path)
+    specs = ["recall@1", "recall@5", "ndcg@10", "mrr", "precision@3"]
+    R.clear_cache()
+    before = R.retrieval_report(db, specs, reuse=True)
+    before.segments()
+    before.curve()
+    assert before.n_queries == 3000 and set(before.per_query["origin"]) == {"log", "synthetic"}
+    # the report's intervals are those of metrics.aggregate on its per-query values
+    agg = M.aggregate(before.per_query.set_index("query_pk")[[*specs, "n_relevant", "n_retrieved"]])
+    for s in specs:
+        assert before.metrics[s] == pytest.approx(agg[s], abs=1e-12)
+    other = labeler.connect(path)
+    rng = np.random.default_rng(1)
+    picked = other.execute("SELECT query_pk, doc_pk, grade FROM relevance_labels ORDER BY random() LIMIT 40").fetchall()
+    for q, d, g in picked[:30]:
+        L.set_grade(other, q, d, "bench", int((g + 1 + rng.integers(0, 3)) % 4))
+    for q, _, _ in picked[30:33]:
+        L.set_status(other, q, "bench", "discarded")  # stops counting
+    for q, _, _ in picked[33:40]:
+        unjudged = other.execute("SELECT doc_pk FROM retrievals WHERE query_pk = ? AND doc_pk NOT IN "
+                                 "(SELECT doc_pk FROM relevance_labels WHERE query_pk = ?) LIMIT 1", [q, q]).fetchone()
+        if unjudged:
+            L.set_grade(other, q, unjudged[0], "bench", 3)
+    patched = R.retrieval_report(db, specs, reuse=True)
+    assert patched is not before and patched.n_queries == 2997
+    R.clear_cache()
+    full = R.retrieval_report(db, specs, reuse=True)
+    assert patched.per_query_records() == full.per_query_records()
+    assert _close(patched.to_dict(), full.to_dict())
+    for origin in ("log", "synthetic"):
+        a, b = patched.segments()[origin], full.segments()[origin]
+        assert a["n_queries"] == b["n_queries"] and _close(a["metrics"], b["metrics"])
+    assert patched.curve().equals(full.curve())
+    synthetic = R.retrieval_report(db, specs, origin="synthetic", reuse=True)
+    assert _close(synthetic.metrics, full.segments()["synthetic"]["metrics"])
+
+
+def _close(a, b, tol=1e-9) -> bool:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), (a.keys(), b.keys())
+        return all(_close(a[k], b[k], tol) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= tol, (a, b)
+        return True
+    assert a == b, (a, b)
+    return True

@@ -22,11 +22,12 @@ from .load import (
     _answer_judgments,
     _check_origin,
     _check_retriever,
-    _inputs,
     _json_ints,
+    _loaded_inputs,
     data_token,
 )
 from .specs import DEFAULT_KS, DEFAULT_RETRIEVER, HALF_WIDTH, ORIGINS, Z95, ReportError, expand_specs
+from .state import Measured
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ class Report:
     seed: int = 0
     answers: dict[str, int] = field(default_factory=dict)
     n_not_run: int = 0
-    _run: pd.DataFrame = field(default=None, repr=False, compare=False)
-    _qrels: pd.DataFrame = field(default=None, repr=False, compare=False)
+    _measured: Measured = field(default=None, repr=False, compare=False)
+    _mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,7 +162,8 @@ class Report:
             for value in order:
                 part = self.per_query.loc[values == value, [*self.specs, "n_relevant", "n_retrieved"]]
                 out[value] = {"n_queries": len(part), "n_without_relevant": m.n_without_relevant(part),
-                              "metrics": m.aggregate(part, n_resamples=self.n_resamples, seed=self.seed)}
+                              "metrics": self._measured.aggregate(list(self.specs), value, seed=self.seed,
+                                                                  n_resamples=self.n_resamples)}
             self._memo[key] = out
         return self._memo[key]
 
@@ -196,12 +198,7 @@ class Report:
 
     def _extra(self, specs: Sequence[str]) -> pd.DataFrame:
         """Per-query values of extra specs on the same run and labels (no CIs), memoized."""
-        missing = [s for s in specs if ("extra", s) not in self._memo]
-        if missing:
-            values = m.per_query(self._run, self._qrels, missing, threshold=self.threshold)
-            for s in missing:
-                self._memo[("extra", s)] = values[s]
-        return pd.DataFrame({s: self._memo[("extra", s)] for s in specs})
+        return self._measured.frame(list(specs), self._mask)[list(dict.fromkeys(specs))].reset_index(drop=True)
 
     def curve(self, names: Sequence[str] = ("recall", "precision", "ndcg"),
               ks: Sequence[int] | None = None) -> pd.DataFrame:
@@ -291,32 +288,32 @@ def retrieval_report(
                                       *sorted(filters.items()))
 
     def build() -> Report:
-        qrels, run, queries, ran = _inputs(db, token, retriever, annotator, since, until)
+        loaded = _loaded_inputs(db, token, retriever, annotator, since, until)
+        queries, ran = loaded.queries, loaded.runs[retriever][1]
+        measured = loaded.measure(retriever, threshold)
         if origin is not None:
             queries = queries[queries["origin"] == origin]
         labeled = len(queries)
-        if len(ran) < len(queries) or origin is not None:
-            queries = queries[queries["query_pk"].isin(ran)]
-            qrels = qrels[qrels["query"].isin(queries["query_pk"])]
-            run = run[run["query"].isin(queries["query_pk"])]
+        mask = measured.mask(origin)
         cutoffs = sorted({m.parse_metric(s).k for s in specs} - {None}) or [10]
         judged_specs = [f"judged@{k}" for k in cutoffs]
         extra = [s for s in judged_specs if s not in specs]
-        values = m.per_query(run, qrels, [*specs, *extra], threshold=threshold)
-        meta = queries.set_index("query_pk").reindex(values.index)
+        values = measured.frame([*specs, *extra], mask)
         per_q = pd.concat([pd.DataFrame({"query_pk": values.index.to_numpy(np.int64),
-                                         "query_id": meta["query_id"].to_numpy(),
-                                         "origin": meta["origin"].to_numpy()}),
+                                         "query_id": queries.set_index("query_pk")["query_id"]
+                                         .reindex(values.index).to_numpy(),
+                                         "origin": measured.origin if mask is None else measured.origin[mask]}),
                            values.reset_index(drop=True)], axis=1)
-        metrics = m.aggregate(values[specs + ["n_relevant", "n_retrieved"]], n_resamples=n_resamples, seed=seed)
+        metrics = measured.aggregate(list(specs), origin, seed=seed, n_resamples=n_resamples)
         judged = {s: {"mean": float(values[s].mean()) if len(values) else None, "n": int(values[s].notna().sum())}
                   for s in judged_specs}
         answers = _answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
                                     until=until)
+        n_ran = int(np.isin(queries["query_pk"].to_numpy(np.int64), ran).sum())
         return Report(n_queries=len(values), n_without_relevant=m.n_without_relevant(values), threshold=threshold,
                       retriever=retriever, specs=list(specs), metrics=metrics, judged=judged, per_query=per_q,
                       filters=filters, n_resamples=n_resamples, seed=seed, answers=answers,
-                      n_not_run=labeled - len(queries), _run=run, _qrels=qrels)
+                      n_not_run=labeled - n_ran, _measured=measured, _mask=mask)
 
     return _REPORTS.get(key, build)
 

@@ -21,6 +21,7 @@ import sqlite_utils
 from ..labels import golden_labels
 from ..labels._common import When, stamp
 from .specs import ORIGINS, ReportError
+from .state import Measured
 
 
 def _json_ints(values: Iterable[int]) -> str:
@@ -181,6 +182,36 @@ class _Loaded:
     runs: dict[str, tuple[pd.DataFrame, np.ndarray]] = field(default_factory=dict)  # run, pks it ran
     watermark: int = 0  # the last label_events id already reflected
     structure: tuple = ()  # what a label event does not record: ingests and settings
+    measured: dict[tuple[str, int], Measured] = field(default_factory=dict)  # (retriever, threshold)
+
+    def measure(self, retriever: str, threshold: int) -> Measured:
+        """The per-query values and bootstrap sums of ``retriever`` (its run must be loaded)."""
+        key = (retriever, threshold)
+        if key not in self.measured:
+            run, ran = self.runs[retriever]
+            self.measured[key] = Measured(run, self.qrels, self.queries, ran, threshold)
+        return self.measured[key]
+
+
+def _replace_queries(frame: pd.DataFrame, changed: np.ndarray, fresh: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``frame`` (sorted by ``by``, the first being the query column) with the rows of the changed
+    queries replaced by ``fresh``: a merge of sorted pieces, no full sort."""
+    key = by[0]
+    column = frame[key].to_numpy()
+    keep = ~np.isin(column, changed)
+    kept = frame[keep] if not keep.all() else frame
+    if fresh.empty:
+        return kept.reset_index(drop=True)
+    fresh = fresh.sort_values(by, ignore_index=True)
+    at = np.searchsorted(kept[key].to_numpy(), fresh[key].to_numpy(), side="left")
+
+    def merged(c: str) -> Any:
+        old = kept[c]
+        if isinstance(old.dtype, np.dtype):
+            return np.insert(old.to_numpy(), at, fresh[c].to_numpy().astype(old.dtype, copy=False))
+        return pd.array(np.insert(old.to_numpy(dtype=object), at, fresh[c].to_numpy(dtype=object)), dtype=old.dtype)
+
+    return pd.DataFrame({c: merged(c) for c in frame.columns}, copy=False)  # the merged arrays are new
 
 
 # a refresh patches at most this many changed queries; more and it reloads everything
@@ -233,19 +264,19 @@ def _refresh(db: sqlite_utils.Database, old: _Loaded, annotator: str | None, sin
     if len(changed) > MAX_PATCHED:
         return None
     qrels, queries = _golden_part(db, annotator, since, until, query_pks=changed)
-    keep_q = ~old.qrels["query"].isin(changed)
-    new = _Loaded(
-        pd.concat([old.qrels[keep_q], qrels], ignore_index=True).sort_values(["query", "doc"], ignore_index=True),
-        pd.concat([old.queries[~old.queries["query_pk"].isin(changed)], queries], ignore_index=True)
-        .sort_values("query_pk", ignore_index=True),
-        watermark=watermark, structure=structure)
+    new = _Loaded(_replace_queries(old.qrels, changed, qrels, ["query", "doc"]),
+                  _replace_queries(old.queries, changed, queries, ["query_pk"]),
+                  watermark=watermark, structure=structure)
     counted = queries["query_pk"].to_numpy(np.int64)
     for retriever, (run, ran) in old.runs.items():
         fresh = _read_run(db, retriever, counted)
-        kept = run[~run["query"].isin(changed)]
         new.runs[retriever] = (
-            pd.concat([kept, fresh], ignore_index=True).sort_values(["query", "rank"], ignore_index=True),
+            _replace_queries(run, changed, fresh, ["query", "rank"]),
             np.union1d(ran[~np.isin(ran, changed)], logged_queries(db, retriever, counted)).astype(np.int64))
+    for (retriever, threshold), measured in old.measured.items():
+        if retriever in new.runs:
+            run, ran = new.runs[retriever]
+            new.measured[(retriever, threshold)] = measured.patched(run, new.qrels, new.queries, ran, changed)
     return new
 
 
@@ -255,6 +286,14 @@ _PREVIOUS_LOCK = threading.Lock()
 
 def _inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
             since: When, until: When) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
+    loaded = _loaded_inputs(db, token, retriever, annotator, since, until)
+    run, ran = loaded.runs[retriever]
+    return loaded.qrels, run, loaded.queries, ran
+
+
+def _loaded_inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
+                   since: When, until: When) -> _Loaded:
+    """The loaded golden set for these filters, with ``retriever``'s run, reused or refreshed."""
     filters = (annotator, None if since is None else stamp(since), None if until is None else stamp(until))
     key = None if token is None else (token, *filters)
 
@@ -275,5 +314,4 @@ def _inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, anno
     if retriever not in loaded.runs:
         pks = loaded.queries["query_pk"].to_numpy()
         loaded.runs[retriever] = (_read_run(db, retriever, pks), logged_queries(db, retriever, pks))
-    run, ran = loaded.runs[retriever]
-    return loaded.qrels, run, loaded.queries, ran
+    return loaded
