@@ -162,3 +162,26 @@ def test_text_from_logs_is_shown_as_plain_text(tmp_path, monkeypatch):
     assert not any("<script>" in body for body in html)
     assert any(c.value.startswith(r"\[x\]\(javascript\:alert\(1\)\)") for c in at.caption)
     assert not any(HOSTILE_QUESTION in m.value for m in at.markdown)
+
+
+def test_the_first_visit_finds_the_report_computed_in_the_background(demo_db, monkeypatch):
+    """The app starts computing the Metrics page's default report when anyone opens any page; the
+    Metrics page then reads nothing from the database for it."""
+    from labeler.report import load
+
+    R.clear_cache()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state[state.ANNOTATOR] = "alice"
+    at.run()  # the Label page: starts the warm-up
+    warmer = state._warmer(state.db_path())
+    warmer.thread.join(30)
+    assert not warmer.thread.is_alive()
+    loads = []
+    real = load._load
+    monkeypatch.setattr(load, "_load", lambda *a, **k: loads.append(1) or real(*a, **k))
+    at.switch_page("views/metrics.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert loads == []  # served from what the warm-up computed
+    report = R.retrieval_report(labeler.connect(demo_db))
+    assert tiles(at)["recall@5"] == f"{report.metrics['recall@5']['mean']:.3f}"

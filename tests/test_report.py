@@ -499,3 +499,34 @@ def _close(a, b, tol=1e-9) -> bool:
         return True
     assert a == b, (a, b)
     return True
+
+
+def test_concurrent_first_requests_load_once(small_file, db_path, monkeypatch):
+    """Two sessions opening the Metrics page together wait for one computation, not two."""
+    import threading
+    import time
+
+    from labeler.report import load
+
+    R.clear_cache()
+    loads = []
+    real = load._load
+
+    def slow_load(*a, **k):
+        loads.append(1)
+        time.sleep(0.3)
+        return real(*a, **k)
+
+    monkeypatch.setattr(load, "_load", slow_load)
+    results = []
+
+    def visit():
+        db = labeler.connect(db_path)
+        results.append(R.retrieval_report(db, ["mrr"], reuse=True))
+
+    threads = [threading.Thread(target=visit) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len(results) == 3 and results[0] is results[1] is results[2]

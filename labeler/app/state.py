@@ -46,6 +46,51 @@ def _connections(path: str) -> _Connections:
     return _Connections(path)
 
 
+class _Warmer:
+    """Computes the Metrics page's default report in a background thread, so that the first visit
+    after a server start (or an ingest) finds it ready; later label changes are patched in on
+    demand, cheaply, so nothing runs in the background while people label."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self.lock:
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self.thread = threading.Thread(target=self._run, name="labeler-warm-metrics", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        from labeler import report
+
+        db = labeler.connect(self.path, migrate=False)
+        try:
+            report.prepare(db)
+        except Exception:  # noqa: BLE001 - a warm-up only; the page shows any error itself
+            pass
+        finally:
+            db.conn.close()
+
+
+@st.cache_resource
+def _warmer(path: str) -> _Warmer:
+    warmer = _Warmer(path)
+    if os.environ.get("LABELER_WARM_METRICS", "1") != "0":
+        warmer.start()  # once per server process and database
+    return warmer
+
+
+def warm_metrics(again: bool = False) -> None:
+    """Start computing the Metrics page's default report in the background (once per server; again
+    with ``again=True``, e.g. after an ingest). ``LABELER_WARM_METRICS=0`` turns this off."""
+    warmer = _warmer(db_path())
+    if again and os.environ.get("LABELER_WARM_METRICS", "1") != "0":
+        warmer.start()
+
+
 def db_path() -> str:
     return str(Path(os.environ.get("LABELER_DB", "labeler.db")).resolve())
 

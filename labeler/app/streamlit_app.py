@@ -13,6 +13,7 @@ st.set_page_config(page_title="labeler", page_icon=":material/label:", layout="w
 annotator = auth.current_annotator(state.get_db())
 if annotator is None:
     st.stop()
+state.warm_metrics()  # the Metrics page's numbers, computed in the background once per server
 
 pages = [
     st.Page("views/label.py", title="Label", icon=":material/label:", url_path="label", default=True),

@@ -19,7 +19,7 @@ loaded inputs while the database is unchanged), ``core`` (:class:`Report`,
 """
 
 from .compare import Comparison, compare_retrievers
-from .core import Diagnosis, Report, Thresholds, retrieval_report, worst_queries
+from .core import PAGE_FAMILIES, Diagnosis, Report, Thresholds, prepare, retrieval_report, worst_queries
 from .load import clear_cache, data_token, logged_queries, retrievers
 from .specs import (
     DEFAULT_KS,
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_RETRIEVER",
     "HALF_WIDTH",
+    "PAGE_FAMILIES",
     "ORIGINS",
     "Z95",
     "Comparison",
@@ -49,6 +50,7 @@ __all__ = [
     "data_token",
     "expand_specs",
     "logged_queries",
+    "prepare",
     "retrieval_report",
     "retrievers",
     "worst_queries",

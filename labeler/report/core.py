@@ -25,6 +25,7 @@ from .load import (
     _json_ints,
     _loaded_inputs,
     data_token,
+    retrievers,
 )
 from .specs import DEFAULT_KS, DEFAULT_RETRIEVER, HALF_WIDTH, ORIGINS, Z95, ReportError, expand_specs
 from .state import Measured
@@ -316,6 +317,22 @@ def retrieval_report(
                       n_not_run=labeled - n_ran, _measured=measured, _mask=mask)
 
     return _REPORTS.get(key, build)
+
+
+PAGE_FAMILIES = ("recall", "ndcg", "mrr")  # what the Metrics page opens with
+
+
+def prepare(db: sqlite_utils.Database, families: Sequence[str] = PAGE_FAMILIES, *, ks: Sequence[int] = DEFAULT_KS,
+            retriever: str = DEFAULT_RETRIEVER) -> Report:
+    """Compute and keep in memory (``reuse=True``) the report the Metrics page opens with, with its
+    segments, curve and diagnosis: run in the background when the app starts, so that the first
+    visit to the page finds the numbers ready instead of reading every label. Returns the report."""
+    retrievers(db, reuse=True)  # the page's retriever list
+    rep = retrieval_report(db, list(families), ks=sorted(ks), retriever=retriever, reuse=True)
+    rep.segments("origin")
+    rep.curve(names=[f for f in families if f not in ("mrr", "ap")] or ["recall"])
+    rep.diagnosis()
+    return rep
 
 
 def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = None, *,

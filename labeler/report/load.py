@@ -54,14 +54,21 @@ def _read_queries(db: sqlite_utils.Database, query_pks: np.ndarray) -> pd.DataFr
     rows = db.execute(
         "SELECT pk, query_id, origin, review_state FROM queries WHERE pk IN (SELECT value FROM json_each(?)) "
         "ORDER BY pk", [_json_ints(query_pks)]).fetchall()
-    return pd.DataFrame(rows, columns=["query_pk", "query_id", "origin", "review_state"])
+    frame = pd.DataFrame(rows, columns=["query_pk", "query_id", "origin", "review_state"])
+    # plain object columns: patched with numpy, no Arrow conversions
+    return frame.astype({"query_id": object, "origin": object, "review_state": object})
 
 
 def retrievers(db: sqlite_utils.Database, *, reuse: bool = False) -> list[str]:
     """The retrievers that logged rankings, sorted (``production`` is the default one). ``reuse``:
-    answer from memory while nothing was committed to the database file (a full scan otherwise)."""
+    answer from memory while no file was ingested and no synthetic question generated (the only
+    writes that add rankings; a full scan otherwise)."""
     token = data_token(db) if reuse else None
-    return list(_REPORTS.get(None if token is None else (token, "retrievers"), lambda: tuple(
+    key = None
+    if token is not None:
+        synth = db.execute("SELECT count(*), max(id) FROM synth_runs").fetchone()
+        key = (token[0], token[1], _structure(db), tuple(synth), "retrievers")
+    return list(_REPORTS.get(key, lambda: tuple(
         r[0] for r in db.execute("SELECT DISTINCT retriever FROM retrievals ORDER BY retriever"))))
 
 
@@ -135,8 +142,12 @@ class _Watch:
 
 
 class _LRU:
+    """A small least-recently-used cache whose ``get`` computes a missing value once: a second
+    caller asking for a key being computed waits for that result instead of computing it again."""
+
     def __init__(self, size: int) -> None:
         self.size, self.lock, self.items = size, threading.Lock(), OrderedDict()
+        self.pending: dict[Any, threading.RLock] = {}
 
     def get(self, key: Any, make: Callable[[], Any]) -> Any:
         if key is None:
@@ -145,11 +156,21 @@ class _LRU:
             if key in self.items:
                 self.items.move_to_end(key)
                 return self.items[key]
-        value = make()
-        with self.lock:
-            self.items[key] = value
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+            flight = self.pending.setdefault(key, threading.RLock())
+        with flight:
+            with self.lock:
+                if key in self.items:  # computed by the caller we waited for
+                    self.items.move_to_end(key)
+                    return self.items[key]
+            try:
+                value = make()
+                with self.lock:
+                    self.items[key] = value
+                    while len(self.items) > self.size:
+                        self.items.popitem(last=False)
+            finally:
+                with self.lock:
+                    self.pending.pop(key, None)
         return value
 
     def clear(self) -> None:
@@ -194,24 +215,34 @@ class _Loaded:
 
 
 def _replace_queries(frame: pd.DataFrame, changed: np.ndarray, fresh: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """``frame`` (sorted by ``by``, the first being the query column) with the rows of the changed
-    queries replaced by ``fresh``: a merge of sorted pieces, no full sort."""
+    """``frame`` (sorted by ``by``, the first being the query column) with the rows of the ``changed``
+    queries replaced by ``fresh`` (their rows as re-read): the untouched stretches of ``frame`` and
+    the fresh rows are concatenated in order, one copy per column and no sort of the whole table."""
     key = by[0]
-    column = frame[key].to_numpy()
-    keep = ~np.isin(column, changed)
-    kept = frame[keep] if not keep.all() else frame
-    if fresh.empty:
-        return kept.reset_index(drop=True)
+    changed = np.unique(np.asarray(changed))
     fresh = fresh.sort_values(by, ignore_index=True)
-    at = np.searchsorted(kept[key].to_numpy(), fresh[key].to_numpy(), side="left")
+    q, fq = frame[key].to_numpy(), fresh[key].to_numpy()
+    lo, hi = np.searchsorted(q, changed, "left"), np.searchsorted(q, changed, "right")
+    flo, fhi = np.searchsorted(fq, changed, "left"), np.searchsorted(fq, changed, "right")
+    pieces: list[tuple[bool, int, int]] = []  # (from fresh, start, stop)
+    previous = 0
+    for a, b, fa, fb in zip(lo.tolist(), hi.tolist(), flo.tolist(), fhi.tolist(), strict=True):
+        pieces.append((False, previous, a))
+        pieces.append((True, fa, fb))
+        previous = b
+    pieces.append((False, previous, len(frame)))
+    pieces = [p for p in pieces if p[2] > p[1]]
 
-    def merged(c: str) -> Any:
-        old = kept[c]
+    def column(c: str) -> Any:
+        old, new = frame[c], fresh[c]
         if isinstance(old.dtype, np.dtype):
-            return np.insert(old.to_numpy(), at, fresh[c].to_numpy().astype(old.dtype, copy=False))
-        return pd.array(np.insert(old.to_numpy(dtype=object), at, fresh[c].to_numpy(dtype=object)), dtype=old.dtype)
+            a, b = old.to_numpy(), new.to_numpy().astype(old.dtype, copy=False)
+            parts = [(b if from_fresh else a)[i:j] for from_fresh, i, j in pieces]
+            return np.concatenate(parts) if parts else a[:0]
+        parts = [(new if from_fresh else old).iloc[i:j] for from_fresh, i, j in pieces]
+        return pd.concat(parts, ignore_index=True).astype(old.dtype) if parts else old.iloc[:0].reset_index(drop=True)
 
-    return pd.DataFrame({c: merged(c) for c in frame.columns}, copy=False)  # the merged arrays are new
+    return pd.DataFrame({c: column(c) for c in frame.columns}, copy=False)  # the columns are new arrays
 
 
 # a refresh patches at most this many changed queries; more and it reloads everything

@@ -36,6 +36,30 @@ def _rows_of(frame: pd.DataFrame, pks: np.ndarray) -> pd.DataFrame:
     return frame if keep.all() else frame[keep]
 
 
+def _measured_queries(queries: pd.DataFrame, ran: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labeled queries the retriever ran (sorted pks) and their origins."""
+    pks = queries["query_pk"].to_numpy(np.int64)  # sorted, distinct
+    origin = queries["origin"].to_numpy(dtype=object)
+    if pks.size and ran.size >= pks.size:
+        at = np.minimum(np.searchsorted(ran, pks), ran.size - 1)
+        keep = ran[at] == pks
+        if keep.all():
+            return pks, origin
+        return pks[keep], origin[keep]
+    keep = np.isin(pks, ran)
+    return pks[keep], origin[keep]
+
+
+def _inputs_of(run: pd.DataFrame, qrels: pd.DataFrame, pks: np.ndarray, n_labeled: int
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run and qrels rows of the measured queries. The run only holds rows of labeled queries the
+    retriever ran, and every labeled query has qrels rows: when the retriever ran every labeled
+    query, both tables are already exactly that."""
+    if pks.size == n_labeled:
+        return run, qrels
+    return _rows_of(run, pks), _rows_of(qrels, pks)
+
+
 @dataclass
 class _Boot:
     """Resampled sums of one (seed, n_resamples): per origin, the weight total of the queries with a
@@ -53,11 +77,8 @@ class Measured:
                  threshold: int) -> None:
         self.threshold = threshold
         self.lock = threading.RLock()  # one loaded state serves every session of the app
-        self.pks = np.intersect1d(queries["query_pk"].to_numpy(np.int64), ran).astype(np.int64)
-        origin = queries.set_index("query_pk")["origin"]
-        self.origin = origin.reindex(self.pks).to_numpy(dtype=object)
-        self._run = _rows_of(run, self.pks)
-        self._qrels = _rows_of(qrels, self.pks)
+        self.pks, self.origin = _measured_queries(queries, ran)
+        self._run, self._qrels = _inputs_of(run, qrels, self.pks, len(queries))
         self.columns: dict[str, np.ndarray] = {}
         self.boot: dict[tuple[int, int], _Boot] = {}
         first = m.per_query(self._run, self._qrels, [], threshold=threshold)
@@ -164,12 +185,9 @@ class Measured:
         new = Measured.__new__(Measured)
         new.threshold = self.threshold
         new.lock = threading.RLock()
-        new.pks = np.intersect1d(queries["query_pk"].to_numpy(np.int64), ran).astype(np.int64)
-        origin = queries.set_index("query_pk")["origin"]
-        new.origin = origin.reindex(new.pks).to_numpy(dtype=object)
-        new._run = _rows_of(run, new.pks)
-        new._qrels = _rows_of(qrels, new.pks)
-        fresh_pks = np.intersect1d(new.pks, changed)
+        new.pks, new.origin = _measured_queries(queries, ran)
+        new._run, new._qrels = _inputs_of(run, qrels, new.pks, len(queries))
+        fresh_pks = np.intersect1d(new.pks, changed, assume_unique=True)
         specs = [s for s in self.columns if s not in COUNTS]
         fresh = m.per_query(_rows_of(new._run, fresh_pks), _rows_of(new._qrels, fresh_pks), specs,
                             threshold=self.threshold)

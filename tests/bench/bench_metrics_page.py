@@ -8,11 +8,14 @@ relevant chunks the retriever missed, every query submitted. Then times, in one 
   on a fresh connection with nothing cached: the SQL reads, consolidation, metrics, CIs;
 - ``report_warm_s``: the same call again (the loaded run and golden labels are reused while the
   database is unchanged);
-- ``page_first_s`` / ``page_rerun_s``: AppTest renders of the Metrics page (CIs, segments, curve,
-  histogram, worst queries, diagnosis), the first run with nothing in memory, and the best of three
-  reruns (a widget change or a refresh while nobody labeled: the report is reused);
-- ``page_after_label_s``: the rerun after one label changed through another connection (the
-  report is recomputed from the database, so the change shows).
+- ``page_first_no_warmup_s``: an AppTest render of the Metrics page (CIs, segments, curve,
+  histogram, worst queries, diagnosis) with nothing in memory and the background warm-up off;
+- ``warmup_in_background_s`` / ``page_first_after_warmup_s``: the app computes the page's
+  default report in a background thread when anyone opens any page; how long that takes, and the
+  first render of the Metrics page once it is done;
+- ``page_rerun_s``: the best of three reruns (a widget change or a refresh while nobody labeled);
+- ``page_after_label_s``: the median of three reruns each after one label changed through another
+  connection (the changed queries are re-read and patched in, so the change shows).
 
 Run: ``PYTHONPATH=. python tests/bench/bench_metrics_page.py [--queries 100000]``; prints JSON.
 """
@@ -114,16 +117,34 @@ def main() -> None:
 
     from streamlit.testing.v1 import AppTest
 
-    # the page starts from nothing in memory, as after a server start
-    reports.clear_cache()
-    os.environ["LABELER_DB"] = str(path)
+    from labeler.app import state
+
     app = str(Path(labeler.__file__).parent / "app" / "streamlit_app.py")
+    os.environ["LABELER_DB"] = str(path)
+
+    # 1. the page opened with nothing in memory and no warm-up, as right after a server start
+    reports.clear_cache()
+    os.environ["LABELER_WARM_METRICS"] = "0"
     at = AppTest.from_file(app, default_timeout=600)
     at.session_state["annotator"] = "bench"
     at.switch_page("views/metrics.py")
     first_s, _ = _timed(at.run)
     if at.exception:
         raise SystemExit(f"page failed: {at.exception}")
+
+    # 2. the server computed the page's report in the background when someone opened any page
+    reports.clear_cache()
+    os.environ["LABELER_WARM_METRICS"] = "1"
+    state._warmer.clear()
+    at = AppTest.from_file(app, default_timeout=600)
+    at.session_state["annotator"] = "bench"
+    t = time.perf_counter()
+    at.run()  # the Label page; starts the warm-up
+    state._warmer(str(path.resolve())).thread.join()
+    warmup_s = time.perf_counter() - t
+    at.switch_page("views/metrics.py")
+    warm_first_s, _ = _timed(at.run)
+
     reruns = []
     for _ in range(3):
         t, _ = _timed(at.run)
@@ -133,14 +154,19 @@ def main() -> None:
     # (through the labels API, as the Label page writes: the change is logged in label_events)
 
     other = labeler.connect(path)
-    q, d, g, who = other.execute("SELECT query_pk, doc_pk, grade, annotator FROM relevance_labels LIMIT 1").fetchone()
-    labels.set_grade(other, q, d, who, 3 - g)
-    after_s, _ = _timed(at.run)
-    labels.set_grade(other, q, d, who, g)
+    after = []
+    for _ in range(3):
+        q, d, g, who = other.execute("SELECT query_pk, doc_pk, grade, annotator FROM relevance_labels "
+                                     "ORDER BY random() LIMIT 1").fetchone()
+        labels.set_grade(other, q, d, who, 3 - g)
+        t, _ = _timed(at.run)
+        after.append(t)
+        labels.set_grade(other, q, d, who, g)
+        at.run()
     print(json.dumps({
         "n_queries": rep.n_queries,
         "golden_labels_rows": len(golden),
-        "retrieval_rows": int(len(rep._run)),
+        "retrieval_rows": int(len(rep._measured._run)),
         "specs": rep.specs,
         "build_db_s": round(build_s, 2),
         "golden_labels_s": round(golden_s, 3),
@@ -148,10 +174,13 @@ def main() -> None:
         "report_warm_s": round(warm_s, 5),
         "segments_s": round(segments_s, 3),
         "curve_s": round(curve_s, 3),
-        "page_first_s": round(first_s, 3),
+        "page_first_no_warmup_s": round(first_s, 3),
+        "warmup_in_background_s": round(warmup_s, 3),
+        "page_first_after_warmup_s": round(warm_first_s, 3),
         "page_rerun_s": round(min(reruns), 3),
         "page_rerun_max_s": round(max(reruns), 3),
-        "page_after_label_s": round(after_s, 3),
+        "page_after_label_s": round(sorted(after)[1], 3),
+        "page_after_label_max_s": round(max(after), 3),
         "page_target_s": 1.0,
         "tiles": {k: tiles[k] for k in list(tiles)[:4]},
     }, indent=2))

@@ -54,6 +54,7 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
             else:
                 result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name)
             st.session_state[state.INGEST_RESULT] = result.to_dict()
+            state.warm_metrics(again=True)  # new queries: recompute the Metrics page's numbers in the background
         except labeler.LabelerError as e:
             st.session_state[state.INGEST_RESULT] = None
             bar.empty()
