@@ -476,6 +476,9 @@ class _LogWriter:
                  if text is not None}
         if not unknown and not (texts and no_text):
             return
+        # a chunk logged with a title but no text still names its new document
+        titles = {cid: title for r in rows if r.rec["titles"] is not None and unknown
+                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
         lookup = unknown + [cid for cid in texts if cid in no_text]
         found: dict[str, bool] = {}  # doc_id -> stored without text
         if lookup:
@@ -492,7 +495,7 @@ class _LogWriter:
             pk = self.next_doc_pk
             self.next_doc_pk += 1
             text, title = texts.get(cid, (None, None))
-            new.append((pk, cid, text, title, self.created))
+            new.append((pk, cid, text, title if title is not None else titles.get(cid), self.created))
             doc_pk[cid] = pk
             if text is None:
                 no_text.add(cid)

@@ -408,3 +408,13 @@ def test_unreadable_file_error_comes_back_from_the_second_process(db, tmp_path):
     with pytest.raises(IngestError, match="a.parquet: not a readable Parquet file"):
         labeler.ingest_logs(db, path, parallel=True)
     assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_title_without_text_names_the_new_document(db, tmp_path, parallel):
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "a.jsonl", [
+        {"question": "q1?", "retrieved": [{"id": "t1", "title": "Billing FAQ"}, {"id": "t2"}]},
+        {"question": "q2?", "retrieved": [{"id": "t2", "text": "later text", "title": "Plans"}]}]),
+        parallel=parallel)
+    assert rows(db, "SELECT doc_id, text, title FROM documents ORDER BY doc_id") == [
+        ("t1", None, "Billing FAQ"), ("t2", "later text", "Plans")]
