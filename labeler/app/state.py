@@ -7,6 +7,7 @@ sessions run concurrently), so one session's transaction never interleaves with 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -69,8 +70,8 @@ class _Warmer:
         db = labeler.connect(self.path, migrate=False)
         try:
             report.prepare(db)
-        except Exception:  # noqa: BLE001 - a warm-up only; the page shows any error itself
-            pass
+        except Exception as e:  # noqa: BLE001 - a warm-up only; the page shows any error itself
+            logging.getLogger(__name__).warning("computing the Metrics page in the background failed: %s", e)
         finally:
             db.conn.close()
 
