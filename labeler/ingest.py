@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import queue
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -702,8 +703,9 @@ _QUEUED_BATCHES = 4  # batches in flight between the processes: bounds the memor
 
 
 def _may_fork() -> bool:
-    """Forking is safe only from a single-threaded process (the CLI; not the Streamlit server)."""
-    return ("fork" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) > 1
+    """Forking is safe only from a single-threaded process (the CLI; not the Streamlit server), and
+    only done on Linux (macOS frameworks are not fork-safe, which is why Python spawns there)."""
+    return (sys.platform.startswith("linux") and (os.cpu_count() or 1) > 1
             and threading.active_count() == 1)
 
 
@@ -851,6 +853,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
 
     if parallel is None:
         parallel = total >= PARALLEL_MIN_BYTES and _may_fork()
+    parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
     batches = _parsed_batches_forked if parallel else _parsed_batches
     with _bulk(db), store.transaction(db, check_foreign_keys=False):
         for items, done_bytes, fresh_ids in batches(path, fmt, gz, mapping, max_line_bytes, lenient):
