@@ -298,9 +298,19 @@ def request_params(config: LLMConfig, task: Task) -> dict[str, Any]:
     return params
 
 
+def _hashed(value: Any) -> Any:
+    # 0 and 0.0 are the same temperature: a whole float is hashed as the int (the config's default
+    # temperature is the int 0, so calls cached with it keep their hash)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def task_hash(config: LLMConfig, task: Task) -> str:
-    """The ``llm_calls.hash`` of a task: sha256 of model, messages, parameters and schema."""
-    payload = {"model": config.model, "messages": task.messages, "params": request_params(config, task),
+    """The ``llm_calls.hash`` of a task: sha256 of model, messages, parameters and schema. Numeric
+    parameters that are equal (``temperature`` 0 and 0.0) give the same hash."""
+    params = {k: _hashed(v) for k, v in request_params(config, task).items()}
+    payload = {"model": config.model, "messages": task.messages, "params": params,
                "schema_name": task.schema.__name__, "schema": json.loads(_model_schema(task.schema))}
     return hashlib.sha256(dumps(payload).encode()).hexdigest()
 

@@ -302,7 +302,9 @@ def test_only_a_passing_run_pre_labels_and_suggestions_need_a_human(db, ingest_t
     assert db.execute("SELECT count(*) FROM suggestions").fetchone()[0] == 0
 
     server.responder = grade_responder(lambda q, c: truth.get((q, c), 2 if c.startswith("chunk 0") else 0))
-    good = judge.run_judge(db, make_config(server, temperature=0.0), "relevance.v1")
+    # another token limit is another cache key (a fresh run, not the cached biased answers), and the
+    # gate only matches rubric, model and temperature
+    good = judge.run_judge(db, make_config(server, max_tokens=999), "relevance.v1")
     assert judge.gate(db, good.id).passed
     with pytest.raises(GateError, match="model"):
         judge.run_judge(db, make_config(server, model="other-model"), "relevance.v1", on="unlabeled")

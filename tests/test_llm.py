@@ -480,3 +480,13 @@ def test_duplicate_keys_are_rejected(db, server):
     tasks[1].key = tasks[0].key
     with pytest.raises(LLMError, match="duplicate task key 'q0'"):
         llm.run_tasks(db, make_config(server), tasks)
+
+
+def test_equal_numeric_parameters_give_the_same_cache_key():
+    task = llm.Task("q0", [{"role": "user", "content": "hi"}], Judgment)
+    as_int, as_float = llm.LLMConfig(model="m", temperature=0), llm.LLMConfig(model="m", temperature=0.0)
+    assert llm.task_hash(as_int, task) == llm.task_hash(as_float, task)
+    assert llm.task_hash(llm.LLMConfig(model="m", temperature=0.7), task) != llm.task_hash(as_int, task)
+    seeded = llm.Task("q0", task.messages, Judgment, params={"temperature": 1})
+    assert llm.task_hash(as_int, seeded) == llm.task_hash(as_int, llm.Task("q0", task.messages, Judgment,
+                                                                           params={"temperature": 1.0}))
