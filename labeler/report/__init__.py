@@ -19,7 +19,16 @@ loaded inputs while the database is unchanged), ``core`` (:class:`Report`,
 """
 
 from .compare import Comparison, compare_retrievers
-from .core import PAGE_FAMILIES, Diagnosis, Report, Thresholds, prepare, retrieval_report, worst_queries
+from .core import (
+    PAGE_FAMILIES,
+    Diagnosis,
+    Report,
+    Thresholds,
+    curve_families,
+    prepare,
+    retrieval_report,
+    worst_queries,
+)
 from .load import clear_cache, data_token, logged_queries, retrievers
 from .specs import (
     DEFAULT_KS,
@@ -47,6 +56,7 @@ __all__ = [
     "Thresholds",
     "clear_cache",
     "compare_retrievers",
+    "curve_families",
     "data_token",
     "expand_specs",
     "logged_queries",

@@ -322,6 +322,11 @@ def retrieval_report(
 PAGE_FAMILIES = ("recall", "ndcg", "mrr")  # what the Metrics page opens with
 
 
+def curve_families(families: Sequence[str]) -> list[str]:
+    """The metric families of the metric-vs-k curve: those with a cutoff (recall when none has)."""
+    return [f for f in families if f not in ("mrr", "ap")] or ["recall"]
+
+
 def prepare(db: sqlite_utils.Database, families: Sequence[str] = PAGE_FAMILIES, *, ks: Sequence[int] = DEFAULT_KS,
             retriever: str = DEFAULT_RETRIEVER) -> Report:
     """Compute and keep in memory (``reuse=True``) the report the Metrics page opens with, with its
@@ -330,7 +335,7 @@ def prepare(db: sqlite_utils.Database, families: Sequence[str] = PAGE_FAMILIES, 
     retrievers(db, reuse=True)  # the page's retriever list
     rep = retrieval_report(db, list(families), ks=sorted(ks), retriever=retriever, reuse=True)
     rep.segments("origin")
-    rep.curve(names=[f for f in families if f not in ("mrr", "ap")] or ["recall"])
+    rep.curve(names=curve_families(families))
     rep.diagnosis()
     return rep
 

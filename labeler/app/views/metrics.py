@@ -35,8 +35,8 @@ annotator = c3.selectbox("Annotator", [ALL, *(a.name for a in labels.list_annota
                          help="All = the consolidated golden labels; one person = only their submitted grades")
 dates = c4.date_input("Submitted between", value=(), key="m_dates", format="YYYY-MM-DD")
 c5, c6 = st.columns([3, 2])
-families = c5.multiselect("Metrics", FAMILIES, default=["recall", "ndcg", "mrr"], key="m_metrics")
-ks = c6.multiselect("Cutoffs k", KS, default=[1, 3, 5, 10], key="m_ks")
+families = c5.multiselect("Metrics", FAMILIES, default=list(reports.PAGE_FAMILIES), key="m_metrics")
+ks = c6.multiselect("Cutoffs k", KS, default=list(reports.DEFAULT_KS), key="m_ks")
 
 since = until = None
 if isinstance(dates, tuple | list) and len(dates) >= 1:
@@ -87,8 +87,7 @@ st.caption("Judged (share of the top k with any human label): " + " · ".join(
 left, right = st.columns(2, gap="large")
 with left:
     st.subheader("Metric vs k")
-    names = [f for f in families if f not in ("mrr", "ap")] or ["recall"]
-    curve = rep.curve(names=names)
+    curve = rep.curve(names=reports.curve_families(families))
     chart = alt.Chart(curve.dropna(subset=["mean"])).mark_line(point=True).encode(
         x=alt.X("k:Q", title="k"), y=alt.Y("mean:Q", title="mean", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("metric:N", title="metric"), tooltip=["metric", "k", alt.Tooltip("mean:Q", format=".3f"), "n"])
