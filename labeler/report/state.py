@@ -74,21 +74,20 @@ class Measured:
     labeled, counted and that the retriever ran), with their bootstrap sums."""
 
     def __init__(self, run: pd.DataFrame, qrels: pd.DataFrame, queries: pd.DataFrame, ran: np.ndarray,
-                 threshold: int) -> None:
+                 threshold: int, *, columns: dict[str, np.ndarray] | None = None) -> None:
+        """``columns``: per-query values already known, aligned with the measured queries (a patch);
+        by default only n_relevant and n_retrieved are computed."""
         self.threshold = threshold
         self.lock = threading.RLock()  # one loaded state serves every session of the app
         self.pks, self.origin = _measured_queries(queries, ran)
         self._run, self._qrels = _inputs_of(run, qrels, self.pks, len(queries))
-        self.columns: dict[str, np.ndarray] = {}
         self.boot: dict[tuple[int, int], _Boot] = {}
-        first = m.per_query(self._run, self._qrels, [], threshold=threshold)
-        self._check(first.index)
-        for c in COUNTS:
-            self.columns[c] = first[c].to_numpy(np.int64)
-
-    def _check(self, index: pd.Index) -> None:
-        if not np.array_equal(index.to_numpy(np.int64), self.pks):  # every measured query has labels
-            raise AssertionError("per-query index does not match the measured queries")
+        if columns is None:
+            first = m.per_query(self._run, self._qrels, [], threshold=threshold)
+            if not np.array_equal(first.index.to_numpy(np.int64), self.pks):  # every measured query has labels
+                raise AssertionError("per-query index does not match the measured queries")
+            columns = {c: first[c].to_numpy(np.int64) for c in COUNTS}
+        self.columns: dict[str, np.ndarray] = columns
 
     # --- values -------------------------------------------------------------------------------
 
@@ -182,33 +181,29 @@ class Measured:
 
     def _patched(self, run: pd.DataFrame, qrels: pd.DataFrame, queries: pd.DataFrame, ran: np.ndarray,
                  changed: np.ndarray) -> Measured:
-        new = Measured.__new__(Measured)
-        new.threshold = self.threshold
-        new.lock = threading.RLock()
-        new.pks, new.origin = _measured_queries(queries, ran)
-        new._run, new._qrels = _inputs_of(run, qrels, new.pks, len(queries))
-        fresh_pks = np.intersect1d(new.pks, changed, assume_unique=True)
+        pks, _ = _measured_queries(queries, ran)
+        fresh_pks = np.intersect1d(pks, changed, assume_unique=True)
         specs = [s for s in self.columns if s not in COUNTS]
-        fresh = m.per_query(_rows_of(new._run, fresh_pks), _rows_of(new._qrels, fresh_pks), specs,
-                            threshold=self.threshold)
+        # new.pks is the kept old queries and the fresh ones interleaved in sorted order
+        old_keep = ~np.isin(self.pks, changed)
+        from_fresh = np.isin(pks, fresh_pks)
+        if not np.array_equal(pks[~from_fresh], self.pks[old_keep]):
+            raise AssertionError("kept queries do not line up")
+        run_m, qrels_m = _inputs_of(run, qrels, pks, len(queries))
+        fresh = m.per_query(_rows_of(run_m, fresh_pks), _rows_of(qrels_m, fresh_pks), specs, threshold=self.threshold)
         if not np.array_equal(fresh.index.to_numpy(np.int64), fresh_pks):
             raise AssertionError("per-query index does not match the changed queries")
-        old_keep = ~np.isin(self.pks, changed)
-        kept_pks = self.pks[old_keep]
-        # new.pks is kept_pks and fresh_pks interleaved in sorted order
-        from_fresh = np.isin(new.pks, fresh_pks)
-        new.columns = {}
+        columns = {}
         for s in [*specs, *COUNTS]:
-            col = np.empty(new.pks.size, dtype=self.columns[s].dtype)
+            col = np.empty(pks.size, dtype=self.columns[s].dtype)
             col[~from_fresh] = self.columns[s][old_keep]
             col[from_fresh] = fresh[s].to_numpy(col.dtype)
-            new.columns[s] = col
-        if not np.array_equal(new.pks[~from_fresh], kept_pks):
-            raise AssertionError("kept queries do not line up")
-        # bootstrap sums: remove the changed queries' old contributions, add their new ones
+            columns[s] = col
+        new = Measured(run, qrels, queries, ran, self.threshold, columns=columns)
+        # bootstrap sums: remove the changed queries' old contributions, add their new ones (a
+        # segment that did not exist before starts from zero; its spec sums are filled on demand)
         old_rows = np.flatnonzero(~old_keep & (self.columns["n_relevant"] > 0))
         new_rows = np.flatnonzero(from_fresh & (new.columns["n_relevant"] > 0))
-        new.boot = {}
         for (seed, n_resamples), boot in self.boot.items():
             nb = _Boot(dict(boot.counts), dict(boot.sums))
             for state, rows, sign in ((self, old_rows, -1.0), (new, new_rows, 1.0)):
@@ -220,11 +215,6 @@ class Measured:
                                            n_resamples=n_resamples)
                     for j, s in enumerate(keyed):
                         nb.sums[(origin, s)] = nb.sums[(origin, s)] + sign * sums[:, j]
-                    if origin in nb.counts:
-                        nb.counts[origin] = nb.counts[origin] + sign * sums[:, -1]
-                    else:  # a segment that did not exist before: its sums start here
-                        nb.counts[origin] = sums[:, -1]
-                        for j, s in enumerate(keyed):
-                            nb.sums[(origin, s)] = sums[:, j]
+                    nb.counts[origin] = nb.counts.get(origin, 0.0) + sign * sums[:, -1]
             new.boot[(seed, n_resamples)] = nb
         return new
