@@ -4,6 +4,9 @@
 - ``db_path`` / ``file_db``: a database file in tmp_path (for WAL, several connections, processes).
 - ``write_log``: write records as a JSONL log file in tmp_path and return its path.
 - ``ingest_tiny``: ingest a tiny generated log into a database and return the new query pks.
+
+The app's background warm-up of the Metrics page is off in tests (a thread left running by one
+test would read through another test's monkeypatches); the test of the warm-up turns it on.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import pytest
 
 from labeler import db as store
 from labeler.ingest import ingest_logs
+
+
+@pytest.fixture(autouse=True)
+def _no_background_warmup(monkeypatch):
+    monkeypatch.setenv("LABELER_WARM_METRICS", "0")
 
 
 def tiny_records(n: int = 6, chunks: int = 3, *, prefix: str = "q") -> list[dict[str, Any]]:

@@ -169,6 +169,7 @@ def test_the_first_visit_finds_the_report_computed_in_the_background(demo_db, mo
     Metrics page then reads nothing from the database for it."""
     from labeler.report import load
 
+    monkeypatch.setenv("LABELER_WARM_METRICS", "1")
     R.clear_cache()
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state[state.ANNOTATOR] = "alice"
