@@ -312,19 +312,19 @@ def _chunks_fast(retrieved: list) -> Columns | None:
         titles = [c.get("title") for c in retrieved]
         if set(map(type, texts)) - _OPT_STR or set(map(type, titles)) - _OPT_STR:
             return None
-        if texts.count(None) == len(texts):
-            texts = None
-        if titles.count(None) == len(titles):
-            titles = None
+        texts, titles = _unless_all_none(texts), _unless_all_none(titles)
     return ids, texts, titles, scores
+
+
+def _unless_all_none(column: list) -> list | None:
+    return None if column.count(None) == len(column) else column
 
 
 def _columns(chunks: list[tuple[str, str | None, str | None, float | None]]) -> Columns:
     if not chunks:
         return [], None, None, []
     ids, texts, titles, scores = (list(col) for col in zip(*chunks, strict=True))
-    return (ids, None if texts.count(None) == len(texts) else texts,
-            None if titles.count(None) == len(titles) else titles, scores)
+    return ids, _unless_all_none(texts), _unless_all_none(titles), scores
 
 
 def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
