@@ -15,6 +15,7 @@ import contextlib
 import json
 import sqlite3
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +27,8 @@ def _import_sqlite_utils() -> None:
     only to map ``pandas.Timestamp`` values when it creates tables from Python values, which
     labeler never does, and the import is a third of every CLI start (and makes the ingest's
     parsing process slower to fork). Code that needs pandas imports it normally afterwards."""
-    if "pandas" in sys.modules or "sqlite_utils" in sys.modules:
-        return
+    if "pandas" in sys.modules or "sqlite_utils" in sys.modules or threading.active_count() > 1:
+        return  # (with other threads running, one of them could be importing pandas right now)
     sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` raises ImportError
     try:
         import sqlite_utils  # noqa: F401
