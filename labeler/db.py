@@ -324,8 +324,14 @@ def get_settings(db: sqlite_utils.Database) -> dict[str, Any]:
     return values
 
 
-def set_setting(db: sqlite_utils.Database, key: str, value: Any) -> None:
+def set_setting(db: sqlite_utils.Database, key: str, value: Any, *, by: str | None = None) -> None:
+    """Change a project setting; leads only (``by``, the signed-in account; ``None`` is the local
+    operator). The change is recorded in ``audit_events``."""
+    from .accounts import audit, require
+
+    require(db, by, "lead", f"changing the setting {key}")
     with transaction(db):
+        audit(db.conn, now(), by, "setting", key, dumps(value)[:500])
         db.execute(
             "INSERT INTO settings (key, value) VALUES (?, ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -564,4 +570,48 @@ def m006_judges(db: sqlite_utils.Database) -> None:
     ``llm_calls`` hash of the raw response (``judge_labels``; ``doc_pk`` 0 = the query's answer),
     disagreement tags, and the suggestions of gate-passing runs (never golden labels)."""
     for statement in _statements(_SCHEMA_M006_JUDGES):
+        db.execute(statement)
+
+
+# --- m007: accounts, sign-in throttling, sessions, audit (labeler.accounts) ------------------
+
+_SCHEMA_M007_ACCOUNTS = """
+ALTER TABLE annotators ADD COLUMN password_hash TEXT;
+ALTER TABLE annotators ADD COLUMN email TEXT;
+ALTER TABLE annotators ADD COLUMN may_run_llm INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE annotators ADD COLUMN invite_hash TEXT;
+ALTER TABLE annotators ADD COLUMN invite_expires TEXT;
+ALTER TABLE annotators ADD COLUMN removed_at TEXT;
+CREATE UNIQUE INDEX annotators_email ON annotators (email) WHERE email IS NOT NULL;
+CREATE TABLE signin_failures (
+    name TEXT PRIMARY KEY,
+    failures INTEGER NOT NULL,
+    last_at TEXT NOT NULL
+);
+CREATE TABLE sessions (
+    token_hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX sessions_name ON sessions (name);
+CREATE TABLE audit_events (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT,
+    detail TEXT
+);
+CREATE INDEX audit_events_at ON audit_events (at)
+"""
+
+
+@migrations()
+def m007_accounts(db: sqlite_utils.Database) -> None:
+    """Accounts on ``annotators`` (scrypt password hash, OIDC email, may_run_llm, one-time sign-in
+    token hash, removal), per-name failed sign-ins (throttling), browser sessions (token hashes),
+    and ``audit_events`` for account, settings and data actions (label changes stay in
+    ``label_events``)."""
+    for statement in _statements(_SCHEMA_M007_ACCOUNTS):
         db.execute(statement)

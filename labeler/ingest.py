@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import sqlite_utils
 
+from . import accounts
 from . import db as store
 from .errors import IngestError
 from .readers import MAX_LINE_BYTES, BadRecord, detect_format, is_number, iter_records
@@ -826,7 +827,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 mapping: dict[str, str] | None = None, lenient: bool = False,
                 progress: Callable[[int, int], None] | None = None,
                 max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
-                parallel: bool | None = None) -> IngestResult:
+                parallel: bool | None = None, by: str | None = None) -> IngestResult:
     """Ingest one production log file; see the module docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
@@ -835,7 +836,9 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     how the file is called in messages (default: its path), e.g. an uploaded file's own name.
     ``parallel``: parse in a second process while this one writes (same result); by default
     when the file is 4 MiB or more and this process is single-threaded with a spare core.
+    ``by``: the signed-in account (the app); ingesting is for leads (``None``: the local operator).
     """
+    accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
@@ -918,12 +921,14 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
 
 def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                   lenient: bool = False, progress: Callable[[int, int], None] | None = None,
-                  name: str | None = None) -> IngestResult:
+                  name: str | None = None, by: str | None = None) -> IngestResult:
     """Ingest a corpus file (records with id, text, title?, source?) into ``documents``.
 
     The corpus is authoritative: its text replaces text seen in logs. The same id twice in one
     file is an error naming both lines. Same strict/lenient rules as ``ingest_logs``.
+    ``by``: the signed-in account; ingesting is for leads (``None``: the local operator).
     """
+    accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)

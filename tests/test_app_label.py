@@ -256,7 +256,9 @@ def test_password_gate_hides_everything(db_path):
     at.run()
     assert not [b for b in at.button if b.key == "kbd_submit"]
     assert not at.metric and not at.get("html")
-    at.text_input(key="password_input").input("wrong").run()
+    at.text_input(key="password_input").input("wrong")
+    next(b for b in at.button if b.label == "Enter").click().run()
     assert at.error and not [b for b in at.button if b.key == "kbd_submit"]
-    at.text_input(key="password_input").input("s3cret").run()
+    at.text_input(key="password_input").input("s3cret")
+    next(b for b in at.button if b.label == "Enter").click().run()
     assert at.button(key="kbd_submit") is not None

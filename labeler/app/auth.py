@@ -1,21 +1,35 @@
-"""Who is labeling: the optional password gate, OIDC via st.login, and the name sign-in.
+"""Who is signed in. Identity lives in the server-side session only; nothing in the URL signs anyone
+in or changes who is signed in.
 
-- ``password`` in ``.streamlit/secrets.toml``: nothing (no page, no data) is shown until the
-  password is entered; it is compared with ``hmac.compare_digest``.
-- an ``[auth]`` section: sign-in with ``st.login`` (OIDC); the annotator is ``st.user.email``.
-- otherwise: the annotator types their name; it is kept in the session and in the URL
-  (``?annotator=``) so a reload resumes where they were.
+The modes, first match wins:
+
+- **OIDC**: an ``[auth]`` section in ``.streamlit/secrets.toml``: ``st.login``; the identity
+  provider's email is mapped to an account (``labeler.accounts.account_for_email``).
+- **Accounts**: once any account has a password or a sign-in link (``labeler users add``): name and
+  password, throttled per name; a one-time link (``?invite=TOKEN``) lets a new account set its
+  password.
+- **Shared password** (``password`` in secrets.toml, no accounts): the password, then a name.
+- **Local** (nothing configured): a name, for a solo user on 127.0.0.1. A browser that connects
+  from another address is refused until sign-in is set up.
+
+A successful sign-in starts a server-side session whose token the browser keeps as a cookie, so a
+reload stays signed in; signing out ends it.
 """
 
 from __future__ import annotations
 
-import hmac
+import ipaddress
+import json
 from typing import Any
 
 import streamlit as st
 
 import labeler.labels as labels
-from labeler.app import state
+from labeler import accounts
+from labeler.app import state, widgets
+from labeler.errors import LabelerError
+
+COOKIE = "labeler_session"
 
 
 def _secret(key: str) -> Any:
@@ -25,58 +39,209 @@ def _secret(key: str) -> Any:
         return None
 
 
-def _password_ok() -> bool:
-    password = _secret("password")
-    if not password:
-        return True
-    if st.session_state.get(state.PASSWORD_OK):
-        return True
-    st.title("labeler")
-    entered = st.text_input("Password", type="password", key="password_input")
-    if entered:
-        if hmac.compare_digest(entered.encode(), str(password).encode()):
-            st.session_state[state.PASSWORD_OK] = True
-            st.session_state.pop("password_input", None)
-            st.rerun()
-        st.error("Wrong password.")
-    return False
+def _set_cookie(token: str | None) -> None:
+    # the only script this app writes into the page: it stores (or clears) the session cookie
+    value = json.dumps(f"{COOKIE}={token or ''}; path=/; SameSite=Strict; max-age="
+                       f"{int(accounts.SESSION_HOURS * 3600) if token else 0}")
+    st.html(f"<script>document.cookie = {value};</script>", unsafe_allow_javascript=True)
 
 
-def _oidc_user() -> str | None:
-    """The signed-in email when OIDC is configured; stops the script at the login button otherwise."""
-    if not _secret("auth"):
+def _signed_in(name: str) -> None:
+    """Keep ``name`` in the session and start a cookie session for reloads."""
+    st.session_state[state.ANNOTATOR] = name
+    st.session_state[state.SESSION_TOKEN] = accounts.start_session(state.get_db(), name)
+    st.session_state[state.SET_COOKIE] = True
+
+
+def _cookie_token() -> str | None:
+    try:
+        token = st.context.cookies.get(COOKIE)
+    except Exception:  # no request context
         return None
-    if not st.user.is_logged_in:
-        st.title("labeler")
-        st.button("Sign in", on_click=st.login, type="primary", key="oidc_login")
-        st.stop()
-    return str(st.user.get("email") or st.user.get("name") or "user")
+    return token if isinstance(token, str) and token else None  # AppTest has no real request
 
 
-def _sign_in(db) -> None:
-    def start() -> None:
+def _is_local() -> bool:
+    try:
+        ip = st.context.ip_address
+    except Exception:  # no request context (AppTest)
+        return True
+    if not isinstance(ip, str):  # Streamlit reports localhost as None (and AppTest has no connection)
+        return True
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
+def _title() -> None:
+    st.title("labeler")
+
+
+def _show_error() -> None:
+    if error := st.session_state.pop(state.SIGNIN_ERROR, None):
+        st.error(widgets.escape_markdown(error), icon=":material/error:")
+
+
+# --- the forms (each writes in its callback) ------------------------------------------------------
+
+def _password_signin() -> None:
+    def go() -> None:
+        db = state.get_db()
+        try:
+            account = accounts.authenticate(db, st.session_state.get("signin_name", ""),
+                                            st.session_state.get("signin_password", ""))
+        except LabelerError as e:
+            st.session_state[state.SIGNIN_ERROR] = str(e)
+            return
+        finally:
+            st.session_state.pop("signin_password", None)
+        _signed_in(account.name)
+
+    _title()
+    _show_error()
+    with st.form("signin"):
+        st.text_input("Name", key="signin_name", max_chars=80)
+        st.text_input("Password", key="signin_password", type="password")
+        st.form_submit_button("Sign in", type="primary", on_click=go)
+    st.caption("No password yet? Ask a lead for a sign-in link (labeler users add NAME).")
+
+
+def _invite(token: str) -> None:
+    db = state.get_db()
+    name = accounts.invite_name(db, token)
+
+    def go() -> None:
+        first, second = st.session_state.get("invite_pw", ""), st.session_state.get("invite_pw2", "")
+        st.session_state.pop("invite_pw", None)
+        st.session_state.pop("invite_pw2", None)
+        if first != second:
+            st.session_state[state.SIGNIN_ERROR] = "The two passwords differ; type the same password twice."
+            return
+        try:
+            account = accounts.redeem_invite(state.get_db(), token, first)
+        except LabelerError as e:
+            st.session_state[state.SIGNIN_ERROR] = str(e)
+            return
+        st.query_params.pop("invite", None)
+        _signed_in(account.name)
+
+    _title()
+    _show_error()
+    if name is None:
+        st.error("This sign-in link is unknown, used or expired; ask a lead for a new one.")
+        return
+    st.write("Choose a password for your account.")
+    st.text_input("Account", value=name, disabled=True, key="invite_name")
+    with st.form("invite"):
+        st.text_input("New password", type="password", key="invite_pw")
+        st.text_input("The same password again", type="password", key="invite_pw2")
+        st.form_submit_button("Set password and sign in", type="primary", on_click=go)
+
+
+def _name_signin() -> None:
+    def go() -> None:
         name = " ".join(st.session_state.get("signin_name", "").split())
         if name:
-            st.session_state[state.ANNOTATOR] = name
-            st.query_params["annotator"] = name
+            try:
+                labels.add_annotator(state.get_db(), name)
+            except LabelerError as e:
+                st.session_state[state.SIGNIN_ERROR] = str(e)
+                return
+            _signed_in(name)
 
-    st.title("labeler")
+    _title()
+    _show_error()
     st.write("Sign in with your name to start labeling. Your work is saved as you go.")
     with st.form("signin"):
         st.text_input("Your name", key="signin_name", max_chars=80)
-        st.form_submit_button("Start labeling", type="primary", on_click=start)
+        st.form_submit_button("Start labeling", type="primary", on_click=go)
+
+
+def _shared_password_ok() -> bool:
+    password = _secret("password")
+    if not password or st.session_state.get(state.PASSWORD_OK):
+        return True
+
+    def go() -> None:
+        try:
+            accounts.check_shared_password(state.get_db(), st.session_state.get("password_input", ""), str(password))
+        except LabelerError as e:
+            st.session_state[state.SIGNIN_ERROR] = str(e)
+        else:
+            st.session_state[state.PASSWORD_OK] = True
+        st.session_state.pop("password_input", None)
+
+    _title()
+    _show_error()
+    with st.form("password_gate"):
+        st.text_input("Password", type="password", key="password_input")
+        st.form_submit_button("Enter", type="primary", on_click=go)
+    return False
+
+
+def _oidc_name(db) -> str | None:
+    """The account of the signed-in OIDC user; draws the login button (and stops) otherwise."""
+    if not st.user.is_logged_in:
+        _title()
+        st.button("Sign in", on_click=st.login, type="primary", key="oidc_login")
+        st.stop()
+    try:
+        return accounts.account_for_email(db, str(st.user.get("email") or "")).name
+    except LabelerError as e:
+        _title()
+        st.error(widgets.escape_markdown(str(e)))
+        st.button("Sign out", on_click=st.logout, key="oidc_logout")
+        st.stop()
+
+
+# --- the gate --------------------------------------------------------------------------------------
+
+def _active(db, name: str | None) -> str | None:
+    if not name:
+        return None
+    account = accounts.get_account(db, name)
+    return name if account is not None and not account.removed else None
 
 
 def current_annotator(db) -> str | None:
-    """Run the gates; return the annotator's name, or None after drawing the sign-in screen."""
-    if not _password_ok():
+    """Run the gate; return the signed-in account's name, or None after drawing a sign-in screen."""
+    if st.session_state.pop(state.SET_COOKIE, False):
+        _set_cookie(st.session_state.get(state.SESSION_TOKEN))
+    if _secret("auth"):
+        name = st.session_state.get(state.ANNOTATOR)
+        if not _active(db, name):
+            name = _oidc_name(db)
+            st.session_state[state.ANNOTATOR] = name
+        return name
+    if accounts.accounts_enabled(db):
+        name = _active(db, st.session_state.get(state.ANNOTATOR))
+        if name and accounts.get_account(db, name).has_password:
+            return name
+        st.session_state.pop(state.ANNOTATOR, None)
+        account = accounts.session_account(db, _cookie_token())
+        if account is not None:
+            st.session_state[state.ANNOTATOR] = account.name
+            st.session_state[state.SESSION_TOKEN] = _cookie_token()
+            return account.name
+        if token := st.query_params.get("invite"):
+            _invite(token)
+        else:
+            _password_signin()
         return None
-    email = _oidc_user()
-    if email:
-        st.session_state[state.ANNOTATOR] = email
-    name = st.session_state.get(state.ANNOTATOR) or st.query_params.get("annotator")
+    if not _secret("password") and not _is_local():
+        _title()
+        st.error("This app has no sign-in set up and you are not on the machine it runs on. Ask the owner "
+                 "to add accounts (labeler users add NAME) or a password in .streamlit/secrets.toml.")
+        return None
+    if not _shared_password_ok():
+        return None
+    name = st.session_state.get(state.ANNOTATOR)
     if not name:
-        _sign_in(db)
+        account = accounts.session_account(db, _cookie_token())
+        name = account.name if account else None
+    if not name:
+        _name_signin()
         return None
     st.session_state[state.ANNOTATOR] = name
     if labels.get_role(db, name) is None:
@@ -84,7 +249,46 @@ def current_annotator(db) -> str | None:
     return name
 
 
+def role() -> str | None:
+    """The signed-in account's role, read from the database on every call (never from the session)."""
+    name = st.session_state.get(state.ANNOTATOR)
+    return labels.get_role(state.get_db(), name) if name else None
+
+
+def me() -> str:
+    """The signed-in account's name (the entry point has run the gate)."""
+    return st.session_state[state.ANNOTATOR]
+
+
+def require_lead(what: str = "This page") -> str:
+    """Stop the page unless the signed-in account is a lead (checked in the database, so a page
+    opened by its URL or a session that lost the role is refused too). Returns the lead's name."""
+    name = st.session_state.get(state.ANNOTATOR)
+    if not name or not accounts.is_lead(state.get_db(), name):
+        st.error(f"{what} is for leads only.", icon=":material/lock:")
+        st.stop()
+    return name
+
+
+def is_lead() -> bool:
+    """Whether the signed-in account is an active lead (read from the database on every call)."""
+    name = st.session_state.get(state.ANNOTATOR)
+    return bool(name) and accounts.is_lead(state.get_db(), name)
+
+
+def may_run_llm() -> bool:
+    name = st.session_state.get(state.ANNOTATOR)
+    if not name:
+        return False
+    try:
+        accounts.require(state.get_db(), name, "llm", "running LLM jobs")
+    except LabelerError:
+        return False
+    return True
+
+
 def sign_out() -> None:
-    st.session_state.pop(state.ANNOTATOR, None)
-    st.session_state.pop(state.CURRENT, None)
-    st.query_params.pop("annotator", None)
+    accounts.end_session(state.get_db(), st.session_state.pop(state.SESSION_TOKEN, None) or _cookie_token())
+    for key in (state.ANNOTATOR, state.CURRENT, state.PASSWORD_OK):
+        st.session_state.pop(key, None)
+    st.session_state[state.SET_COOKIE] = True  # clears the cookie on the next run

@@ -19,6 +19,10 @@ import labeler
 # session_state keys, named in one place
 ANNOTATOR = "annotator"  # the signed-in annotator's name
 PASSWORD_OK = "password_ok"  # the shared password was entered in this session
+SESSION_TOKEN = "session_token"  # this browser's sign-in session (its hash is in the sessions table)
+SET_COOKIE = "set_cookie"  # write (or clear) the session cookie on the next run
+SIGNIN_ERROR = "signin_error"  # why the last sign-in was refused
+NEW_LINK = "new_link"  # (name, token) of a sign-in link just made on Settings, shown once
 CURRENT = "current_item"  # query pk on the Label page
 FOCUS = "focus"  # index of the focused chunk on the Label page
 SHOWN_AT = "shown_at"  # monotonic time the current item was shown (seconds spent)
@@ -94,15 +98,6 @@ def warm_metrics(again: bool = False) -> None:
 
 def db_path() -> str:
     return str(Path(os.environ.get("LABELER_DB", "labeler.db")).resolve())
-
-
-def role() -> str | None:
-    name = st.session_state.get(ANNOTATOR)
-    if not name:
-        return None
-    import labeler.labels as labels
-
-    return labels.get_role(get_db(), name)
 
 
 def get_db():

@@ -4,10 +4,15 @@ Pages live in views/, not pages/: a pages/ folder next to the entry point switch
 to its legacy multipage mode, whose sidebar lists the files instead of this navigation.
 """
 
+import logging
+
 import streamlit as st
 
-from labeler.app import auth, state
+from labeler.app import auth, state, widgets
+from labeler.errors import LabelerError
 
+# uncaught errors show their type and a generic line in the browser; the traceback goes to the log
+st.set_option("client.showErrorDetails", "type")
 st.set_page_config(page_title="labeler", page_icon=":material/label:", layout="wide")
 
 annotator = auth.current_annotator(state.get_db())
@@ -23,7 +28,7 @@ pages = [
     st.Page("views/synth.py", title="Synth", icon=":material/auto_awesome:", url_path="synth"),
     st.Page("views/judge.py", title="Judge", icon=":material/balance:", url_path="judge"),
 ]
-if state.role() == "lead":
+if auth.is_lead():
     pages += [
         st.Page("views/adjudicate.py", title="Adjudication", icon=":material/gavel:", url_path="adjudication"),
         st.Page("views/settings.py", title="Settings", icon=":material/settings:", url_path="settings"),
@@ -31,4 +36,8 @@ if state.role() == "lead":
 nav = st.navigation(pages)
 with st.sidebar:
     st.button("Sign out", on_click=auth.sign_out, key="sign_out")
-nav.run()
+try:
+    nav.run()
+except LabelerError as e:  # a user error that escaped a page: one line, no traceback
+    logging.getLogger("labeler.app").warning("page %s: %s", nav.url_path, e)
+    st.error(widgets.escape_markdown(str(e).partition("\n")[0]), icon=":material/error:")

@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .. import accounts
 from .. import db as store
 from ..errors import IngestError
 from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
@@ -207,7 +208,7 @@ def _store_line(conn: Any, x: _Line, pk: int, docs: dict[str, int], annotator: s
 
 
 def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str, lenient: bool = False,
-                  fmt: str | None = None, name: str | None = None) -> ImportResult:
+                  fmt: str | None = None, name: str | None = None, by: str | None = None) -> ImportResult:
     """Import a golden set (this tool's JSONL, or the minimal form) as ``annotator``'s submitted labels.
 
     Each line is matched to a query by ``query_id``, else by the normalized question; otherwise a
@@ -216,8 +217,10 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     ``relevance`` (the minimal form's ``relevant_ids`` get the top grade), and their expected
     answer and answer judgments the line's; the label is submitted. Unknown chunk ids are created
     without text (a corpus ingest fills it). Strict by default (see the module doc). ``name`` is
-    how the file is called in messages (default: its path).
+    how the file is called in messages (default: its path). Leads only (``by``; ``None`` is the
+    local operator).
     """
+    accounts.require(db, by, "lead", "importing a golden set")
     annotator = check_name(annotator)
     path = Path(path)
     if not path.exists():

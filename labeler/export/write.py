@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
+from .. import accounts
 from .. import db as store
 from .. import metrics as m
 from ..report import DEFAULT_KS, DEFAULT_METRICS, DEFAULT_RETRIEVER, expand_specs
@@ -93,13 +94,16 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
 
 def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl", *, origin: str | None = None,
                   min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                  retriever: str = DEFAULT_RETRIEVER) -> ExportResult:
+                  retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> ExportResult:
     """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
 
     Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
     and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv) write into the folder ``path``.
     The same database and options give the same bytes. Filters as in :func:`golden_set`.
+    Exports hold every annotator's consolidated grades: leads only (``by``; ``None`` is the local
+    operator).
     """
+    accounts.require(db, by, "lead", "exporting the golden set")
     spec = _format(fmt)
     path = Path(path)
     if not path.parent.exists():
@@ -143,10 +147,12 @@ def archive_name(fmt: str, name: str = "golden") -> str:
 
 def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str = "golden",
                    origin: str | None = None, min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                   retriever: str = DEFAULT_RETRIEVER) -> tuple[str, bytes, ExportResult]:
+                   retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> tuple[str, bytes, ExportResult]:
     """The export as one download: (file name, bytes, result). Single-file formats give the file
     itself; folder formats a zip of the folder plus its manifest (fixed timestamps, so the same
-    database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``."""
+    database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``.
+    Leads only (``by``; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "exporting the golden set")
     spec = _format(fmt)
     stem = archive_name(fmt, name).removesuffix(".zip")
     g, files = _build(db, fmt, stem, origin=origin, min_annotators=min_annotators,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sqlite_utils
 
+from .. import accounts
 from .. import db as store
 from ..errors import JudgeError
 from .registry import ANSWER_FIELDS, VERDICTS
@@ -215,8 +216,11 @@ def disagreements(db: sqlite_utils.Database, run_id: int, *, human: int | None =
 
 
 def tag_item(db: sqlite_utils.Database, run_id: int, query_pk: int, doc_pk: int, tag: str | None, annotator: str,
-             *, note: str | None = None) -> None:
-    """Tag a judged item: ``judge_wrong``, ``human_wrong`` or ``rubric_ambiguous`` (None removes the tag)."""
+             *, note: str | None = None, by: str | None = None) -> None:
+    """Tag a judged item: ``judge_wrong``, ``human_wrong`` or ``rubric_ambiguous`` (None removes the tag).
+    Tags are set in the disagreement browser, which shows every annotator's grades: leads only
+    (``by``, the signed-in account; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "tagging a disagreement")
     if tag is not None and tag not in TAGS:
         raise JudgeError(f"tag {tag!r} is unknown; use one of: {', '.join(TAGS)}")
     get_run(db, run_id)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
+from .. import accounts, llm
 from .. import db as store
-from .. import llm
 from ..errors import GateError, JudgeError
 from .runs import get_run, list_runs
 
@@ -27,9 +27,11 @@ def gate_settings(db: sqlite_utils.Database) -> dict[str, Any]:
     return {**GATE_DEFAULTS, **(store.get_setting(db, "judge_gate") or {})}
 
 
-def set_gate_settings(db: sqlite_utils.Database, **values: Any) -> dict[str, Any]:
+def set_gate_settings(db: sqlite_utils.Database, *, by: str | None = None, **values: Any) -> dict[str, Any]:
     """Change the gate: ``min_value``, ``min_ci_low`` (kappa), ``min_pairs``, ``human_overlap``
-    (pass when the CI reaches the human-human one), ``min_human_pairs``; returns the new gate."""
+    (pass when the CI reaches the human-human one), ``min_human_pairs``; returns the new gate.
+    Leads only (``by``, the signed-in account; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "changing the calibration gate")
     unknown = set(values) - set(GATE_DEFAULTS) - {"statistic"}
     if unknown:
         raise JudgeError(f"unknown gate setting(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_DEFAULTS)}")
@@ -42,7 +44,7 @@ def set_gate_settings(db: sqlite_utils.Database, **values: Any) -> dict[str, Any
             raise JudgeError(f"gate {key}={new[key]!r} must be a whole number >= 1")
     if new["statistic"] != "kappa_collapsed":
         raise JudgeError("the gate statistic is kappa_collapsed (kappa at the relevance threshold)")
-    store.set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS})
+    store.set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS}, by=by)
     return new
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pydantic
 import sqlite_utils
 
+from .. import accounts
 from .. import db as store
 from ..errors import JudgeError
 
@@ -266,9 +267,12 @@ def get_rubric(db: sqlite_utils.Database, judge: str, version: int | str | None 
                      f"{', '.join(r.name for r in versions)}")
 
 
-def save_rubric(db: sqlite_utils.Database, judge: str, text: str, *, author: str | None = None) -> Rubric:
+def save_rubric(db: sqlite_utils.Database, judge: str, text: str, *, author: str | None = None,
+                by: str | None = None) -> Rubric:
     """Save an edited rubric as a new version and return it (an existing version with the same text
-    is returned instead: versions are unique by content hash)."""
+    is returned instead: versions are unique by content hash). Leads only (``by``, the signed-in
+    account; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "saving a rubric")
     if not isinstance(text, str) or not text.strip():
         raise JudgeError("a rubric cannot be empty; write the grading instructions")
     h = _hash(text)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
+from .. import accounts, llm
 from .. import db as store
-from .. import llm
 from ..errors import JudgeError, LabelerError
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
 
@@ -247,8 +247,11 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
 def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, on: str = "labeled",
               limit: int | None = None, rubric: int | str | None = None, seed: int = 0, max_chunks: int = 10,
               calibration_run: int | None = None, progress: Callable[[llm.Progress], None] | None = None,
-              cancel: threading.Event | None = None, dry_run: bool = False) -> JudgeRun:
+              cancel: threading.Event | None = None, dry_run: bool = False, by: str | None = None) -> JudgeRun:
     """Run ``judge`` over the labeled (calibrate) or unlabeled (pre-label) items; return the run.
+
+    A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
+    (``None`` is the local operator); a dry run is free.
 
     ``rubric``: a version number or name (default the latest). ``limit``: a seeded sample of that
     many items. ``dry_run``: nothing is sent or stored; the run carries ``estimate`` (tokens and
@@ -272,6 +275,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
         tasks, _ = _tasks(j, items, r.text, scale)
         run.estimate = llm.estimate(db, config, tasks)
         return run
+    accounts.require(db, by, "llm", "running a judge")
     if not items:
         raise JudgeError(f"no {on} items for {j.name}: "
                          + ("label and submit some queries first" if on == "labeled" else "everything is labeled"))
@@ -301,10 +305,11 @@ def _same_config(config: llm.LLMConfig, run: JudgeRun) -> llm.LLMConfig:
 
 def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
                progress: Callable[[llm.Progress], None] | None = None,
-               cancel: threading.Event | None = None) -> JudgeRun:
+               cancel: threading.Event | None = None, by: str | None = None) -> JudgeRun:
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
-    LLM cache cost nothing)."""
+    LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
+    accounts.require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
     j = get_judge(run.judge)
     text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
@@ -336,8 +341,10 @@ class Stability:
 
 def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, k: int = 3, sample: int = 20,
               seed: int = 0, progress: Callable[[llm.Progress], None] | None = None,
-              cancel: threading.Event | None = None) -> Stability:
-    """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``)."""
+              cancel: threading.Event | None = None, by: str | None = None) -> Stability:
+    """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``); a paid
+    job (``by`` as in :func:`run_judge`)."""
+    accounts.require(db, by, "llm", "checking a judge's stability")
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise JudgeError(f"k={k!r}: a stability check needs at least 2 reruns")
     run = get_run(db, run_id)

@@ -17,17 +17,23 @@ class Annotator(NamedTuple):
     created_at: str
 
 
-def add_annotator(db: sqlite_utils.Database, name: str, role: str | None = None) -> Annotator:
+def add_annotator(db: sqlite_utils.Database, name: str, role: str | None = None, *,
+                  by: str | None = None) -> Annotator:
     """Register ``name`` (or change the role of a known annotator) and return it.
 
     ``role`` is ``"annotator"`` or ``"lead"``; left out, a new annotator becomes the lead when the
     project has none yet (so the first person to sign in can open Settings) and an annotator
     otherwise, and a known annotator keeps their role. The last lead cannot be demoted.
     Annotators are also registered implicitly by their first ``next_item`` or label write.
+    Giving a role is a lead's action (``by``, the signed-in account; ``None`` is the local operator).
     """
     name = check_name(name)
     if role is not None and role not in ROLES:
         raise LabelError(f"role {role!r} is unknown; use one of: {', '.join(ROLES)}")
+    if role is not None:
+        from ..accounts import require  # accounts builds on labels: imported here
+
+        require(db, by, "lead", "changing roles")
     at = stamp(None)
     with store.transaction(db):
         conn = db.conn

@@ -20,8 +20,8 @@ from typing import Any
 
 import sqlite_utils
 
+from .. import accounts, llm
 from .. import db as store
-from .. import llm
 from ..ingest import normalize_question
 from ..search import CorpusIndex
 from .checks import check_item, find_duplicates
@@ -184,8 +184,11 @@ def plan_generation(db: sqlite_utils.Database, config: llm.LLMConfig, options: S
 
 def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions | None = None, *,
              progress: Callable[[llm.Progress], None] | None = None, cancel: threading.Event | None = None,
-             index: CorpusIndex | None = None) -> GenerateResult:
+             index: CorpusIndex | None = None, by: str | None = None) -> GenerateResult:
     """Generate, check and store synthetic questions; see the package docstring.
+
+    A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
+    (``None`` is the local operator).
 
     ``progress`` is called once per seed as its request finishes (``llm.Progress``). Setting
     ``cancel`` leaves unstarted seeds undone; what finished is checked and stored, the run is
@@ -193,6 +196,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
     ``progress`` raises (Streamlit stopping a script), the run stops the same way, stores what it
     has, and re-raises. Raises ``LLMError`` when the endpoint cannot be used (key, model, URL).
     """
+    accounts.require(db, by, "llm", "generating synthetic questions")
     index = index if index is not None else CorpusIndex(db)
     plan = plan_generation(db, config, options, index=index)
     run_id = _start_run(db, plan)

@@ -3,11 +3,11 @@
 import streamlit as st
 
 import labeler.labels as labels
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 db = state.get_db()
-lead = st.session_state[state.ANNOTATOR]
+lead = auth.require_lead("Adjudication")
 names = state.settings()["grade_names"]
 
 

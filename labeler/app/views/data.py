@@ -7,7 +7,7 @@ import streamlit as st
 
 import labeler
 from labeler import export as golden_export
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 
 st.title("Data")
 db = state.get_db()
@@ -23,8 +23,13 @@ widgets.stat_tiles({
     "Relevance labels": s["relevance_labels"],
     "Documents without text": s["documents_without_text"],
 })
+lead = auth.is_lead()
 st.caption("By origin: " + ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
-           + f" · database {state.db_path()}")
+           + (f" · database {widgets.escape_markdown(state.db_path())}" if lead else ""))
+if not lead:
+    st.info("Uploading logs and exporting the golden set are for leads.", icon=":material/lock:")
+    st.stop()
+me = auth.me()
 
 st.subheader("Upload")
 kind = st.radio("What is in the file?", ["Production logs", "Corpus (chunks with id and text)"],
@@ -50,9 +55,10 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
             if kind == "Production logs":
                 pairs = [p for p in (x.strip() for x in mapping_text.split(",")) if p]
                 result = labeler.ingest_logs(db, path, mapping=labeler.parse_mapping(pairs), lenient=lenient,
-                                             progress=progress, name=upload.name)
+                                             progress=progress, name=upload.name, by=me)
             else:
-                result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name)
+                result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name,
+                                               by=me)
             st.session_state[state.INGEST_RESULT] = result.to_dict()
             state.warm_metrics(again=True)  # new queries: recompute the Metrics page's numbers in the background
         except labeler.LabelerError as e:
@@ -99,7 +105,7 @@ def _export_bytes() -> bytes:
     # runs on its own thread when the button is clicked, so it opens its own connection
     export_db = labeler.connect(export_db_path, migrate=False)
     try:
-        return golden_export.export_archive(export_db, export_format, **export_filters)[1]
+        return golden_export.export_archive(export_db, export_format, by=me, **export_filters)[1]
     finally:
         export_db.close()
 

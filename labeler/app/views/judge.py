@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from labeler import agreement, judge, llm
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -23,7 +23,9 @@ TAG_LABELS = {None: "not tagged", "judge_wrong": "judge wrong", "human_wrong": "
               "rubric_ambiguous": "rubric ambiguous"}
 
 db = state.get_db()
-me = st.session_state[state.ANNOTATOR]
+me = auth.me()
+lead = auth.is_lead()
+may_run = auth.may_run_llm()
 settings = state.settings()
 
 
@@ -146,7 +148,7 @@ with tab_agree:
 
 def _tag(run: int, query_pk: int, doc_pk: int, key: str) -> None:
     try:
-        judge.tag_item(db, run, query_pk, doc_pk, st.session_state.get(key), me)
+        judge.tag_item(db, run, query_pk, doc_pk, st.session_state.get(key), me, by=me)
     except LabelerError as e:
         st.session_state[state.LABEL_ERROR] = str(e)
 
@@ -154,7 +156,10 @@ def _tag(run: int, query_pk: int, doc_pk: int, key: str) -> None:
 with tab_browse:
     if error := st.session_state.pop(state.LABEL_ERROR, None):
         st.error(widgets.escape_markdown(error))
-    if current is None:
+    if not lead:
+        # every annotator's grade by name: a lead's view (annotators label blind)
+        st.info("The disagreement browser shows every annotator's grades: it is for leads.", icon=":material/lock:")
+    elif current is None:
         st.caption("Pick a calibration run on the Agreement tab.")
     else:
         grades = _levels(current)
@@ -275,7 +280,10 @@ with tab_run:
             if not usable:
                 st.info("Set OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in "
                         ".streamlit/secrets.toml, then reload.")
-            if st.button(f"Run on {dry.items} items", key="jd_go", disabled=not usable or not dry.items):
+            if not may_run:
+                st.info("Judge runs cost money: leads run them, or annotators a lead allowed in Settings.",
+                        icon=":material/lock:")
+            if st.button(f"Run on {dry.items} items", key="jd_go", disabled=not usable or not dry.items or not may_run):
                 bar = st.progress(0.0, text="Starting")
                 st.button("Cancel", key="jd_cancel", help="Stop sending; what finished is stored")
                 st.session_state[RUNNING] = True
@@ -285,7 +293,7 @@ with tab_run:
 
                 try:
                     st.session_state[LAST] = judge.run_judge(db, config, plan["judge"], on=plan["on"],
-                                                             limit=plan["limit"], progress=show).to_dict()
+                                                             limit=plan["limit"], progress=show, by=me).to_dict()
                 except LabelerError as err:
                     widgets.show_error(err)
                 st.session_state[RUNNING] = False
@@ -302,9 +310,9 @@ with tab_run:
     if unfinished:
         resume_id = st.selectbox("Resume a run", [r.id for r in unfinished], key="jd_resume_pick",
                                  format_func=lambda i: _run_label(by_id[i]))
-        if st.button("Resume", key="jd_resume"):
+        if st.button("Resume", key="jd_resume", disabled=not may_run):
             try:
-                st.session_state[LAST] = judge.resume_run(db, _config(), resume_id).to_dict()
+                st.session_state[LAST] = judge.resume_run(db, _config(), resume_id, by=me).to_dict()
                 st.rerun()
             except LabelerError as err:
                 widgets.show_error(err)
@@ -326,11 +334,11 @@ with tab_stable:
         c1, c2 = st.columns(2)
         k = c1.number_input("Reruns (k)", min_value=2, max_value=10, value=3, key="jd_k")
         sample = c2.number_input("Items", min_value=1, max_value=500, value=20, key="jd_sample")
-        if st.button("Check stability", key="jd_stability"):
+        if st.button("Check stability", key="jd_stability", disabled=not may_run):
             bar = st.progress(0.0, text="Starting")
             try:
                 st.session_state[STABILITY] = judge.stability(
-                    db, _config(), current.run.id, k=int(k), sample=int(sample),
+                    db, _config(), current.run.id, k=int(k), sample=int(sample), by=me,
                     progress=lambda p: bar.progress(p.completed / max(p.total, 1), text=f"{p.completed} of {p.total}"))
             except LabelerError as e:
                 widgets.show_error(e)
@@ -369,9 +377,10 @@ with tab_rubric:
                "version; runs use the latest unless told otherwise.")
     with st.form(f"jd_rubric_form_{name}"):
         text = st.text_area("Rubric", value=latest.text, height=200, key=f"jd_rubric_text_{name}")
-        if st.form_submit_button("Save as a new version", key="jd_rubric_save"):
+        if st.form_submit_button("Save as a new version", key="jd_rubric_save", disabled=not lead,
+                                 help=None if lead else "Only a lead may change a rubric"):
             try:
-                saved = judge.save_rubric(db, name, text, author=me)
+                saved = judge.save_rubric(db, name, text, author=me, by=me)
                 st.success(f"Saved as {saved.name} ({saved.hash})." if saved.version != latest.version
                            else f"Unchanged: this is {saved.name}.")
             except LabelerError as e:
@@ -386,10 +395,10 @@ with tab_rubric:
         min_pairs = c3.number_input("Pairs at least", 1, 1_000_000, int(gate_now["min_pairs"]), key="jd_g_pairs")
         overlap = st.checkbox("Or pass when its CI reaches the human-human kappa's CI", value=gate_now["human_overlap"],
                               key="jd_g_overlap")
-        if st.form_submit_button("Save the gate", key="jd_g_save", disabled=state.role() != "lead",
-                                 help=None if state.role() == "lead" else "Only a lead may change the gate"):
+        if st.form_submit_button("Save the gate", key="jd_g_save", disabled=not lead,
+                                 help=None if lead else "Only a lead may change the gate"):
             try:
-                judge.set_gate_settings(db, min_value=float(min_value), min_ci_low=float(min_low),
+                judge.set_gate_settings(db, by=me, min_value=float(min_value), min_ci_low=float(min_low),
                                         min_pairs=int(min_pairs), human_overlap=bool(overlap))
                 st.success("Gate saved.")
             except LabelerError as e:

@@ -14,7 +14,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import report as reports
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 FAMILIES = ["recall", "precision", "hit", "ndcg", "ndcg_exp", "mrr", "ap"]
@@ -31,8 +31,14 @@ c1, c2, c3, c4 = st.columns(4)
 retriever = c1.selectbox("Retriever", known, key="m_retriever",
                          index=known.index(reports.DEFAULT_RETRIEVER) if reports.DEFAULT_RETRIEVER in known else 0)
 origin = c2.selectbox("Origin", [ALL, *reports.ORIGINS], key="m_origin")
-annotator = c3.selectbox("Annotator", [ALL, *(a.name for a in labels.list_annotators(db))], key="m_annotator",
-                         help="All = the consolidated golden labels; one person = only their submitted grades")
+lead = auth.is_lead()
+# one person's grades are theirs to see and a lead's: annotators get the consolidated labels only
+annotator = c3.selectbox("Annotator", [ALL, *(a.name for a in labels.list_annotators(db))] if lead else [ALL],
+                         key="m_annotator", disabled=not lead,
+                         help="All = the consolidated golden labels; one person = only their submitted grades"
+                         + ("" if lead else " (leads only)"))
+if annotator != ALL and not lead:
+    annotator = ALL
 dates = c4.date_input("Submitted between", value=(), key="m_dates", format="YYYY-MM-DD")
 c5, c6 = st.columns([3, 2])
 families = c5.multiselect("Metrics", FAMILIES, default=list(reports.PAGE_FAMILIES), key="m_metrics")
@@ -103,10 +109,13 @@ with right:
 # --- worst queries ---------------------------------------------------------------------------------
 
 st.subheader(f"Worst queries by {hist_spec}")
-worst = reports.worst_queries(db, rep, hist_spec, limit=10)
-if worst.empty:
+# per-query values come from everyone's grades: a lead's view (blind labeling for annotators)
+worst = reports.worst_queries(db, rep, hist_spec, limit=10) if lead else None
+if worst is None:
+    st.caption("The per-query list is for leads (annotators label blind).")
+elif worst.empty:
     st.caption("No query with a relevant chunk.")
-for row in worst.itertuples(index=False):
+for row in [] if worst is None else worst.itertuples(index=False):
     with st.container(border=True, key=f"m_worst_{row.query_pk}"):
         a, b, c = st.columns([1, 8, 1], vertical_alignment="center")
         a.markdown(f"**{fmt(row.value)}**", help=hist_spec)

@@ -1,14 +1,18 @@
-"""Settings (lead): grade scale and threshold, overlap, queue order, guidelines, annotators and roles."""
+"""Settings (lead): grade scale and threshold, overlap, queue order, guidelines, accounts and roles.
+
+Every write passes the signed-in account as ``by``: the library refuses it unless that account is
+a lead, whoever reached this page."""
 
 import streamlit as st
 
 import labeler
 import labeler.labels as labels
-from labeler.app import state, widgets
+from labeler import accounts
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 db = state.get_db()
-me = st.session_state[state.ANNOTATOR]
+me = auth.require_lead("Settings")
 current = state.settings()
 
 st.title("Settings")
@@ -36,6 +40,10 @@ with st.form("settings_form"):
     st.subheader("Guidelines (markdown)")
     guidelines = st.text_area("Shown to annotators on the Label page", value=current["guidelines"], height=200,
                               key="set_guidelines")
+    st.subheader("Sign-in")
+    oidc_create = st.checkbox("Identity provider (OIDC): an unknown email becomes a new annotator account "
+                              "(otherwise it is refused)", value=bool(current.get("oidc_create_accounts")),
+                              key="set_oidc_create")
     saved = st.form_submit_button("Save settings", type="primary")
 
 if saved:
@@ -43,39 +51,95 @@ if saved:
         values = {"grade_names": [n.strip() or f"grade {i}" for i, n in enumerate(names)],
                   "grade_help": [h.strip() for h in helps], "threshold": int(threshold), "queue_order": order,
                   "overlap_fraction": float(fraction), "overlap_annotators": int(overlap_n),
-                  "lease_minutes": int(lease), "guidelines": guidelines}
+                  "lease_minutes": int(lease), "guidelines": guidelines, "oidc_create_accounts": bool(oidc_create)}
         for key, value in values.items():
             if value != current.get(key):
-                labeler.set_setting(db, key, value)
+                labeler.set_setting(db, key, value, by=me)
         labels.sync_queue(db)
         st.success("Saved.")
     except LabelerError as e:
         widgets.show_error(e)
 
-st.subheader("Annotators and roles")
+# --- accounts -------------------------------------------------------------------------------------
+
+st.subheader("Accounts and roles")
+st.caption("Once any account has a password or a sign-in link, everyone signs in with name and password. "
+           "The same is possible from the command line: labeler users add / role / passwd / remove.")
 
 
-def set_role(name: str) -> None:
+def _act(fn, *args, **kwargs) -> None:
     try:
-        labels.add_annotator(db, name, st.session_state[f"role_{name}"])
+        fn(*args, **kwargs)
     except LabelerError as e:
         st.session_state[state.LABEL_ERROR] = str(e)
 
 
+def set_role(name: str) -> None:
+    _act(accounts.set_role, db, name, st.session_state[f"role_{name}"], by=me)
+
+
+def set_llm(name: str) -> None:
+    _act(accounts.grant_llm, db, name, bool(st.session_state[f"llm_{name}"]), by=me)
+
+
+def remove(name: str) -> None:
+    _act(accounts.remove_user, db, name, by=me)
+
+
+def new_link(name: str) -> None:
+    try:
+        st.session_state[state.NEW_LINK] = (name, accounts.new_invite(db, name, by=me))
+    except LabelerError as e:
+        st.session_state[state.LABEL_ERROR] = str(e)
+
+
+def add_account() -> None:
+    name = " ".join(st.session_state.get("new_annotator", "").split())
+    password = st.session_state.get("new_annotator_password") or None
+    st.session_state["new_annotator_password"] = ""
+    if not name:
+        st.session_state[state.LABEL_ERROR] = "Type the new account's name."
+        return
+    try:
+        made = accounts.add_user(db, name, st.session_state.get("new_annotator_role", "annotator"),
+                                 password=password, email=st.session_state.get("new_annotator_email") or None, by=me)
+    except LabelerError as e:
+        st.session_state[state.LABEL_ERROR] = str(e)
+        return
+    st.session_state["new_annotator"] = ""
+    st.session_state["new_annotator_email"] = ""
+    if made.token:
+        st.session_state[state.NEW_LINK] = (made.account.name, made.token)
+
+
 if error := st.session_state.pop(state.LABEL_ERROR, None):
     st.error(widgets.escape_markdown(error))
-for a in labels.list_annotators(db):
-    c1, c2 = st.columns([2, 1])
-    c1.write(widgets.escape_markdown(a.name) + (" (you)" if a.name == me else ""))
+if link := st.session_state.pop(state.NEW_LINK, None):
+    st.success(f"One-time sign-in link for {widgets.escape_markdown(link[0])} (shown once; it sets their password):")
+    st.code(f"?invite={link[1]}", language=None)
+    st.caption("Append it to this app's address, e.g. http://HOST:PORT/?invite=...")
+
+for a in accounts.list_accounts(db):
+    c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 2, 1], vertical_alignment="center")
+    with c1:
+        status = "password set" if a.has_password else "sign-in link pending" if a.invite_pending else \
+            "email sign-in" if a.email else "no password"
+        widgets.plain_block(f"{a.name}{' (you)' if a.name == me else ''} · {status}"
+                            + (f" · {a.email}" if a.email else ""))
     c2.selectbox("Role", ["annotator", "lead"], index=["annotator", "lead"].index(a.role), key=f"role_{a.name}",
                  on_change=set_role, args=(a.name,), label_visibility="collapsed")
-with st.form("add_annotator", clear_on_submit=True):
-    c1, c2, c3 = st.columns([2, 1, 1])
-    new_name = c1.text_input("Add an annotator", key="new_annotator")
-    new_role = c2.selectbox("Role", ["annotator", "lead"], key="new_annotator_role")
-    if c3.form_submit_button("Add") and new_name.strip():
-        try:
-            labels.add_annotator(db, new_name, new_role)
-            st.rerun()
-        except LabelerError as e:
-            widgets.show_error(e)
+    c3.checkbox("May run LLM jobs", value=a.may_run_llm or a.role == "lead", key=f"llm_{a.name}",
+                on_change=set_llm, args=(a.name,), disabled=a.role == "lead",
+                help="Judge and synth runs cost money: leads always may; annotators when allowed here")
+    c4.button("New sign-in link", key=f"link_{a.name}", on_click=new_link, args=(a.name,),
+              help="A one-time link with which they set a new password")
+    c5.button("Remove", key=f"remove_{a.name}", on_click=remove, args=(a.name,), disabled=a.name == me,
+              help="They can no longer sign in; their labels stay, attributed to them")
+
+with st.form("add_annotator"):
+    c1, c2, c3, c4 = st.columns([2, 2, 1, 2])
+    c1.text_input("New account", key="new_annotator")
+    c2.text_input("Email for OIDC sign-in (optional)", key="new_annotator_email")
+    c3.selectbox("Role", ["annotator", "lead"], key="new_annotator_role")
+    c4.text_input("Password (optional: else a sign-in link)", type="password", key="new_annotator_password")
+    st.form_submit_button("Add", on_click=add_account)

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from labeler import llm, synth
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -101,8 +101,12 @@ with tab_generate:
             if not usable:
                 st.info("Set OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in "
                         ".streamlit/secrets.toml, then reload, to generate.")
+            may_run = auth.may_run_llm()
+            if not may_run:
+                st.info("Generating costs money: leads run it, or annotators a lead allowed in Settings.",
+                        icon=":material/lock:")
             if st.button(f"Generate {len(plan.seeds) * options.per_chunk} questions", key="sy_generate",
-                         disabled=not usable):
+                         disabled=not usable or not may_run):
                 bar = st.progress(0.0, text="Starting")
                 st.button("Cancel", key="sy_cancel", help="Stop sending; what finished is stored")
                 st.session_state[RUNNING] = True
@@ -112,7 +116,7 @@ with tab_generate:
                                  text=f"{p.completed} of {p.total} seed(s); {p.failed} failed")
 
                 try:
-                    result = synth.generate(db, config, options, progress=show, index=index)
+                    result = synth.generate(db, config, options, progress=show, index=index, by=auth.me())
                     st.session_state[RESULT] = result.to_dict()
                 except LabelerError as err:
                     widgets.show_error(err)

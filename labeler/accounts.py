@@ -1,0 +1,452 @@
+"""Accounts: who may sign in, with which password, and what each role may do.
+
+An account is a row of ``annotators`` with a role (``annotator`` or ``lead``), an optional salted
+``hashlib.scrypt`` password hash, an optional OIDC email and the grant ``may_run_llm``. Once any
+account has a password, a pending sign-in link or an email, the app asks for name and password
+(or the identity provider) and nothing else signs anyone in.
+
+Roles are checked here, in the library call that acts, not by hiding a page: every lead-only
+function takes ``by=NAME`` (the signed-in account) and calls :func:`require`. ``by=None`` is the
+local operator (the CLI, or Python with the database file in hand: holding the file is already
+full access); the app always passes the signed-in account.
+
+Failed sign-ins are throttled per name: after 5 failures each further attempt must wait
+2, 4, 8 ... seconds (at most 15 minutes) after the last failure; failures are logged.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import hmac
+import logging
+import secrets
+from datetime import timedelta
+from typing import NamedTuple
+
+import sqlite_utils
+
+from . import db as store
+from .errors import LabelerError, RoleError
+from .labels._common import ROLES, When, check_name, parse_time, stamp
+
+log = logging.getLogger(__name__)
+
+PERMISSIONS = ("lead", "llm", "label")
+MIN_PASSWORD = 8
+FREE_FAILURES = 5
+MAX_DELAY_S = 900.0
+INVITE_HOURS = 72
+SESSION_HOURS = 12
+_SCRYPT = {"n": 2 ** 14, "r": 8, "p": 1}
+# compared against when the name is unknown, so a wrong name takes as long as a wrong password
+_DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
+
+
+class SignInError(LabelerError):
+    """A sign-in was refused: wrong name or password, throttled, unknown email, expired link."""
+
+
+class Account(NamedTuple):
+    name: str
+    role: str
+    email: str | None
+    may_run_llm: bool
+    has_password: bool
+    invite_pending: bool
+    removed: bool
+    created_at: str
+
+
+class NewAccount(NamedTuple):
+    account: Account
+    token: str | None  # the one-time sign-in token when no password was given
+
+
+_COLS = ("name, role, email, may_run_llm, password_hash IS NOT NULL, "
+         "invite_hash IS NOT NULL AND invite_expires > ?, removed_at IS NOT NULL, created_at")
+
+
+def _row_to_account(row: tuple) -> Account:
+    name, role, email, llm_ok, has_pw, invite, removed, created = row
+    return Account(name, role, email, bool(llm_ok), bool(has_pw), bool(invite), bool(removed), created)
+
+
+def get_account(db: sqlite_utils.Database, name: str, *, now: When = None) -> Account | None:
+    """The account called ``name`` (removed ones too), or None."""
+    row = db.execute(f"SELECT {_COLS} FROM annotators WHERE name = ?", [stamp(now), check_name(name)]).fetchone()
+    return _row_to_account(row) if row else None
+
+
+def list_accounts(db: sqlite_utils.Database, *, include_removed: bool = False, now: When = None) -> list[Account]:
+    """Every account in the order they joined (removed ones only with ``include_removed``)."""
+    where = "" if include_removed else "WHERE removed_at IS NULL"
+    return [_row_to_account(r) for r in db.execute(
+        f"SELECT {_COLS} FROM annotators {where} ORDER BY created_at, name", [stamp(now)])]
+
+
+def accounts_enabled(db: sqlite_utils.Database) -> bool:
+    """True once any active account has a password, a pending sign-in link or an OIDC email: from
+    then on the app asks for credentials and a typed name alone signs nobody in."""
+    return db.execute("SELECT 1 FROM annotators WHERE removed_at IS NULL AND (password_hash IS NOT NULL "
+                      "OR invite_hash IS NOT NULL OR email IS NOT NULL) LIMIT 1").fetchone() is not None
+
+
+# --- passwords ----------------------------------------------------------------------------------
+
+def hash_password(password: str) -> str:
+    """A salted scrypt hash: ``scrypt$N$r$p$salt$hash`` (hex)."""
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, dklen=32, **_SCRYPT)
+    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${salt.hex()}${digest.hex()}"
+
+
+def verify_password(stored: str | None, password: str) -> bool:
+    """Whether ``password`` matches ``stored`` (constant-time comparison of the scrypt digests)."""
+    try:
+        _, n, r, p, salt, digest = (stored or _DUMMY_HASH).split("$")
+        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
+                             dklen=len(digest) // 2)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(got.hex(), digest) and stored is not None
+
+
+def _check_password(password: object) -> str:
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD:
+        raise LabelerError(f"a password needs at least {MIN_PASSWORD} characters")
+    return password
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# --- the role check -------------------------------------------------------------------------------
+
+def local_operator() -> str:
+    """How the audit names the local operator (CLI / Python): ``local:<OS user>``."""
+    try:
+        return f"local:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no user name in this environment
+        return "local"
+
+
+def require(db: sqlite_utils.Database, by: str | None, permission: str, action: str) -> None:
+    """Refuse ``action`` unless ``by`` may do it: ``lead`` (leads only), ``llm`` (leads, and
+    annotators granted "may run LLM jobs"), ``label`` (any active account). ``by=None`` is the
+    local operator and may do everything. Raises ``RoleError`` naming the action and the fix."""
+    if permission not in PERMISSIONS:
+        raise ValueError(f"unknown permission {permission!r}")
+    if by is None:
+        return
+    row = db.execute("SELECT role, may_run_llm, removed_at FROM annotators WHERE name = ?",
+                     [str(by).strip()]).fetchone()
+    if row is None or row[2] is not None:
+        log.warning("refused %s: %r has no active account", action, by)
+        raise RoleError(f"{action}: {by} has no active account; sign in again")
+    role, llm_ok, _ = row
+    if permission == "lead" and role != "lead":
+        log.warning("refused %s: %r is an annotator", action, by)
+        raise RoleError(f"{action} is for leads only; {by} is an annotator (a lead can change roles in "
+                        "Settings or with `labeler users role`)")
+    if permission == "llm" and role != "lead" and not llm_ok:
+        log.warning("refused %s: %r may not run LLM jobs", action, by)
+        raise RoleError(f"{action} costs money and is for leads, or annotators a lead allowed to run LLM "
+                        f"jobs; {by} is not allowed (Settings, or `labeler users grant-llm`)")
+
+
+def is_lead(db: sqlite_utils.Database, name: str | None) -> bool:
+    """Whether ``name`` is an active lead (``None``, the local operator, counts as one)."""
+    if name is None:
+        return True
+    row = db.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
+    return row is not None and row[0] == "lead"
+
+
+def audit(conn, at: str, by: str | None, action: str, target: str | None, detail: str | None = None) -> None:
+    """Append one row to ``audit_events`` (account, role, settings and data actions)."""
+    conn.execute("INSERT INTO audit_events (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+                 [at, by if by is not None else local_operator(), action, target, detail])
+
+
+# --- managing accounts ----------------------------------------------------------------------------
+
+def _lead_count(conn) -> int:
+    return conn.execute("SELECT count(*) FROM annotators WHERE role = 'lead' AND removed_at IS NULL").fetchone()[0]
+
+
+def _check_role(role: str) -> str:
+    if role not in ROLES:
+        raise LabelerError(f"role {role!r} is unknown; use one of: {', '.join(ROLES)}")
+    return role
+
+
+def _new_invite(conn, name: str, at: str, hours: float) -> str:
+    token = secrets.token_urlsafe(24)
+    expires = stamp(parse_time(at) + timedelta(hours=hours))
+    conn.execute("UPDATE annotators SET invite_hash = ?, invite_expires = ? WHERE name = ?",
+                 [_token_hash(token), expires, name])
+    return token
+
+
+def add_user(db: sqlite_utils.Database, name: str, role: str = "annotator", *, password: str | None = None,
+             email: str | None = None, by: str | None = None, invite_hours: float = INVITE_HOURS,
+             now: When = None) -> NewAccount:
+    """Create an account (a lead's action). Without ``password`` a one-time sign-in token is made
+    (valid ``invite_hours``) with which the person sets their own password; it is returned once and
+    only its hash is stored. A name that already labeled (registered without a password) becomes
+    an account; an existing account is an error (use :func:`set_password` / :func:`set_role`)."""
+    name = check_name(name)
+    _check_role(role)
+    if password is not None:
+        _check_password(password)
+    email = email.strip().lower() if email and email.strip() else None
+    at = stamp(now)
+    with store.transaction(db):
+        require(db, by, "lead", "adding an account")
+        conn = db.conn
+        row = conn.execute("SELECT password_hash, invite_hash, email, removed_at FROM annotators WHERE name = ?",
+                           [name]).fetchone()
+        if row and row[3] is None and (row[0] or row[1] or row[2]):
+            raise LabelerError(f"account {name} already exists; use `labeler users passwd {name}` or "
+                               f"`labeler users role {name} ROLE`")
+        if email and conn.execute("SELECT 1 FROM annotators WHERE email = ? AND name != ?",
+                                  [email, name]).fetchone():
+            raise LabelerError(f"email {email} belongs to another account")
+        if row is None:
+            conn.execute("INSERT INTO annotators (name, role, created_at) VALUES (?, ?, ?)", [name, role, at])
+        else:
+            conn.execute("UPDATE annotators SET role = ?, removed_at = NULL WHERE name = ?", [role, name])
+        conn.execute("UPDATE annotators SET password_hash = ?, email = ? WHERE name = ?",
+                     [hash_password(password) if password else None, email, name])
+        token = None if password else _new_invite(conn, name, at, invite_hours)
+        audit(conn, at, by, "account_add", name, f"role={role}" + (f" email={email}" if email else ""))
+    return NewAccount(get_account(db, name), token)
+
+
+def set_password(db: sqlite_utils.Database, name: str, password: str, *, by: str | None = None,
+                 now: When = None) -> None:
+    """Set ``name``'s password (by themself or a lead); their other sessions end."""
+    name = check_name(name)
+    _check_password(password)
+    at = stamp(now)
+    with store.transaction(db):
+        if by is None or by != name:
+            require(db, by, "lead", "setting another person's password")
+        conn = db.conn
+        if not conn.execute("SELECT 1 FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone():
+            raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
+        conn.execute("UPDATE annotators SET password_hash = ?, invite_hash = NULL, invite_expires = NULL "
+                     "WHERE name = ?", [hash_password(password), name])
+        conn.execute("DELETE FROM sessions WHERE name = ?", [name])
+        audit(conn, at, by, "password_set", name)
+
+
+def new_invite(db: sqlite_utils.Database, name: str, *, by: str | None = None, hours: float = INVITE_HOURS,
+               now: When = None) -> str:
+    """A fresh one-time sign-in token for ``name`` (a lead's action); the old one stops working."""
+    name = check_name(name)
+    at = stamp(now)
+    with store.transaction(db):
+        require(db, by, "lead", "making a sign-in link")
+        if not db.conn.execute("SELECT 1 FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone():
+            raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
+        token = _new_invite(db.conn, name, at, hours)
+        audit(db.conn, at, by, "invite", name)
+    return token
+
+
+def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None = None, now: When = None) -> Account:
+    """Change ``name``'s role (a lead's action). The last lead cannot be demoted."""
+    name = check_name(name)
+    _check_role(role)
+    at = stamp(now)
+    with store.transaction(db):
+        require(db, by, "lead", "changing roles")
+        conn = db.conn
+        row = conn.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
+        if row is None:
+            raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
+        if row[0] != role:
+            if row[0] == "lead" and _lead_count(conn) <= 1:
+                raise LabelerError(f"{name} is the only lead; make someone else lead first")
+            conn.execute("UPDATE annotators SET role = ? WHERE name = ?", [role, name])
+            audit(conn, at, by, "role", name, f"{row[0]} -> {role}")
+    return get_account(db, name)
+
+
+def grant_llm(db: sqlite_utils.Database, name: str, allowed: bool = True, *, by: str | None = None,
+              now: When = None) -> Account:
+    """Allow (or stop) an annotator running paid LLM jobs (judge and synth runs); a lead's action."""
+    name = check_name(name)
+    at = stamp(now)
+    with store.transaction(db):
+        require(db, by, "lead", "granting LLM runs")
+        cur = db.conn.execute("UPDATE annotators SET may_run_llm = ? WHERE name = ? AND removed_at IS NULL",
+                              [int(bool(allowed)), name])
+        if not cur.rowcount:
+            raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
+        audit(db.conn, at, by, "may_run_llm", name, str(bool(allowed)).lower())
+    return get_account(db, name)
+
+
+def remove_user(db: sqlite_utils.Database, name: str, *, by: str | None = None, now: When = None) -> None:
+    """Remove ``name``'s account (a lead's action): they can no longer sign in; their labels stay,
+    attributed to them. The last lead cannot be removed."""
+    name = check_name(name)
+    at = stamp(now)
+    with store.transaction(db):
+        require(db, by, "lead", "removing an account")
+        conn = db.conn
+        row = conn.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
+        if row is None:
+            raise LabelerError(f"no account {name}")
+        if row[0] == "lead" and _lead_count(conn) <= 1:
+            raise LabelerError(f"{name} is the only lead; make someone else lead first")
+        conn.execute("UPDATE annotators SET removed_at = ?, password_hash = NULL, invite_hash = NULL, "
+                     "invite_expires = NULL, email = NULL, may_run_llm = 0 WHERE name = ?", [at, name])
+        conn.execute("DELETE FROM sessions WHERE name = ?", [name])
+        conn.execute("UPDATE assignments SET state = 'released', lease_expires = NULL "
+                     "WHERE annotator = ? AND state = 'leased'", [name])
+        audit(conn, at, by, "account_remove", name)
+
+
+# --- signing in -----------------------------------------------------------------------------------
+
+def _wait_left(conn, key: str, at: str) -> float:
+    row = conn.execute("SELECT failures, last_at FROM signin_failures WHERE name = ?", [key]).fetchone()
+    if row is None or row[0] < FREE_FAILURES:
+        return 0.0
+    delay = min(2.0 ** (row[0] - FREE_FAILURES + 1), MAX_DELAY_S)
+    waited = (parse_time(at) - parse_time(row[1])).total_seconds()
+    return max(0.0, delay - waited)
+
+
+def _throttled(db: sqlite_utils.Database, key: str, shown: str, at: str) -> None:
+    with store.transaction(db):
+        wait = _wait_left(db.conn, key, at)
+    if wait > 0:
+        log.warning("sign-in for %r refused: throttled for %.0f s more", shown, wait)
+        raise SignInError(f"too many failed sign-ins for {shown}; try again in {wait:.0f} s")
+
+
+def _record(db: sqlite_utils.Database, key: str, shown: str, ok: bool, at: str) -> None:
+    with store.transaction(db):
+        if ok:
+            db.conn.execute("DELETE FROM signin_failures WHERE name = ?", [key])
+        else:
+            db.conn.execute("INSERT INTO signin_failures (name, failures, last_at) VALUES (?, 1, ?) "
+                            "ON CONFLICT (name) DO UPDATE SET failures = failures + 1, last_at = excluded.last_at",
+                            [key, at])
+    if not ok:
+        log.warning("failed sign-in for %r", shown)
+
+
+def authenticate(db: sqlite_utils.Database, name: str, password: str, *, now: When = None) -> Account:
+    """The account if ``password`` is ``name``'s, else ``SignInError`` (one message for a wrong
+    name or a wrong password). Throttled per name after 5 failures; every failure is logged."""
+    name = " ".join(str(name or "").split())
+    key, at = name.casefold(), stamp(now)
+    _throttled(db, key, name, at)
+    row = db.execute("SELECT password_hash FROM annotators WHERE name = ? AND removed_at IS NULL",
+                     [name]).fetchone() if name else None
+    ok = verify_password(row[0] if row else None, str(password or ""))
+    _record(db, key, name, ok, at)
+    if not ok:
+        raise SignInError("wrong name or password")
+    with store.transaction(db):
+        audit(db.conn, at, name, "sign_in", name)
+    return get_account(db, name)
+
+
+def check_shared_password(db: sqlite_utils.Database, entered: str, expected: str, *, now: When = None) -> None:
+    """The shared-password gate (secrets.toml ``password``), throttled like a name: ``SignInError``
+    unless ``entered`` equals ``expected`` (constant-time comparison)."""
+    key, at = "\x00shared password", stamp(now)
+    _throttled(db, key, "the shared password", at)
+    ok = hmac.compare_digest(str(entered or "").encode(), str(expected).encode())
+    _record(db, key, "the shared password", ok, at)
+    if not ok:
+        raise SignInError("wrong password")
+
+
+def redeem_invite(db: sqlite_utils.Database, token: str, password: str, *, now: When = None) -> Account:
+    """Set the password of the account whose one-time sign-in token this is; the token is used up."""
+    _check_password(password)
+    at = stamp(now)
+    with store.transaction(db):
+        row = db.conn.execute("SELECT name FROM annotators WHERE invite_hash = ? AND invite_expires > ? "
+                              "AND removed_at IS NULL", [_token_hash(str(token or "")), at]).fetchone()
+        if row is None:
+            raise SignInError("this sign-in link is unknown, used or expired; ask a lead for a new one")
+        db.conn.execute("UPDATE annotators SET password_hash = ?, invite_hash = NULL, invite_expires = NULL "
+                        "WHERE name = ?", [hash_password(password), row[0]])
+        audit(db.conn, at, row[0], "password_set", row[0], "sign-in link")
+    return get_account(db, row[0])
+
+
+def invite_name(db: sqlite_utils.Database, token: str, *, now: When = None) -> str | None:
+    """Whose valid one-time sign-in token this is (None when unknown, used or expired)."""
+    row = db.execute("SELECT name FROM annotators WHERE invite_hash = ? AND invite_expires > ? "
+                     "AND removed_at IS NULL", [_token_hash(str(token or "")), stamp(now)]).fetchone()
+    return row[0] if row else None
+
+
+def account_for_email(db: sqlite_utils.Database, email: str, *, now: When = None) -> Account:
+    """The account of an identity provider's (OIDC) email. Unknown emails are refused, unless the
+    lead allowed them in Settings (``oidc_create_accounts``: created as annotators) or no account
+    exists at all yet (the first one becomes the lead)."""
+    email = str(email or "").strip().lower()
+    if not email:
+        raise SignInError("the identity provider gave no email")
+    at = stamp(now)
+    with store.transaction(db):
+        conn = db.conn
+        row = conn.execute("SELECT name FROM annotators WHERE email = ? AND removed_at IS NULL", [email]).fetchone()
+        if row is None:
+            first = not accounts_enabled(db)
+            if not first and not store.get_setting(db, "oidc_create_accounts"):
+                log.warning("sign-in refused for unknown email %r", email)
+                raise SignInError(f"{email} has no account here; ask a lead to add it "
+                                  f"(labeler users add NAME --email {email})")
+            if conn.execute("SELECT 1 FROM annotators WHERE name = ?", [email]).fetchone():
+                conn.execute("UPDATE annotators SET email = ?, removed_at = NULL WHERE name = ?", [email, email])
+            else:
+                conn.execute("INSERT INTO annotators (name, role, email, created_at) VALUES (?, ?, ?, ?)",
+                             [email, "lead" if first else "annotator", email, at])
+            audit(conn, at, email, "account_add", email, "identity provider")
+            row = (email,)
+        audit(conn, at, row[0], "sign_in", row[0], "identity provider")
+    return get_account(db, row[0])
+
+
+# --- sessions (the app's "stay signed in on reload") -----------------------------------------------
+
+def start_session(db: sqlite_utils.Database, name: str, *, hours: float = SESSION_HOURS, now: When = None) -> str:
+    """A new session token for ``name`` (kept by the browser as a cookie; only its hash is stored)."""
+    token = secrets.token_urlsafe(32)
+    at = stamp(now)
+    with store.transaction(db):
+        db.conn.execute("DELETE FROM sessions WHERE expires_at <= ?", [at])
+        db.conn.execute("INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                        [_token_hash(token), check_name(name), at,
+                         stamp(parse_time(at) + timedelta(hours=hours))])
+    return token
+
+
+def session_account(db: sqlite_utils.Database, token: str | None, *, now: When = None) -> Account | None:
+    """The active account a session token belongs to, or None (unknown, expired, removed)."""
+    if not token:
+        return None
+    row = db.execute("SELECT s.name FROM sessions s JOIN annotators a ON a.name = s.name "
+                     "WHERE s.token_hash = ? AND s.expires_at > ? AND a.removed_at IS NULL",
+                     [_token_hash(token), stamp(now)]).fetchone()
+    return get_account(db, row[0]) if row else None
+
+
+def end_session(db: sqlite_utils.Database, token: str | None) -> None:
+    """Sign a browser out: its session token stops working."""
+    if token:
+        with store.transaction(db):
+            db.conn.execute("DELETE FROM sessions WHERE token_hash = ?", [_token_hash(token)])
