@@ -312,6 +312,22 @@ def remove_user(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
         audit(conn, at, by, "account_remove", name)
 
 
+def check_exposure(db: sqlite_utils.Database, host: str, *, password: bool = False, oidc: bool = False) -> None:
+    """Refuse to serve the app beyond this machine (``host`` other than a loopback address) while
+    nobody needs to sign in: no account with a password or link, no shared password, no OIDC."""
+    import ipaddress
+
+    name = host.strip().strip("[]")
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not (password or oidc or accounts_enabled(db)):
+        raise LabelerError(f"refusing to serve on {host} without sign-in: anyone who can reach it would become "
+                           "lead; add an account first (labeler users add NAME --role lead), or set password "
+                           "or [auth] in .streamlit/secrets.toml")
+
+
 # --- signing in -----------------------------------------------------------------------------------
 
 def _wait_left(conn, key: str, at: str) -> float:

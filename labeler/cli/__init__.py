@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from . import db as store
-from .errors import IngestError, LabelerError
+from .. import db as store
+from ..errors import IngestError, LabelerError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -145,7 +145,7 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 
         labeler ingest logs logs.jsonl --map question=inputs.query --map retrieved=outputs.documents
     """
-    from .ingest import ingest_logs, parse_mapping
+    from ..ingest import ingest_logs, parse_mapping
 
     mapping = parse_mapping(maps)
     _run_ingest(ctx, files, as_json, ingest_logs, fmt=fmt, mapping=mapping, lenient=lenient,
@@ -167,7 +167,7 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
 
         labeler ingest corpus chunks.jsonl
     """
-    from .ingest import ingest_corpus
+    from ..ingest import ingest_corpus
 
     _run_ingest(ctx, files, as_json, ingest_corpus, fmt=fmt, lenient=lenient)
 
@@ -204,7 +204,7 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 
         labeler annotators --json
     """
-    from .labels import annotator_stats
+    from ..labels import annotator_stats
 
     rows = annotator_stats(_open(ctx))
     if as_json:
@@ -229,7 +229,7 @@ def queue(ctx: click.Context, as_json: bool) -> None:
 
         labeler queue --json
     """
-    from .labels import queue_counts
+    from ..labels import queue_counts
 
     counts = queue_counts(_open(ctx))
     if as_json:
@@ -239,9 +239,15 @@ def queue(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{key:<15} {value}")
 
 
-def _streamlit(db_path: str, port: int | None, headless: bool) -> None:
-    app = Path(__file__).parent / "app" / "streamlit_app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false"]
+def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
+    from ..accounts import check_exposure
+
+    secrets = _secrets_toml()
+    check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
+                   oidc=bool(secrets.get("auth")))
+    app = Path(__file__).parent.parent / "app" / "streamlit_app.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false",
+           "--server.address", host, "--client.showErrorDetails", "type"]
     if port:
         cmd += ["--server.port", str(port)]
     if headless:
@@ -252,28 +258,31 @@ def _streamlit(db_path: str, port: int | None, headless: bool) -> None:
 
 def _app_options(f: Callable) -> Callable:
     f = click.option("--port", type=int, help="Port to serve on (default: Streamlit's 8501).")(f)
+    f = click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to listen on. Anything but this machine (e.g. 0.0.0.0) needs accounts, a "
+                          "password or OIDC sign-in first.")(f)
     return click.option("--headless", is_flag=True, help="Do not open a browser.")(f)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @_app_options
 @click.pass_context
-def app(ctx: click.Context, port: int | None, headless: bool) -> None:
-    """Open the labeling app on --db.
+def app(ctx: click.Context, port: int | None, headless: bool, host: str) -> None:
+    """Open the labeling app on --db (on 127.0.0.1 unless --host is given).
 
     Example:
 
         labeler --db team.db app --port 8502
     """
     store.connect(ctx.obj["db_path"]).conn.close()
-    _streamlit(ctx.obj["db_path"], port, headless)
+    _streamlit(ctx.obj["db_path"], port, headless, host)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @_app_options
 @click.option("--no-app", is_flag=True, help="Only build the demo database.")
 @click.pass_context
-def demo(ctx: click.Context, port: int | None, headless: bool, no_app: bool) -> None:
+def demo(ctx: click.Context, port: int | None, headless: bool, host: str, no_app: bool) -> None:
     """Build a demo database from the bundled data (if absent) and open the app on it.
 
     Uses --db when given explicitly, else ./labeler-demo.db.
@@ -282,7 +291,7 @@ def demo(ctx: click.Context, port: int | None, headless: bool, no_app: bool) -> 
 
         labeler demo
     """
-    from .demo import build_demo
+    from ..demo import build_demo
 
     src = ctx.find_root().params
     db_path = ctx.obj["db_path"] if os.environ.get("LABELER_DB") or src.get("db_path") != "labeler.db" \
@@ -290,13 +299,13 @@ def demo(ctx: click.Context, port: int | None, headless: bool, no_app: bool) -> 
     summary = build_demo(db_path)
     click.echo(summary, err=True)
     if not no_app:
-        _streamlit(db_path, port, headless)
+        _streamlit(db_path, port, headless, host)
 
 
 # --- synth: synthetic questions (labeler.synth) ---------------------------------------------
 
 def _eval_llm_config() -> Any:
-    from .llm import LLMConfig
+    from ..llm import LLMConfig
 
     return LLMConfig.from_env(_secrets_toml())  # the judge run's own model and temperature are used
 
@@ -360,8 +369,8 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
 
         labeler synth generate --n 50 --per-chunk 2 --seed 7 --model gpt-4o-mini --dry-run
     """
-    from . import llm
-    from . import synth as synthesis
+    from .. import llm
+    from .. import synth as synthesis
 
     options = synthesis.SynthOptions(
         n=n, per_chunk=per_chunk, seed=seed, question_types=tuple(t.strip() for t in types.split(",") if t.strip()),
@@ -418,7 +427,7 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
 
         labeler synth report --json
     """
-    from .synth import shift_report
+    from ..synth import shift_report
 
     report = shift_report(_open(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
     if as_json:
@@ -499,8 +508,8 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
         labeler eval --golden golden.jsonl --pipeline mypkg.rag:answer -k 5 \\
             --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json
     """
-    from .harness import append_step_summary, evaluate, parse_headers
-    from .ingest import parse_mapping
+    from ..harness import append_step_summary, evaluate, parse_headers
+    from ..ingest import parse_mapping
 
     update, close = _progress_bar("questions")
     try:
@@ -567,7 +576,7 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
 
         labeler metrics --k 5,10 --metric recall --metric mrr --origin log --json
     """
-    from .report import retrieval_report
+    from ..report import retrieval_report
 
     report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
                               annotator=annotator, since=since, until=until, seed=seed)
@@ -612,7 +621,7 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
 
         labeler export --format trec -o golden-trec --origin log
     """
-    from .export import export_golden
+    from ..export import export_golden
 
     result = export_golden(_open(ctx), path, fmt, origin=origin, min_annotators=min_annotators,
                            include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
@@ -651,7 +660,7 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
 
         labeler import golden golden.jsonl --annotator alice
     """
-    from .export import import_golden
+    from ..export import import_golden
 
     result = import_golden(_open(ctx), file, annotator=annotator, lenient=lenient)
     if as_json:
@@ -721,8 +730,8 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
 
         labeler judge run --judge relevance.v1 --on labeled --limit 200 --model gpt-4o-mini
     """
-    from .judge import resume_run, run_judge
-    from .llm import LLMConfig
+    from ..judge import resume_run, run_judge
+    from ..llm import LLMConfig
 
     db = _open(ctx)
     config = LLMConfig.from_env(_secrets_toml(), model=model)
@@ -777,8 +786,8 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
 
         labeler judge agreement 3 --json
     """
-    from .agreement import run_agreement
-    from .judge import gate
+    from ..agreement import run_agreement
+    from ..judge import gate
 
     db = _open(ctx)
     result = run_agreement(db, run_id, n_resamples=resamples, seed=seed, k=k)
@@ -820,7 +829,7 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
 
         labeler judge compare 3 4 --json
     """
-    from .agreement import compare_runs
+    from ..agreement import compare_runs
 
     result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
     if as_json:
@@ -848,7 +857,7 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
 
         labeler judge list --json
     """
-    from .judge import list_runs
+    from ..judge import list_runs
 
     runs = list_runs(_open(ctx))
     if as_json:
@@ -860,3 +869,6 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
         cost = f"${r.cost:.4f}" if r.cost is not None else "-"
         click.echo(f"{r.id:>4}  {r.created_at[:19]}  {r.judge:<20} {r.rubric:<22} {r.model:<16} {r.on_set:<9} "
                    f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")
+
+
+from . import users as _users  # noqa: E402,F401 - registers `labeler users` and `labeler audit`

@@ -1,0 +1,115 @@
+"""Accounts in a real browser: sign-in with a password, a reload that stays signed in, the URL
+impersonation attempt, an annotator's Data page without upload or export, a one-time sign-in
+link, throttled wrong passwords, and `labeler app --host 0.0.0.0` refusing to start without sign-in."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import labeler
+import labeler.labels as labels
+from labeler import accounts
+from tests.e2e.test_label_page import make_db
+
+
+def team_db(tmp_path):
+    path = make_db(tmp_path)
+    db = labeler.connect(path)
+    accounts.add_user(db, "lena", "lead", password="lena-password")
+    accounts.add_user(db, "bob", "annotator", password="bob-password")
+    db.close()
+    return path
+
+
+def sign_in(page, url: str, name: str, password: str, *, path: str = "") -> None:
+    page.goto(url + path)
+    page.get_by_role("textbox", name="Name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def nav_links(page) -> list[str]:
+    return [t.strip() for t in page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()]
+
+
+def test_sign_in_reload_and_url_impersonation(tmp_path, start_app, page):
+    path = team_db(tmp_path)
+    server = start_app(path)
+    # bob opens the lead's Settings page with the lead's name in the URL
+    sign_in(page, server.url, "bob", "bob-password", path="/settings?annotator=lena")
+    page.get_by_text("bob").first.wait_for()
+    page.get_by_text("retrieved chunks graded").or_(page.get_by_text("Settings is for leads only")).first.wait_for()
+    assert "Settings" not in nav_links(page) and "Adjudication" not in nav_links(page)
+    page.goto(server.url + "/settings?annotator=lena")
+    page.get_by_text("retrieved chunks graded").or_(page.get_by_text("for leads only")).first.wait_for()
+    assert page.get_by_role("button", name="Save settings").count() == 0
+    # a reload stays signed in as bob (the cookie session), and the grade is written as bob
+    page.goto(server.url + "/?annotator=lena")
+    page.get_by_text("retrieved chunks graded").wait_for()
+    page.get_by_role("button", name="3", exact=True).first.click()
+    page.get_by_text("1 of 3 retrieved chunks graded").wait_for()
+    conn = sqlite3.connect(path)
+    who = {r[0] for r in conn.execute("SELECT annotator FROM label_events WHERE field = 'grade'")}
+    assert who == {"bob"}
+    # bob's Data page: counts, no upload, no export
+    page.goto(server.url + "/data")
+    page.get_by_text("Uploading logs and exporting the golden set are for leads.").wait_for()
+    assert page.get_by_role("button", name="Ingest").count() == 0
+    assert page.get_by_text("Download").count() == 0
+    # signing out ends the session: the next visit asks for the password again
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("textbox", name="Password").wait_for()
+    page.goto(server.url)
+    page.get_by_role("textbox", name="Password").wait_for()
+
+
+def test_wrong_passwords_are_throttled_per_name(tmp_path, start_app, page):
+    path = team_db(tmp_path)
+    server = start_app(path)
+    for _ in range(accounts.FREE_FAILURES):
+        sign_in(page, server.url, "lena", "wrong")
+        page.get_by_text("wrong name or password").wait_for()
+    sign_in(page, server.url, "lena", "lena-password")  # even the right password waits now
+    page.get_by_text("too many failed sign-ins for lena").wait_for()
+    assert "Settings" not in nav_links(page)
+    # the throttle is per name: bob is not held up by guesses at lena's password
+    sign_in(page, server.url, "bob", "bob-password")
+    page.get_by_text("retrieved chunks graded").wait_for()
+
+
+def test_lead_signs_in_and_opens_settings(tmp_path, start_app, page):
+    server = start_app(team_db(tmp_path))
+    sign_in(page, server.url, "lena", "lena-password")
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_role("button", name="Save settings").wait_for()
+    page.reload()
+    page.get_by_role("button", name="Save settings").wait_for()
+
+
+def test_one_time_link_sets_the_password(tmp_path, start_app, page):
+    path = make_db(tmp_path)
+    db = labeler.connect(path)
+    accounts.add_user(db, "lena", "lead", password="lena-password")
+    token = accounts.add_user(db, "cara").token
+    db.close()
+    server = start_app(path)
+    page.goto(f"{server.url}/?invite={token}")
+    page.get_by_role("textbox", name="New password").fill("cara-password")
+    page.get_by_role("textbox", name="The same password again").fill("cara-password")
+    page.get_by_role("button", name="Set password and sign in").click()
+    page.get_by_text("retrieved chunks graded").wait_for()
+    page.goto(f"{server.url}/?invite={token}")  # the link is used up; the session still holds
+    page.get_by_text("retrieved chunks graded").wait_for()
+    assert accounts.authenticate(labeler.connect(path), "cara", "cara-password").name == "cara"
+    assert labels.get_role(labeler.connect(path), "cara") == "annotator"
+
+
+def test_app_refuses_every_interface_without_sign_in(tmp_path):
+    path = make_db(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "labeler", "--db", str(path), "app", "--host", "0.0.0.0",
+                          "--headless"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.startswith("Error: refusing to serve on 0.0.0.0 without sign-in")
+    assert "Traceback" not in run.stderr
