@@ -1,5 +1,8 @@
-"""Shared UI pieces. Text that came from logs is always shown as plain text: escaped HTML in
-``st.html`` (no markdown is interpreted there), never ``st.markdown``."""
+"""Shared UI pieces. Text that came from logs or from users (questions, ids, titles, chunk texts,
+answers, names, file names, model and rubric names, LLM output) is never interpreted: blocks of it
+are escaped HTML in ``st.html`` (``plain_block``, ``chunk_card``), and where it has to sit inside
+markdown (captions, button labels, alerts, toasts, progress texts) it goes through
+``escape_markdown`` first. No image, link, HTML tag, directive or formula from a log ever renders."""
 
 from __future__ import annotations
 
@@ -13,12 +16,18 @@ import labeler.labels as labels
 from labeler import search as corpus_search
 from labeler.app import state
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+# every ASCII punctuation character: CommonMark lets each be backslash-escaped and then reads it as a
+# literal character, so escaping them all leaves no syntax at all (links, images, autolinks, HTML,
+# emphasis, Streamlit's :color[...] and :material/...: directives, $math$)
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
 
 
-def escape_markdown(text: str) -> str:
-    """Backslash-escape every markdown character, for messages that quote user data in st.error etc."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+def escape_markdown(text: object) -> str:
+    """``text`` as literal characters inside any Streamlit markdown (st.caption, st.markdown, alerts,
+    toasts, button and expander labels, radio options, progress texts): every ASCII punctuation
+    character is backslash-escaped, so ``![x](http://host/p)``, ``<img src=...>``, ``http://host``,
+    ``www.host``, ``:red[x]``, ``:material/x:`` and ``$x$`` show as typed and load nothing."""
+    return _MD_SPECIAL.sub(r"\\\1", "" if text is None else str(text))
 
 
 def plain_block(text: str | None, *, size: str = "1rem", weight: int = 400, key: str | None = None,

@@ -24,7 +24,7 @@ widgets.stat_tiles({
     "Documents without text": s["documents_without_text"],
 })
 st.caption("By origin: " + ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
-           + f" · database {state.db_path()}")
+           + f" · database {widgets.escape_markdown(state.db_path())}")
 
 st.subheader("Upload")
 kind = st.radio("What is in the file?", ["Production logs", "Corpus (chunks with id and text)"],
@@ -41,7 +41,7 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
     bar = st.progress(0.0, text="Reading")
 
     def progress(done: int, total: int) -> None:
-        bar.progress(min(done / max(total, 1), 1.0), text=f"Reading {upload.name}")
+        bar.progress(min(done / max(total, 1), 1.0), text=f"Reading {widgets.escape_markdown(upload.name)}")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / Path(upload.name).name
@@ -64,8 +64,9 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
 
 result = st.session_state.get(state.INGEST_RESULT)
 if result:
-    st.success(f"{result['path']}: {result['records']} records: {result['new']} new, {result['merged']} merged, "
-               f"{result['unchanged']} unchanged, {result['rejected']} rejected", icon=":material/check:")
+    st.success(f"{widgets.escape_markdown(result['path'])}: {result['records']} records: {result['new']} new, "
+               f"{result['merged']} merged, {result['unchanged']} unchanged, {result['rejected']} rejected",
+               icon=":material/check:")
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)
