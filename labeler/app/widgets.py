@@ -17,17 +17,23 @@ from labeler import search as corpus_search
 from labeler.app import state
 
 # every ASCII punctuation character: CommonMark lets each be backslash-escaped and then reads it as a
-# literal character, so escaping them all leaves no syntax at all (links, images, autolinks, HTML,
-# emphasis, Streamlit's :color[...] and :material/...: directives, $math$)
+# literal character, so escaping them all leaves no syntax at all (links, images, HTML, emphasis,
+# Streamlit's :color[...] and :material/...: directives, $math$)
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+# remark-gfm links bare URLs and e-mail addresses in the text *after* escapes are resolved, so the
+# escapes cannot stop it: an invisible WORD JOINER after "http(s)", "www" and "@" does
+_AUTOLINK = re.compile(r"(https?(?=://)|www(?=\.)|@)", re.IGNORECASE)
+WORD_JOINER = "\u2060"
 
 
 def escape_markdown(text: object) -> str:
     """``text`` as literal characters inside any Streamlit markdown (st.caption, st.markdown, alerts,
     toasts, button and expander labels, radio options, progress texts): every ASCII punctuation
-    character is backslash-escaped, so ``![x](http://host/p)``, ``<img src=...>``, ``http://host``,
-    ``www.host``, ``:red[x]``, ``:material/x:`` and ``$x$`` show as typed and load nothing."""
-    return _MD_SPECIAL.sub(r"\\\1", "" if text is None else str(text))
+    character is backslash-escaped, so ``![x](http://host/p)``, ``<img src=...>``, ``:red[x]``,
+    ``:material/x:`` and ``$x$`` show as typed, and a word joiner (U+2060, invisible) after
+    ``http``, ``www`` and ``@`` keeps ``http://host``, ``www.host`` and ``a@b.c`` from becoming links."""
+    text = _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, "" if text is None else str(text))
+    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def plain_block(text: str | None, *, size: str = "1rem", weight: int = 400, key: str | None = None,
