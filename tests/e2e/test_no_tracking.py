@@ -133,6 +133,7 @@ def common_pages(page, tracker, h: hostile.Hostile, upload: bytes) -> None:
         {"name": hostile.file_name(h.base), "mimeType": "application/json", "buffer": upload})
     page.get_by_role("button", name="Ingest").click()
     page.get_by_text(" records: ", exact=False).first.wait_for()
+    page.get_by_text(f"{h.base.removeprefix('http://')}/md-file) <img").first.wait_for()  # the file name, literally
     assert_nothing_loaded(page, tracker, "Data")
 
     visit(page, "Metrics", "Worst queries by")
