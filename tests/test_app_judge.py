@@ -11,6 +11,7 @@ import labeler.labels as labels
 from labeler import db as store
 from labeler import judge
 from labeler.app import state
+from labeler.app.widgets import escape_markdown
 from tests.fake_openai import FakeOpenAI, grade_responder
 from tests.test_app_label import APP
 from tests.test_judge import KEY, build, make_config, perfect
@@ -101,8 +102,8 @@ def test_disagreement_browser_shows_tags_and_jumps_to_relabel(judged):
     at.button(key=f"jd_relabel_{q}_{d}").click()
     ok(at)
     assert at.session_state[state.CURRENT] == int(q)  # the Label page opened that query
-    assert any(f"Query {db.execute('SELECT query_id FROM queries WHERE pk = ?', [int(q)]).fetchone()[0]}" in c.value
-               for c in at.caption)
+    query_id = db.execute("SELECT query_id FROM queries WHERE pk = ?", [int(q)]).fetchone()[0]
+    assert any(f"Query {escape_markdown(query_id)}" in c.value for c in at.caption)
 
 
 def test_compare_two_runs_side_by_side(judged):
@@ -164,7 +165,7 @@ def test_stability_drift_and_rubric_editor(judged, server):
     at.text_area(key="jd_rubric_text_relevance.v1").input("Grade 3 only for a complete answer.")
     at.button(key="jd_rubric_save").click()
     ok(at)
-    assert "Saved as relevance.v1/r3" in at.success[-1].value
+    assert escape_markdown("Saved as relevance.v1/r3") in at.success[-1].value
     assert judge.get_rubric(store.connect(judged["path"]), "relevance.v1").text == "Grade 3 only for a complete answer."
 
 

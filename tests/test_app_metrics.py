@@ -14,6 +14,7 @@ import labeler
 import labeler.labels as labels
 from labeler import report as R
 from labeler.app import state
+from labeler.app.widgets import escape_markdown
 from labeler.demo import build_demo
 
 APP = str(Path(labeler.__file__).parent / "app" / "streamlit_app.py")
@@ -79,7 +80,7 @@ def test_worst_query_opens_in_the_label_page(demo_db):
     assert not at.exception, at.exception
     assert at.session_state[state.CURRENT] == pk
     query_id = db.execute("SELECT query_id FROM queries WHERE pk = ?", [pk]).fetchone()[0]
-    assert any(c.value.startswith(f"Query {query_id}") for c in at.caption)
+    assert any(c.value.startswith(f"Query {escape_markdown(query_id)}") for c in at.caption)
 
 
 def test_a_new_submitted_label_shows_on_the_next_rerun(demo_db):

@@ -13,6 +13,7 @@ import labeler
 import labeler.labels as labels
 from labeler import llm, synth
 from labeler.app import state
+from labeler.app.widgets import escape_markdown
 from tests.fake_openai import FakeOpenAI, synth_responder
 from tests.test_synth import KEY, LOGS, corpus_records
 
@@ -198,4 +199,4 @@ def test_label_page_shows_the_generators_proposal_for_an_accepted_synthetic_ques
     assert at.session_state[state.CURRENT] == pks[0]
     bodies = [h.proto.body for h in at.get("html")]
     assert any('data-key="proposal"' in b and proposal.expected_answer.split()[0] in b for b in bodies)
-    assert any("Seed chunks: " + proposal.seed_chunks[0].doc_id in c.value for c in at.caption)
+    assert any("Seed chunks: " + escape_markdown(proposal.seed_chunks[0].doc_id) in c.value for c in at.caption)

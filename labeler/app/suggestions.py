@@ -53,7 +53,8 @@ def render_suggestion(db, query_pk: int, doc_pk: int, annotator: str, *, current
         with c1:
             widgets.plain_block(f"Judge suggests {label}" + (f" ({s.rationale})" if s.rationale else ""),
                                 size="0.9rem", muted=True, key=f"suggestion_text_{query_pk}_{doc_pk}")
-            st.caption(f"{s.judge} · {s.rubric} · {s.model} · run {s.run_id}: a suggestion, not a label")
+            st.caption(widgets.escape_markdown(f"{s.judge} · {s.rubric} · {s.model} · run {s.run_id}")
+                       + ": a suggestion, not a label")
         c2.button("Accept" if current != s.grade else "Accepted", key=f"accept_{query_pk}_{doc_pk}",
                   on_click=accept, args=(db, query_pk, doc_pk, annotator), disabled=current == s.grade,
                   help=f"Grade this chunk {label}, as the judge suggests", width="stretch")

@@ -1,5 +1,8 @@
-"""Shared UI pieces. Text that came from logs is always shown as plain text: escaped HTML in
-``st.html`` (no markdown is interpreted there), never ``st.markdown``."""
+"""Shared UI pieces. Text that came from logs or from users (questions, ids, titles, chunk texts,
+answers, names, file names, model and rubric names, LLM output) is never interpreted: blocks of it
+are escaped HTML in ``st.html`` (``plain_block``, ``chunk_card``), and where it has to sit inside
+markdown (captions, button labels, alerts, toasts, progress texts) it goes through
+``escape_markdown`` first. No image, link, HTML tag, directive or formula from a log ever renders."""
 
 from __future__ import annotations
 
@@ -13,11 +16,23 @@ import labeler.labels as labels
 from labeler import search as corpus_search
 from labeler.app import state
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+# every ASCII punctuation character: CommonMark lets each be backslash-escaped and then reads it as a
+# literal character, so escaping them all leaves no syntax at all (links, images, HTML, emphasis,
+# Streamlit's :color[...] and :material/...: directives, $math$)
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+# remark-gfm links bare URLs and e-mail addresses in the text *after* escapes are resolved, so the
+# escapes cannot stop it: an invisible WORD JOINER after "http(s)", "www" and "@" does
+_AUTOLINK = re.compile(r"(https?(?=://)|www(?=\.)|@)", re.IGNORECASE)
+WORD_JOINER = "\u2060"
 
 
-def escape_markdown(text: str) -> str:
-    """Backslash-escape every markdown character, for messages that quote user data in st.error etc."""
+def escape_markdown(text: object) -> str:
+    """``text`` as literal characters inside any Streamlit markdown (st.caption, st.markdown, alerts,
+    toasts, button and expander labels, radio options, progress texts): every ASCII punctuation
+    character is backslash-escaped, so ``![x](http://host/p)``, ``<img src=...>``, ``:red[x]``,
+    ``:material/x:`` and ``$x$`` show as typed, and a word joiner (U+2060, invisible) after
+    ``http``, ``www`` and ``@`` keeps ``http://host``, ``www.host`` and ``a@b.c`` from becoming links."""
+    text = _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, "" if text is None else str(text))
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 

@@ -46,7 +46,7 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
     bar = st.progress(0.0, text="Reading")
 
     def progress(done: int, total: int) -> None:
-        bar.progress(min(done / max(total, 1), 1.0), text=f"Reading {upload.name}")
+        bar.progress(min(done / max(total, 1), 1.0), text=f"Reading {widgets.escape_markdown(upload.name)}")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / Path(upload.name).name
@@ -70,8 +70,9 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
 
 result = st.session_state.get(state.INGEST_RESULT)
 if result:
-    st.success(f"{result['path']}: {result['records']} records: {result['new']} new, {result['merged']} merged, "
-               f"{result['unchanged']} unchanged, {result['rejected']} rejected", icon=":material/check:")
+    st.success(f"{widgets.escape_markdown(result['path'])}: {result['records']} records: {result['new']} new, "
+               f"{result['merged']} merged, {result['unchanged']} unchanged, {result['rejected']} rejected",
+               icon=":material/check:")
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)

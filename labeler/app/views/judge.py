@@ -182,7 +182,8 @@ with tab_browse:
                                            data=_data(state.db_path(), current.run.id, version))
             for d in items:
                 with st.container(border=True, key=f"jd_item_{d.query_pk}_{d.doc_pk}"):
-                    st.caption(f"Query {d.query_id}" + (f" · chunk {d.doc_id}" if d.doc_id else ""))
+                    st.caption(widgets.escape_markdown(f"Query {d.query_id}"
+                                                       + (f" · chunk {d.doc_id}" if d.doc_id else "")))
                     widgets.plain_block(d.question, size="1.1rem", weight=600, key=f"q_{d.query_pk}")
                     if d.doc_id:
                         widgets.chunk_card(d)
@@ -274,8 +275,9 @@ with tab_run:
             widgets.stat_tiles({"Items": dry.items, "Requests": f"{e.to_request} ({e.cached} cached)",
                                 "Input tokens": f"~{e.input_tokens:,}",
                                 "Cost": "unknown" if e.cost is None else f"${e.cost:.4f}"})
-            st.caption(f"{dry.judge} with rubric {dry.rubric} on model {e.model} at "
-                       f"{config.base_url or 'api.openai.com'}; API key {'set' if config.has_api_key else 'not set'}.")
+            st.caption(widgets.escape_markdown(
+                f"{dry.judge} with rubric {dry.rubric} on model {e.model} at "
+                f"{config.base_url or 'api.openai.com'}; API key {'set' if config.has_api_key else 'not set'}."))
             usable = config.has_api_key or bool(config.base_url)
             if not usable:
                 st.info("Set OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in "
@@ -373,7 +375,8 @@ with tab_rubric:
                         index=known.index("relevance.v1") if "relevance.v1" in known else 0)
     versions = judge.rubrics(db, name)
     latest = versions[-1]
-    st.caption("Versions: " + ", ".join(f"{r.name} ({r.hash})" for r in versions) + ". Saving an edit makes a new "
+    st.caption("Versions: " + widgets.escape_markdown(", ".join(f"{r.name} ({r.hash})" for r in versions))
+               + ". Saving an edit makes a new "
                "version; runs use the latest unless told otherwise.")
     with st.form(f"jd_rubric_form_{name}"):
         text = st.text_area("Rubric", value=latest.text, height=200, key=f"jd_rubric_text_{name}")
@@ -381,8 +384,9 @@ with tab_rubric:
                                  help=None if lead else "Only a lead may change a rubric"):
             try:
                 saved = judge.save_rubric(db, name, text, author=me, by=me)
-                st.success(f"Saved as {saved.name} ({saved.hash})." if saved.version != latest.version
-                           else f"Unchanged: this is {saved.name}.")
+                st.success(widgets.escape_markdown(f"Saved as {saved.name} ({saved.hash})."
+                                                   if saved.version != latest.version
+                                                   else f"Unchanged: this is {saved.name}."))
             except LabelerError as e:
                 widgets.show_error(e)
     gate_now = judge.gate_settings(db)

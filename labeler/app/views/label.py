@@ -135,13 +135,13 @@ with st.sidebar:
             st.write(f"**{g} {name}**: {desc}")
     with st.expander("My history"):
         for h in labels.history(db, annotator, limit=30):
-            st.button(f"{h.status} · {h.question[:60]}", key=f"hist_{h.query_pk}", on_click=reopen, args=(h.query_pk,),
-                      width="stretch")
+            st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
+                      on_click=reopen, args=(h.query_pk,), width="stretch")
 
 if error := st.session_state.pop(state.LABEL_ERROR, None):
     st.error(widgets.escape_markdown(error))
 if notice := st.session_state.pop(state.NOTICE, None):
-    st.toast(notice)
+    st.toast(widgets.escape_markdown(notice))
 
 if pk is None:
     st.title("Label")
@@ -156,7 +156,7 @@ focus = min(st.session_state.get(state.FOCUS, 0), max(len(chunks) - 1, 0))
 
 # --- the question ---------------------------------------------------------------------------
 
-head = f"Query {item.query_id} · {item.origin}"
+head = f"Query {widgets.escape_markdown(item.query_id)} · {item.origin}"
 if item.occurrences > 1:
     head += f" · asked {item.occurrences} times"
 if item.status and item.status != "in_progress":
@@ -232,7 +232,7 @@ with right:
         st.caption("A synthetic question: the generator's answer and seed chunks are a proposal, not a label. "
                    "Grade every chunk yourself.")
         widgets.plain_block(proposal.expected_answer or "(no proposed answer)", muted=True, key="proposal")
-        st.caption("Seed chunks: " + ", ".join(c.doc_id for c in proposal.seed_chunks))
+        st.caption("Seed chunks: " + widgets.escape_markdown(", ".join(c.doc_id for c in proposal.seed_chunks)))
     if item.answer is not None:
         st.subheader("Production answer")
         widgets.plain_block(item.answer, key="answer")

@@ -134,7 +134,8 @@ segments = rep.segments("origin")
 seg_cols = st.columns(max(len(segments), 1))
 for col, (name, seg) in zip(seg_cols, segments.items(), strict=False):
     with col:
-        st.markdown(f"**{name}** · {seg['n_queries']} queries ({seg['n_without_relevant']} without a relevant chunk)")
+        st.markdown(f"**{widgets.escape_markdown(name)}** · {seg['n_queries']} queries "
+                    f"({seg['n_without_relevant']} without a relevant chunk)")
         st.dataframe(pd.DataFrame([{"metric": s, "mean": v["mean"], "ci_low": v["ci_low"], "ci_high": v["ci_high"],
                                     "n": v["n"]} for s, v in seg["metrics"].items()]),
                      hide_index=True, key=f"m_seg_{name}")

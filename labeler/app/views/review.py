@@ -67,7 +67,7 @@ widgets.stat_tiles({"Pending": counts["pending"], "Accepted": counts["accepted"]
 if error := st.session_state.pop(ERROR, None):
     st.error(widgets.escape_markdown(error))
 if notice := st.session_state.pop(NOTICE, None):
-    st.toast(notice)
+    st.toast(widgets.escape_markdown(notice))
 
 pending = synth.list_questions(db, state="pending", limit=200)
 skipped = st.session_state.get(SKIPPED, [])
@@ -86,7 +86,7 @@ else:
             f"setting {current.setting}", f"{current.candidates} chunks to judge"]
     if current.generator.get("multi_hop"):
         head.append("two chunks")
-    st.caption(" · ".join(head) + f" · {counts['pending']} pending")
+    st.caption(widgets.escape_markdown(" · ".join(head) + f" · {counts['pending']} pending"))
     if editing:
         st.text_area("Question", value=current.question, key=f"edit_q_{pk}", height=90)
         st.text_area("Expected answer", value=current.expected_answer or "", key=f"edit_a_{pk}", height=140)

@@ -90,13 +90,14 @@ with tab_generate:
                 "Output tokens": f"~{e.output_tokens:,}",
                 "Cost": "unknown" if e.cost is None else f"${e.cost:.4f}",
             })
-            st.caption(f"Model {e.model} at {_host(config.base_url)}; API key "
-                       f"{'set' if config.has_api_key else 'not set'}; {len(plan.seeds)} seed(s) "
-                       f"({sum(s.multi_hop for s in plan.seeds)} two-chunk), up to "
-                       f"{len(plan.seeds) * options.per_chunk} questions in {plan.language}; setting {plan.setting}."
-                       + ("" if e.cost_max is None else f" At most ${e.cost_max:.4f} if every answer hits max_tokens."))
+            st.caption(widgets.escape_markdown(
+                f"Model {e.model} at {_host(config.base_url)}; API key "
+                f"{'set' if config.has_api_key else 'not set'}; {len(plan.seeds)} seed(s) "
+                f"({sum(s.multi_hop for s in plan.seeds)} two-chunk), up to "
+                f"{len(plan.seeds) * options.per_chunk} questions in {plan.language}; setting {plan.setting}."
+                + ("" if e.cost_max is None else f" At most ${e.cost_max:.4f} if every answer hits max_tokens.")))
             for note in plan.notes + e.notes:
-                st.caption(f"Note: {note}")
+                st.caption(f"Note: {widgets.escape_markdown(note)}")
             usable = config.has_api_key or bool(config.base_url)
             if not usable:
                 st.info("Set OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in "
@@ -140,7 +141,7 @@ with tab_generate:
             st.dataframe([{k: r[k] for k in ("reason", "detail", "question")} for r in result["rejections"]],
                          hide_index=True, key="sy_run_rejections")
         for note in m["notes"]:
-            st.caption(f"Note: {note}")
+            st.caption(f"Note: {widgets.escape_markdown(note)}")
 
 with tab_rejections:
     rows = synth.rejections(db, limit=1000)
@@ -180,7 +181,8 @@ with tab_shift:
         right.markdown("**Terms typical of logged questions**")
         right.dataframe(report["terms"]["log"], hide_index=True, key="sy_terms_log")
         r = report["retrieval"]
-        st.markdown(f"**Retrieval metrics by origin** (retriever {r['retriever']}, human golden labels)")
+        st.markdown(f"**Retrieval metrics by origin** (retriever {widgets.escape_markdown(r['retriever'])}, "
+                    "human golden labels)")
         st.dataframe([{"metric": spec,
                        **{f"{o} {part}": (r[o]["metrics"].get(spec) or {}).get(part)
                           for o in ("log", "synthetic") for part in ("mean", "n")}}
