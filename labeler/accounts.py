@@ -222,7 +222,7 @@ def add_user(db: sqlite_utils.Database, name: str, role: str = "annotator", *, p
                      [hash_password(password) if password else None, email, name])
         token = None if password else _new_invite(conn, name, at, invite_hours)
         audit(conn, at, by, "account_add", name, f"role={role}" + (f" email={email}" if email else ""))
-    return NewAccount(get_account(db, name), token)
+    return NewAccount(get_account(db, name, now=at), token)
 
 
 def set_password(db: sqlite_utils.Database, name: str, password: str, *, by: str | None = None,
