@@ -20,9 +20,11 @@ import labeler
 ANNOTATOR = "annotator"  # the signed-in annotator's name
 PASSWORD_OK = "password_ok"  # the shared password was entered in this session
 CURRENT = "current_item"  # query pk on the Label page
-FOCUS = "focus"  # index of the focused chunk on the Label page
+GRADER_ACKS = "grader_acks"  # {"client|item": seq}: grade events applied for the grading widget
+GRADER_NOTES = "grader_notes"  # {"refused"/"rejected": [[client, item, seq, why]]} for the widget
 SHOWN_AT = "shown_at"  # monotonic time the current item was shown (seconds spent)
 LABEL_ERROR = "label_error"  # a LabelerError raised in a callback, shown on the next run
+FLAG_ERROR = "flag_error"  # why flagging failed, shown next to the flag reason box
 NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
 OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
