@@ -23,6 +23,8 @@ _KEEP = 50  # acknowledgements and notes remembered for the widget
 
 
 # --- callbacks (run before the script, so a write never depends on the page drawing) ----------
+# A callback may run on another thread than the run that registered it: it takes the database
+# connection of the thread it runs on (state.get_db()), never the `db` of the page's last run.
 
 def _safely(fn, *args, **kwargs):
     try:
@@ -40,12 +42,12 @@ def _show(pk: int | None) -> None:
 def _spent(pk: int) -> None:
     shown = st.session_state.get(state.SHOWN_AT)
     if shown is not None:
-        _safely(labels.add_seconds, db, pk, annotator, min(time.monotonic() - shown, 3600.0))
+        _safely(labels.add_seconds, state.get_db(), pk, annotator, min(time.monotonic() - shown, 3600.0))
         st.session_state[state.SHOWN_AT] = time.monotonic()
 
 
 def _next_item() -> None:
-    pk = _safely(labels.next_item, db, annotator)
+    pk = _safely(labels.next_item, state.get_db(), annotator)
     _show(pk)
     if pk is None:
         st.session_state[state.NOTICE] = "Nothing left in your queue. Thank you!"
@@ -71,7 +73,7 @@ def apply_outbox(box: dict | None) -> bool:
         if not seqs or max(seqs) <= acks.get(ident, 0) or f"refused|{ident}|{max(seqs)}" in notes:
             continue  # a resend of what is applied (or refused) already
         try:
-            result = labels.apply_grade_events(db, item_pk, annotator, client, events)
+            result = labels.apply_grade_events(state.get_db(), item_pk, annotator, client, events)
         except ItemTakenError as e:
             _remember(notes, f"refused|{ident}|{max(seqs)}", [client, item_pk, max(seqs), str(e)])
             st.session_state[state.LABEL_ERROR] = str(e)
@@ -97,11 +99,11 @@ def on_outbox() -> None:
 
 def grade(pk: int, doc_pk: int, value: int) -> None:
     apply_outbox(grader.outbox())
-    _safely(labels.set_grade, db, pk, doc_pk, annotator, value)
+    _safely(labels.set_grade, state.get_db(), pk, doc_pk, annotator, value)
 
 
 def save_field(pk: int, field: str, key: str) -> None:
-    _safely(labels.set_query_fields, db, pk, annotator, **{field: st.session_state.get(key)})
+    _safely(labels.set_query_fields, state.get_db(), pk, annotator, **{field: st.session_state.get(key)})
 
 
 def finish(pk: int, status: str) -> None:
@@ -113,7 +115,7 @@ def finish(pk: int, status: str) -> None:
         st.session_state[state.FLAG_ERROR] = "Write what is wrong in the flag reason box, then flag."
         return
     _spent(pk)
-    if _safely(labels.set_status, db, pk, annotator, status, reason=reason) is None and \
+    if _safely(labels.set_status, state.get_db(), pk, annotator, status, reason=reason) is None and \
             st.session_state.get(state.LABEL_ERROR):
         return
     st.session_state[state.NOTICE] = {"submitted": "Submitted.", "skipped": "Skipped.", "flagged": "Flagged for the lead.",
@@ -123,7 +125,7 @@ def finish(pk: int, status: str) -> None:
 
 def go_back(pk: int | None) -> None:
     apply_outbox(grader.outbox())
-    prev = _safely(labels.previous_item, db, annotator, pk)
+    prev = _safely(labels.previous_item, state.get_db(), annotator, pk)
     if prev is not None:
         _show(prev)
     else:
@@ -189,7 +191,7 @@ with st.container(horizontal=True, key="toolbar", vertical_alignment="center"):
     st.button("Skip", key="kbd_skip", shortcut="S", on_click=finish, args=(pk, "skipped"), width="content")
     st.button("Back", key="kbd_back", shortcut="B", on_click=go_back, args=(pk,), width="content",
               help="The item you finished before this one")
-    st.caption("Enter submit · S skip · B back · F flag · X discard · Esc leaves a text box")
+    st.caption("J/K move · Enter submit · S skip · B back · F flag · X discard · Esc leaves a text box")
 
 left, right = st.columns([3, 2], gap="large")
 

@@ -290,8 +290,6 @@ function onClick(e) {
   if (act === "grade") grade(Number(b.dataset.index ?? view.focus), Number(b.dataset.grade), false);
   else if (act === "accept") grade(Number(b.dataset.index ?? view.focus), Number(b.dataset.grade), true);
   else if (act === "rest") restZero();
-  else if (act === "next") move(1);
-  else if (act === "prev") move(-1);
   else if (act === "acceptFocused") accept();
 }
 
@@ -311,8 +309,6 @@ function drawBar(box) {
   d.grade_names.forEach((name, g) => bar.append(button(`${g} ${name}`, "grade", { grade: g },
     `Grade the focused chunk ${g} (${name})${d.grade_help[g] ? ": " + d.grade_help[g] : ""}`)));
   bar.append(button("Z rest are 0", "rest", null, "Grade every ungraded retrieved chunk 0"));
-  bar.append(button("K ↑", "prev", null, "K: focus the previous chunk"));
-  bar.append(button("J ↓", "next", null, "J: focus the next chunk"));
   if (d.chunks.some((c) => c.suggestion)) {
     bar.append(button("A accept", "acceptFocused", null,
       "A: take the calibrated judge's suggested grade for the focused chunk"));
