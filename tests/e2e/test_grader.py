@@ -247,3 +247,18 @@ def test_hostile_chunk_text_shows_literally(tmp_path, start_app, page):
     saved(page)
     assert page.evaluate("window.__pwned") is None
     assert not [u for u in requests if "127.0.0.1:9" in u]
+
+
+def test_back_to_a_finished_item_grades_it_again(tmp_path, start_app, page):
+    db_path = make_db(tmp_path, items=3)
+    server = start_app(db_path)
+    first = open_label(page, server.url)
+    page.keyboard.type("12301230\n", delay=20)
+    second = next_shown(page, first)
+    page.keyboard.press("B")  # back to the item just submitted: its stream goes on from seq 9
+    assert next_shown(page, second) == first
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    page.keyboard.press("3")  # the focused chunk (the first) becomes 3
+    saved(page)
+    assert stored(db_path, first) == [3, 2, 3, 0, 1, 2, 3, 0]
+    assert grade_events(db_path, first)[-1] == (1, "3") and len(grade_events(db_path, first)) == 9

@@ -85,8 +85,10 @@ function takeAcks(data) {
   for (const [client, item, seq, message] of data.rejected || []) {
     note(`${client}|${item}|${seq}`, message);
   }
-  // streams of earlier page loads are dropped once nothing of theirs waits
-  store.streams = store.streams.filter((s) => s.client === CLIENT || s.pending.length > 0);
+  // a stream is forgotten once nothing of it waits (the shown item's own stream stays; when an item
+  // is shown again, data.acks brings back the number its stream had reached)
+  store.streams = store.streams.filter((s) => s.pending.length > 0 ||
+    (s.client === CLIENT && s.item === data.item && s.annotator === data.annotator));
   if (progress) waitingSince = performance.now();
   saveStore();
 }
