@@ -220,6 +220,7 @@ def test_flag_and_skip_with_the_keyboard(tmp_path, start_app, page):
     page.keyboard.press("S")
     page.wait_for_function(f"() => !document.body.innerText.includes('Query {first} ')")
     second = current_query(page)
+    settle(page)  # the old item's reason box stays on the page until the new item is drawn
     page.get_by_label("Reason to flag or discard").fill("two questions in one")
     page.get_by_label("Reason to flag or discard").press("Tab")
     page.wait_for_timeout(300)
