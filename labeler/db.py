@@ -615,3 +615,25 @@ def m007_accounts(db: sqlite_utils.Database) -> None:
     ``label_events``)."""
     for statement in _statements(_SCHEMA_M007_ACCOUNTS):
         db.execute(statement)
+
+
+# --- m008: grade streams of the Label page's grading widget (labeler.labels.streams) ----------
+
+_SCHEMA_M008_GRADE_STREAMS = """
+CREATE TABLE grade_streams (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    annotator TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, annotator, client_id)
+) WITHOUT ROWID
+"""
+
+
+@migrations()
+def m008_grade_streams(db: sqlite_utils.Database) -> None:
+    """The highest applied sequence number of every grade stream (one per item, annotator and
+    browser page load), so that an event the grading widget sends again is applied only once."""
+    for statement in _statements(_SCHEMA_M008_GRADE_STREAMS):
+        db.execute(statement)

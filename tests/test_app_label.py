@@ -1,9 +1,12 @@
-"""AppTest of the labeling workspace: sign-in, grading (keyboard buttons and per chunk), search,
-answers, submit/skip/flag/discard, back and history, blind overlap, settings, adjudication, password."""
+"""AppTest of the labeling workspace: sign-in, grading through the grading widget's event stream,
+search, answers, submit/skip/flag/discard, back and history, blind overlap, settings, adjudication,
+password. The widget itself runs in the browser (tests/e2e/test_grader.py); here ``Widget`` plays
+its part of the protocol: numbered events in the outbox until the page acknowledges them."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import labeler
 import labeler.labels as labels
 from labeler.app import state
+from labeler.app.components import grader
 
 APP = str(Path(labeler.__file__).parent / "app" / "streamlit_app.py")
 
@@ -71,6 +75,57 @@ def click(at: AppTest, key: str) -> AppTest:
     return at
 
 
+class Widget:
+    """What grader.js does, without a browser: number each change per item, keep every change the
+    page has not acknowledged in the outbox (the component's state value), drop what it acknowledges."""
+
+    def __init__(self, at: AppTest, client: str = "apptest"):
+        self.at, self.client, self.sent = at, client, 0
+        self.next: dict[int, int] = {}
+        self.pending: list[tuple[int, dict]] = []
+
+    def data(self) -> dict:
+        (el,) = [e for e in self.at.main if getattr(e.proto, "component_name", "") == "labeler_grader"]
+        return json.loads(el.proto.json)
+
+    def send(self, *events: dict) -> AppTest:
+        item = self.data()["item"]
+        for e in events:
+            seq = self.next.get(item, 1)
+            self.next[item] = seq + 1
+            self.pending.append((item, {**e, "seq": seq}))
+        return self.resend()
+
+    def resend(self) -> AppTest:
+        items = sorted({i for i, _ in self.pending})
+        self.sent += 1
+        self.at.session_state[grader.KEY] = {"outbox": {"n": self.sent, "batches": [
+            {"client": self.client, "item": i, "events": [e for j, e in self.pending if j == i]} for i in items]}}
+        self.at.run()
+        assert not self.at.exception, self.at.exception
+        acks = {(c, i): seq for c, i, seq in self.data()["acks"]} if self._shown() else {}
+        self.pending = [(i, e) for i, e in self.pending if e["seq"] > acks.get((self.client, i), 0)]
+        return self.at
+
+    def _shown(self) -> bool:
+        return any(getattr(e.proto, "component_name", "") == "labeler_grader" for e in self.at.main)
+
+    def chunk(self, index: int) -> dict:
+        return self.data()["chunks"][index]
+
+    def grade(self, index: int, value: int) -> AppTest:
+        return self.send({"doc_pk": self.chunk(index)["doc_pk"], "grade": value})
+
+    def rest_zero(self) -> AppTest:
+        """Z: the widget expands "rest are 0" into one grade event per ungraded retrieved chunk."""
+        return self.send(*[{"doc_pk": c["doc_pk"], "grade": 0} for c in self.data()["chunks"]
+                           if c["grade"] is None and not c["added"]])
+
+    def submit(self) -> AppTest:
+        """Enter, once every chunk has a grade."""
+        return self.send({"submit": True})
+
+
 def test_sign_in_screen_then_label_page(db_path):
     at = app(name=None)
     assert at.text_input(key="signin_name") is not None
@@ -82,40 +137,78 @@ def test_sign_in_screen_then_label_page(db_path):
     assert labels.get_role(labeler.connect(db_path), "alice") == "lead"  # first one in becomes lead
 
 
-def test_keyboard_grading_moves_focus_and_saves_at_once(db_path):
+def test_widget_grades_are_saved_at_once_and_acknowledged(db_path):
     at = app()
     pk = current(at)
+    w = Widget(at)
     qid = labeler.connect(db_path).execute("SELECT query_id FROM queries WHERE pk = ?", [pk]).fetchone()[0]
-    click(at, "kbd_3")
-    click(at, "kbd_0")
+    w.grade(0, 3)
+    w.grade(1, 0)
     assert grades(db_path, "alice", pk) == {f"d{qid[1:]}-0": 3, f"d{qid[1:]}-1": 0}
-    assert at.session_state[state.FOCUS] == 2
-    click(at, "kbd_prev")
-    click(at, "kbd_2")
+    assert [w.client, pk, 2] in w.data()["acks"] and not w.pending
+    assert [c["grade"] for c in w.data()["chunks"]] == [3, 0, None]
+    w.grade(1, 2)
     assert grades(db_path, "alice", pk)[f"d{qid[1:]}-1"] == 2
     events = labeler.connect(db_path).execute(
         "SELECT field, old, new FROM label_events WHERE annotator = 'alice' AND doc_pk IS NOT NULL ORDER BY id").fetchall()
-    assert [tuple(e) for e in events][-1] == ("grade", "0", "2")
+    assert [tuple(e) for e in events] == [("grade", None, "3"), ("grade", None, "0"), ("grade", "0", "2")]
+
+
+def test_resent_and_unacknowledged_events_are_applied_once(db_path):
+    at = app()
+    pk = current(at)
+    w = Widget(at)
+    w.grade(0, 1)
+    # the acknowledgement was lost: the widget sends seq 1 again, with seq 2 and 3 typed since
+    w.pending = [(pk, {"seq": 1, "doc_pk": w.chunk(0)["doc_pk"], "grade": 1})]
+    w.next[pk] = 2
+    w.send({"doc_pk": w.chunk(1)["doc_pk"], "grade": 2}, {"doc_pk": w.chunk(2)["doc_pk"], "grade": 3})
+    assert not w.pending
+    # a new session (a reload, or the server restarted) gets the same outbox before any callback runs
+    again = app()
+    again.session_state[grader.KEY] = at.session_state[grader.KEY]
+    again.run()
+    assert not again.exception
+    db = labeler.connect(db_path)
+    assert db.execute("SELECT count(*) FROM label_events WHERE query_pk = ? AND field = 'grade'", [pk]).fetchone() == (3,)
+    assert labels.stream_acks(db, pk, "alice") == {"apptest": 3}
+    assert [w.client, pk, 3] in Widget(again).data()["acks"]
 
 
 def test_rest_zero_submit_and_next(db_path):
     at = app()
     pk = current(at)
-    click(at, "kbd_3")
-    click(at, "kbd_rest")
+    w = Widget(at)
+    w.grade(0, 3)
+    w.rest_zero()
     assert sorted(grades(db_path, "alice", pk).values()) == [0, 0, 3]
     assert not at.button(key="kbd_submit").disabled
-    click(at, "kbd_submit")
-    assert current(at) != pk
+    w.submit()
+    assert current(at) != pk and w.data()["item"] == current(at)
+    assert [w.client, pk, 4] in w.data()["acks"]  # the old item's stream is acknowledged on the new item
     db = labeler.connect(db_path)
     assert db.execute("SELECT status FROM query_labels WHERE query_pk = ? AND annotator = 'alice'", [pk]).fetchone() == ("submitted",)
+    # the submit sent again (no acknowledgement reached the browser) does not skip the new item
+    w.pending, w.next[pk] = [(pk, {"seq": 4, "submit": True})], 5
+    shown = current(at)
+    w.resend()
+    assert current(at) == shown
 
 
-def test_per_chunk_buttons_and_answer_fields(db_path):
+def test_submit_with_an_ungraded_chunk_is_refused(db_path):
     at = app()
     pk = current(at)
-    item = labels.get_item(labeler.connect(db_path), pk, "alice")
-    click(at, f"g_{pk}_{item.chunks[1].doc_pk}_1")
+    w = Widget(at)
+    w.grade(0, 3)
+    w.submit()
+    assert current(at) == pk
+    assert w.data()["rejected"] == [[w.client, pk, 2, "cannot submit: chunk #2 has no grade yet"]]
+
+
+def test_per_chunk_grades_and_answer_fields(db_path):
+    at = app()
+    pk = current(at)
+    Widget(at).grade(1, 1)
     at.text_area(key=f"expected_{pk}").input("Use the Export button.").run()
     at.radio(key=f"answer_faithful_{pk}").set_value("partly").run()
     at.radio(key=f"answer_relevant_{pk}").set_value("yes").run()
@@ -134,8 +227,24 @@ def test_search_adds_a_missed_chunk(db_path):
     click(at, f"add_{pk}_{missed_pk}_3")
     assert grades(db_path, "alice", pk)["missed-1"] == 3
     assert [c.doc_id for c in labels.get_item(labeler.connect(db_path), pk, "alice").extra] == ["missed-1"]
-    # the added chunk is now on the item with its own grade buttons
-    assert at.button(key=f"g_{pk}_{missed_pk}_3").proto.type == "primary"
+    # the added chunk is now in the grading widget, with its grade, after the retrieved ones
+    added = Widget(at).data()["chunks"][-1]
+    assert (added["doc_id"], added["grade"], added["added"], added["rank"]) == ("missed-1", 3, True, None)
+
+
+def test_item_taken_meanwhile_refuses_the_events(db_path):
+    db = labeler.connect(db_path)
+    at = app()
+    pk = current(at)
+    w = Widget(at)
+    later = datetime.now(UTC) + timedelta(minutes=30)  # alice's lease has run out: the item goes to bob
+    while (other := labels.next_item(db, "bob", now=later)) != pk:
+        assert other is not None
+        labels.set_status(db, other, "bob", "skipped", now=later)
+    w.grade(0, 3)
+    assert "take the next item" in at.error[0].value
+    assert w.data()["refused"][0][:3] == [w.client, pk, 1]
+    assert grades(db_path, "alice", pk) == {}
 
 
 def test_skip_flag_discard(db_path):
@@ -161,22 +270,23 @@ def test_skip_flag_discard(db_path):
 def test_back_and_history_reopen_a_submitted_item(db_path):
     at = app()
     first = current(at)
-    click(at, "kbd_rest")
-    click(at, "kbd_submit")
+    w = Widget(at)
+    w.rest_zero()
+    click(at, "kbd_submit")  # the mouse
     click(at, "kbd_back")
     assert current(at) == first
     click(at, "kbd_skip")  # leave it again
     click(at, f"hist_{first}")
     assert current(at) == first
-    item_doc = labels.get_item(labeler.connect(db_path), first, "alice").chunks[0].doc_pk
-    click(at, f"g_{first}_{item_doc}_2")
+    assert w.data()["item"] == first and [c["grade"] for c in w.data()["chunks"]] == [0, 0, 0]
+    w.grade(0, 2)
     assert labels.get_item(labeler.connect(db_path), first, "alice").chunks[0].grade == 2
 
 
 def test_reload_resumes_the_same_item(db_path):
     at = app()
     pk = current(at)
-    click(at, "kbd_2")
+    Widget(at).grade(0, 2)
     again = app()  # a new session for the same annotator (reload, new tab)
     assert current(again) == pk
     assert labels.get_item(labeler.connect(db_path), pk, "alice").chunks[0].grade == 2
@@ -187,9 +297,10 @@ def test_blind_overlap_second_annotator_sees_no_other_labels(db_path):
     labeler.set_setting(db, "overlap_fraction", 1.0)
     alice = app("alice")
     pk = current(alice)
-    click(alice, "kbd_3")
-    click(alice, "kbd_rest")
-    click(alice, "kbd_submit")
+    w = Widget(alice)
+    w.grade(0, 3)
+    w.rest_zero()
+    w.submit()
     bob = app("bob")
     seen = {current(bob)}
     while current(bob) != pk and current(bob) is not None:
@@ -199,7 +310,7 @@ def test_blind_overlap_second_annotator_sees_no_other_labels(db_path):
     assert current(bob) == pk
     item = labels.get_item(labeler.connect(db_path), pk, "bob")
     assert all(c.grade is None for c in item.chunks)
-    assert all(b.proto.type == "secondary" for b in bob.button if b.key and b.key.startswith(f"g_{pk}_"))
+    assert [c["grade"] for c in Widget(bob).data()["chunks"]] == [None, None, None]
 
 
 def test_text_from_logs_is_escaped(tmp_path, monkeypatch):
@@ -211,6 +322,10 @@ def test_text_from_logs_is_escaped(tmp_path, monkeypatch):
     assert any("&lt;script&gt;alert(1)&lt;/script&gt;" in b for b in html_bodies)
     assert not any("<script>" in b or "<img" in b for b in html_bodies)
     assert not any("](javascript" in m.value for m in at.markdown)
+    # chunk text goes to the grading widget as data, which puts it in the page with textContent only
+    assert Widget(at).data()["chunks"][0]["text"].startswith("<script>alert(1)</script>")
+    js = (Path(grader.__file__).parent / "grader.js").read_text()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
 
 
 def test_settings_is_for_leads_only(db_path):

@@ -1,15 +1,14 @@
-"""The judge's suggestion for a chunk on the Label page: "judge suggests N (rationale)" and an accept
-button. A suggestion comes from a judge run that passed the calibration gate; it becomes the
+"""The judge's suggestion for a chunk as Streamlit widgets: "judge suggests N (rationale)" and an
+accept button. A suggestion comes from a judge run that passed the calibration gate; it becomes the
 annotator's label only when they accept it (stored with ``origin='suggestion'``) and golden only
 when they submit the item.
 
-Wiring on the Label page (per chunk card, after the grade buttons)::
+The Label page shows suggestions inside its grading widget instead (``components.grader``: the
+Accept button and the A key send an accept event through the grade stream); these helpers are for
+pages that show a single chunk with Streamlit widgets::
 
     from labeler.app import suggestions
-    suggestions.render_suggestion(db, pk, c.doc_pk, annotator)
-
-and for the one-key accept of the focused chunk, a toolbar button whose callback is
-``suggestions.accept_focused(db, pk, chunks[focus].doc_pk, annotator)``.
+    suggestions.render_suggestion(db, pk, doc_pk, annotator)
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, gold
 from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
 from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
+from .streams import GradeEvent, StreamResult, apply_grade_events, stream_acks
 from .writes import (
     JUDGMENTS,
     QUERY_FIELDS,
@@ -32,13 +33,16 @@ __all__ = [
     "Chunk",
     "ConflictItem",
     "ConflictPair",
+    "GradeEvent",
     "HistoryEntry",
     "Item",
     "Progress",
     "QueueSync",
+    "StreamResult",
     "add_annotator",
     "add_seconds",
     "adjudicate",
+    "apply_grade_events",
     "annotator_counts",
     "annotator_stats",
     "clear_grade",
@@ -58,5 +62,6 @@ __all__ = [
     "set_query_fields",
     "set_rest_zero",
     "set_status",
+    "stream_acks",
     "sync_queue",
 ]

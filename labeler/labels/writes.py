@@ -100,12 +100,16 @@ def clear_grade(db: sqlite_utils.Database, query_pk: int, doc_pk: int, annotator
                 *, now: When = None) -> int | None:
     """Remove ``annotator``'s grade of the chunk (the event keeps the old value); return it."""
     with _writing(db, query_pk, annotator, now) as w:
-        old = _grade(w, query_pk, doc_pk)
-        if old is not None:
-            w.conn.execute("DELETE FROM relevance_labels WHERE query_pk = ? AND doc_pk = ? AND annotator = ?",
-                           [query_pk, doc_pk, w.annotator])
-            event(w.conn, w.at, w.annotator, query_pk, doc_pk, "grade", old, None)
-        return old
+        return _drop_grade(w, query_pk, doc_pk)
+
+
+def _drop_grade(w: _Write, query_pk: int, doc_pk: int) -> int | None:
+    old = _grade(w, query_pk, doc_pk)
+    if old is not None:
+        w.conn.execute("DELETE FROM relevance_labels WHERE query_pk = ? AND doc_pk = ? AND annotator = ?",
+                       [query_pk, doc_pk, w.annotator])
+        event(w.conn, w.at, w.annotator, query_pk, doc_pk, "grade", old, None)
+    return old
 
 
 def set_rest_zero(db: sqlite_utils.Database, query_pk: int, annotator: str, retriever: str = "production",
@@ -192,34 +196,38 @@ def set_status(db: sqlite_utils.Database, query_pk: int, annotator: str, status:
         raise LabelError(f"status {status!r} is unknown; use one of: {', '.join(STATUSES)}")
     reason = _field_value("notes", reason)
     with _writing(db, query_pk, annotator, now, strict=status != "skipped") as w:
-        conn = w.conn
-        old, flag_reason = conn.execute(
-            "SELECT status, flag_reason FROM query_labels WHERE query_pk = ? AND annotator = ?",
-            [query_pk, w.annotator]).fetchone()
-        if status == "flagged":
-            if reason is None and flag_reason is None:
-                raise LabelError("flagging needs a reason: say what is wrong (reason='...')")
-            if reason is not None:
-                _put_fields(w, query_pk, {"flag_reason": reason})
-        elif reason is not None:
-            before = conn.execute("SELECT status_reason FROM query_labels WHERE query_pk = ? AND annotator = ?",
-                                  [query_pk, w.annotator]).fetchone()[0]
-            if before != reason:
-                conn.execute("UPDATE query_labels SET status_reason = ? WHERE query_pk = ? AND annotator = ?",
-                             [reason, query_pk, w.annotator])
-                event(conn, w.at, w.annotator, query_pk, None, "status_reason", before, reason)
-        if old != status:
-            conn.execute(
-                "UPDATE query_labels SET status = ?, status_at = ?, "
-                "submitted_at = CASE WHEN ? = 'submitted' THEN ? ELSE submitted_at END "
-                "WHERE query_pk = ? AND annotator = ?",
-                [status, w.at, status, w.at, query_pk, w.annotator])
-            event(conn, w.at, w.annotator, query_pk, None, "status", old, status)
-        state = "released" if status == "skipped" else "done"
-        cur = conn.execute("UPDATE assignments SET state = ?, lease_expires = NULL, updated_at = ? "
-                           "WHERE query_pk = ? AND annotator = ?", [state, w.at, query_pk, w.annotator])
-        if not cur.rowcount and state == "done":
-            conn.execute("INSERT INTO assignments (query_pk, annotator, state, updated_at) "
-                         "VALUES (?, ?, 'done', ?)", [query_pk, w.annotator, w.at])
-        recount(conn, query_pk)
-        return old
+        return _put_status(w, query_pk, status, reason)
+
+
+def _put_status(w: _Write, query_pk: int, status: str, reason: str | None) -> str | None:
+    conn = w.conn
+    old, flag_reason = conn.execute(
+        "SELECT status, flag_reason FROM query_labels WHERE query_pk = ? AND annotator = ?",
+        [query_pk, w.annotator]).fetchone()
+    if status == "flagged":
+        if reason is None and flag_reason is None:
+            raise LabelError("flagging needs a reason: say what is wrong (reason='...')")
+        if reason is not None:
+            _put_fields(w, query_pk, {"flag_reason": reason})
+    elif reason is not None:
+        before = conn.execute("SELECT status_reason FROM query_labels WHERE query_pk = ? AND annotator = ?",
+                              [query_pk, w.annotator]).fetchone()[0]
+        if before != reason:
+            conn.execute("UPDATE query_labels SET status_reason = ? WHERE query_pk = ? AND annotator = ?",
+                         [reason, query_pk, w.annotator])
+            event(conn, w.at, w.annotator, query_pk, None, "status_reason", before, reason)
+    if old != status:
+        conn.execute(
+            "UPDATE query_labels SET status = ?, status_at = ?, "
+            "submitted_at = CASE WHEN ? = 'submitted' THEN ? ELSE submitted_at END "
+            "WHERE query_pk = ? AND annotator = ?",
+            [status, w.at, status, w.at, query_pk, w.annotator])
+        event(conn, w.at, w.annotator, query_pk, None, "status", old, status)
+    state = "released" if status == "skipped" else "done"
+    cur = conn.execute("UPDATE assignments SET state = ?, lease_expires = NULL, updated_at = ? "
+                       "WHERE query_pk = ? AND annotator = ?", [state, w.at, query_pk, w.annotator])
+    if not cur.rowcount and state == "done":
+        conn.execute("INSERT INTO assignments (query_pk, annotator, state, updated_at) "
+                     "VALUES (?, ?, 'done', ?)", [query_pk, w.annotator, w.at])
+    recount(conn, query_pk)
+    return old

@@ -1,10 +1,16 @@
-"""Benchmark: Label page latency at 20 items vs 100k items (99% labeled), in AppTest and in the browser.
+"""Benchmark: the Label page at 20 items vs 100k items (99% labeled), in AppTest and in the browser.
 
-AppTest: time from a grade click to the rerun finished, and from submit to the next item shown.
-Browser (Debian chromium + Playwright against `streamlit run`): time from pressing Enter (submit)
-to the next question visible. Prints one JSON document.
+AppTest: time from a grade event sent by the grading widget (its outbox) to the rerun finished,
+and from submit to the next item shown.
+Browser (Debian chromium + Playwright against `streamlit run`), items of 8 chunks:
+- key to visible: from the keydown event to the grade on screen, measured in the page (the
+  event's timestamp to the DOM change, and to the next animation frame, which paints it);
+- grade to stored: from pressing the key to the grade's label_events row in SQLite, and to the
+  widget showing "saved" (acknowledged);
+- submit to next question: from pressing Enter to the next item's chunks shown.
+Prints one JSON document.
 
-    python tests/bench/bench_label.py [--items 100000] [--rounds 30] [--no-browser]
+    PYTHONPATH=. python tests/bench/bench_label.py [--items 100000] [--rounds 30] [--no-browser]
 """
 
 from __future__ import annotations
@@ -28,14 +34,14 @@ from labeler.app import state  # noqa: E402
 APP = str(ROOT / "labeler" / "app" / "streamlit_app.py")
 
 
-def build(path: Path, n: int, labeled_share: float, seed: int = 3) -> None:
+def build(path: Path, n: int, labeled_share: float, seed: int = 3, chunks: int = 5) -> None:
     rng = random.Random(seed)
     log = path.with_suffix(".jsonl")
     with open(log, "w") as f:
         for i in range(n):
             f.write(json.dumps({"query_id": f"q{i}", "question": f"question {i} about invoices and plans",
                                 "retrieved": [{"id": f"d{rng.randrange(5000)}-{r}", "score": 1 - r / 10,
-                                               "text": f"chunk text {r} " * 20} for r in range(5)]}) + "\n")
+                                               "text": f"chunk text {r} " * 20} for r in range(chunks)]}) + "\n")
     db = labeler.connect(path)
     labeler.ingest_logs(db, log)
     labeler.set_setting(db, "overlap_fraction", 0.0)
@@ -59,63 +65,121 @@ def build(path: Path, n: int, labeled_share: float, seed: int = 3) -> None:
     db.conn.execute("ANALYZE")
 
 
+def pct(values: list[float], q: float) -> float:
+    return round(sorted(values)[min(int(q * len(values)), len(values) - 1)], 1)
+
+
 def apptest_latency(path: Path, rounds: int) -> dict:
     import os
 
     from streamlit.testing.v1 import AppTest
 
+    from labeler.app.components import grader
+
     os.environ["LABELER_DB"] = str(path)
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state[state.ANNOTATOR] = "alice"
     at.run()
+    sent = 0
+
+    def send(events: list[dict]) -> None:
+        nonlocal sent
+        sent += 1
+        item = at.session_state[state.CURRENT]
+        at.session_state[grader.KEY] = {"outbox": {"n": sent, "batches": [
+            {"client": "bench", "item": item, "events": events}]}}
+        at.run()
+
     grade_ms, submit_ms = [], []
     for _ in range(rounds):
+        item = labels.get_item(labeler.connect(path), at.session_state[state.CURRENT], "alice")
+        docs = [c.doc_pk for c in item.chunks]
         t = time.perf_counter()
-        at.button(key="kbd_2").click().run()
+        send([{"seq": 1, "doc_pk": docs[0], "grade": 2}])
         grade_ms.append((time.perf_counter() - t) * 1000)
-        at.button(key="kbd_rest").click().run()
+        send([{"seq": 1 + i, "doc_pk": d, "grade": 0} for i, d in enumerate(docs) if i])
         before = at.session_state[state.CURRENT]
         t = time.perf_counter()
-        at.button(key="kbd_submit").click().run()
+        send([{"seq": len(docs) + 1, "submit": True}])
         submit_ms.append((time.perf_counter() - t) * 1000)
         assert at.session_state[state.CURRENT] != before and not at.exception
     return {"grade_p50_ms": round(statistics.median(grade_ms), 1), "submit_p50_ms": round(statistics.median(submit_ms), 1),
-            "grade_p90_ms": round(sorted(grade_ms)[int(0.9 * len(grade_ms))], 1),
-            "submit_p90_ms": round(sorted(submit_ms)[int(0.9 * len(submit_ms))], 1), "rounds": rounds}
+            "grade_p90_ms": pct(grade_ms, 0.9), "submit_p90_ms": pct(submit_ms, 0.9), "rounds": rounds}
+
+
+# In the page: the keydown's timestamp (a window capture listener runs before the widget's), the
+# time the grade reached the DOM (a MutationObserver on data-grade) and the next animation frame.
+_PROBE = """() => {
+  window.__kv = []; let t0 = null;
+  window.addEventListener('keydown', (e) => { if (/^[0-9]$/.test(e.key)) t0 = e.timeStamp; }, true);
+  new MutationObserver((ms) => {
+    if (t0 === null || !ms.some((m) => m.attributeName === 'data-grade')) return;
+    const start = t0, dom = performance.now(); t0 = null;
+    requestAnimationFrame(() => window.__kv.push([dom - start, performance.now() - start]));
+  }).observe(document.body, {attributes: true, subtree: true, attributeFilter: ['data-grade']});
+}"""
 
 
 def browser_latency(path: Path, rounds: int) -> dict:
+    import sqlite3
+
     from playwright.sync_api import sync_playwright
 
     from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, AppServer
 
     server = AppServer(path)
+    conn = sqlite3.connect(path)
+
+    def events() -> int:
+        return conn.execute("SELECT count(*) FROM label_events WHERE field = 'grade'").fetchone()[0]
+
+    stored_ms, saved_ms, submit_ms = [], [], []
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = b.new_page()
-            page.set_default_timeout(30_000)
+            page = b.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
             page.goto(server.url + "/?annotator=bob")
-            page.get_by_text("retrieved chunks graded").wait_for()
-            times = []
+            page.locator(".lb-grader .lb-chunk").first.wait_for()
+            page.evaluate(_PROBE)
+            rng = random.Random(1)
             for _ in range(rounds):
-                page.evaluate("() => document.activeElement && document.activeElement.blur()")
-                page.keyboard.press("Z")
-                page.get_by_text("5 of 5 retrieved chunks graded").wait_for()
-                qid = page.get_by_text("Query q").first.inner_text().split()[1]
+                item = page.locator(".lb-grader").get_attribute("data-item")
+                for _ in range(8):
+                    before = events()
+                    t = time.perf_counter()
+                    page.keyboard.press(str(rng.randrange(4)))
+                    while events() == before:  # a benchmark may poll with a short sleep
+                        time.sleep(0.002)
+                    stored_ms.append((time.perf_counter() - t) * 1000)
+                    page.wait_for_function("() => document.querySelector('.lb-save').textContent === 'saved'",
+                                           polling="raf")
+                    saved_ms.append((time.perf_counter() - t) * 1000)
                 t = time.perf_counter()
                 page.keyboard.press("Enter")
-                page.wait_for_function(
-                    "(q) => { const e = [...document.querySelectorAll('[data-testid=stCaptionContainer]')]"
-                    ".find(x => x.innerText.startsWith('Query ')); return e && !e.innerText.startsWith('Query ' + q + ' ') }",
-                    arg=qid)
-                page.get_by_text("0 of 5 retrieved chunks graded").wait_for()
-                times.append((time.perf_counter() - t) * 1000)
+                page.wait_for_function("(old) => { const g = document.querySelector('.lb-grader');"
+                                       " return g && g.dataset.item !== old }", arg=item, polling="raf")
+                submit_ms.append((time.perf_counter() - t) * 1000)
+            visible = page.evaluate("window.__kv")
+            # the same keys in bursts (no gap): nothing waits for the server between keys
+            page.keyboard.type("01230123", delay=0)
+            try:
+                page.wait_for_function("(n) => window.__kv.length >= n", arg=len(visible) + 8, timeout=5_000)
+            except Exception:  # noqa: BLE001 - reported as the count below
+                pass
+            burst = len(page.evaluate("window.__kv")) - len(visible)
             b.close()
     finally:
         server.stop()
-    return {"submit_to_next_question_p50_ms": round(statistics.median(times), 1),
-            "submit_to_next_question_max_ms": round(max(times), 1), "rounds": rounds}
+        conn.close()
+    dom, frame = [v[0] for v in visible], [v[1] for v in visible]
+    return {"key_to_dom_p50_ms": pct(dom, 0.5), "key_to_dom_p90_ms": pct(dom, 0.9),
+            "key_to_visible_frame_p50_ms": pct(frame, 0.5), "key_to_visible_frame_p90_ms": pct(frame, 0.9),
+            "grade_to_stored_p50_ms": pct(stored_ms, 0.5), "grade_to_stored_p90_ms": pct(stored_ms, 0.9),
+            "grade_to_saved_shown_p50_ms": pct(saved_ms, 0.5), "grade_to_saved_shown_p90_ms": pct(saved_ms, 0.9),
+            "submit_to_next_question_p50_ms": pct(submit_ms, 0.5),
+            "submit_to_next_question_max_ms": round(max(submit_ms), 1),
+            "burst_keys_shown": burst, "keys": len(visible), "rounds": rounds}
 
 
 def main() -> None:
@@ -129,15 +193,16 @@ def main() -> None:
         small, large = Path(d) / "small.db", Path(d) / "large.db"
         build(small, 20 + args.rounds * 2, 0.0)
         t = time.perf_counter()
-        build(large, args.items, 0.99)
+        build(large, args.items, 0.99, chunks=8)
         out["build_large_s"] = round(time.perf_counter() - t, 1)
         out["small"] = {"items": 20 + args.rounds * 2, **apptest_latency(small, args.rounds)}
         out["large"] = {"items": args.items, "labeled": 0.99, **apptest_latency(large, args.rounds)}
         out["ratio_grade"] = round(out["large"]["grade_p50_ms"] / out["small"]["grade_p50_ms"], 2)
         out["ratio_submit"] = round(out["large"]["submit_p50_ms"] / out["small"]["submit_p50_ms"], 2)
-        out["targets"] = {"ratio": 1.5, "p50_ms_at_large": 100}
+        out["targets"] = {"ratio": 1.5, "p50_ms_at_large": 100, "key_to_visible_p50_ms": 50}
         if not args.no_browser:
-            out["browser_large"] = browser_latency(large, min(args.rounds, 10))
+            out["browser_large"] = {"items": args.items, "chunks": 8,
+                                    **browser_latency(large, min(args.rounds, 10))}
     print(json.dumps(out, indent=2))
 
 

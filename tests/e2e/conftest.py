@@ -32,11 +32,11 @@ def _free_port() -> int:
 
 
 class AppServer:
-    def __init__(self, db_path: Path, env: dict | None = None):
+    def __init__(self, db_path: Path, env: dict | None = None, port: int | None = None):
         self.db_path = db_path
-        self.port = _free_port()
+        self.port = port or _free_port()  # the same port again: a restarted server the page reconnects to
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = db_path.with_suffix(".server.log")
+        self.log = db_path.with_suffix(f".server-{self.port}-{time.monotonic_ns()}.log")
         cmd = [sys.executable, "-m", "streamlit", "run",
                str(Path(__file__).resolve().parents[2] / "labeler" / "app" / "streamlit_app.py"),
                "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port),
@@ -88,8 +88,8 @@ def browser():
 def start_app(tmp_path) -> Iterator:
     servers: list[AppServer] = []
 
-    def start(db_path: Path, env: dict | None = None) -> AppServer:
-        server = AppServer(db_path, env)
+    def start(db_path: Path, env: dict | None = None, port: int | None = None) -> AppServer:
+        server = AppServer(db_path, env, port)
         servers.append(server)
         return server
 

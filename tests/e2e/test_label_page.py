@@ -53,6 +53,12 @@ def graded(page, n: int, total: int = 3) -> None:
     page.get_by_text(f"{n} of {total} retrieved chunks graded").wait_for()
 
 
+def saved(page) -> None:
+    """Wait until the grading widget says every grade is acknowledged by the server."""
+    page.locator(".lb-save", has_text="saved").wait_for()
+    page.wait_for_function("() => document.querySelector('.lb-save').textContent === 'saved'")
+
+
 def current_query(page) -> str:
     return page.get_by_text("Query q").first.inner_text().split()[1]
 
@@ -192,7 +198,8 @@ def test_killed_server_loses_nothing(tmp_path, start_app, page):
     page.keyboard.press("2")
     graded(page, 1)
     page.keyboard.press("1")
-    graded(page, 2)
+    graded(page, 2)  # on screen at once ...
+    saved(page)  # ... and stored once the widget says so
     server.kill()  # SIGKILL in the middle of the item
     conn = sqlite3.connect(db_path)
     grades = conn.execute("SELECT l.grade FROM relevance_labels l JOIN queries q ON q.pk = l.query_pk "
@@ -213,6 +220,7 @@ def test_flag_and_skip_with_the_keyboard(tmp_path, start_app, page):
     page.keyboard.press("S")
     page.wait_for_function(f"() => !document.body.innerText.includes('Query {first} ')")
     second = current_query(page)
+    settle(page)  # the old item's reason box stays on the page until the new item is drawn
     page.get_by_label("Reason to flag or discard").fill("two questions in one")
     page.get_by_label("Reason to flag or discard").press("Tab")
     page.wait_for_timeout(300)

@@ -1,23 +1,30 @@
-"""Label: the annotator's workspace. Every change is saved at once, in the widget callbacks."""
+"""Label: the annotator's workspace. The chunk list, its grades, focus and grading keys are the
+grading widget (``components.grader``), which runs in the browser and streams its changes; every
+other change is saved at once, in the widget callbacks."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import streamlit as st
 
 import labeler.labels as labels
-from labeler import synth
-from labeler.app import state, suggestions, widgets
-from labeler.errors import LabelerError
+from labeler import judge, synth
+from labeler.app import state, widgets
+from labeler.app.components import grader
+from labeler.errors import ItemTakenError, LabelerError
 
 db = state.get_db()
 annotator = st.session_state[state.ANNOTATOR]
 settings = state.settings()
 names: list[str] = settings["grade_names"]
+_KEEP = 50  # acknowledgements and notes remembered for the widget
 
 
 # --- callbacks (run before the script, so a write never depends on the page drawing) ----------
+# A callback may run on another thread than the run that registered it: it takes the database
+# connection of the thread it runs on (state.get_db()), never the `db` of the page's last run.
 
 def _safely(fn, *args, **kwargs):
     try:
@@ -29,74 +36,86 @@ def _safely(fn, *args, **kwargs):
 
 def _show(pk: int | None) -> None:
     st.session_state[state.CURRENT] = pk
-    st.session_state[state.FOCUS] = 0
     st.session_state[state.SHOWN_AT] = time.monotonic()
 
 
 def _spent(pk: int) -> None:
     shown = st.session_state.get(state.SHOWN_AT)
     if shown is not None:
-        _safely(labels.add_seconds, db, pk, annotator, min(time.monotonic() - shown, 3600.0))
+        _safely(labels.add_seconds, state.get_db(), pk, annotator, min(time.monotonic() - shown, 3600.0))
         st.session_state[state.SHOWN_AT] = time.monotonic()
 
 
 def _next_item() -> None:
-    pk = _safely(labels.next_item, db, annotator)
+    pk = _safely(labels.next_item, state.get_db(), annotator)
     _show(pk)
     if pk is None:
         st.session_state[state.NOTICE] = "Nothing left in your queue. Thank you!"
 
 
-def _focus_next_ungraded(item_pk: int, after: int) -> None:
-    item = labels.get_item(db, item_pk, annotator)
-    chunks = item.chunks + item.extra
-    for i in list(range(after + 1, len(chunks))) + list(range(0, after + 1)):
-        if chunks[i].grade is None:
-            st.session_state[state.FOCUS] = i
-            return
-    st.session_state[state.FOCUS] = min(after + 1, max(len(chunks) - 1, 0))
+def _remember(table: dict, key: str, value: Any) -> None:
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > _KEEP:
+        table.pop(next(iter(table)))
 
 
-def grade(pk: int, doc_pk: int, value: int, index: int) -> None:
-    _safely(labels.set_grade, db, pk, doc_pk, annotator, value)
-    _focus_next_ungraded(pk, index)
+def apply_outbox(box: dict | None) -> bool:
+    """Apply the grading widget's unacknowledged events (each exactly once, by sequence number);
+    True when an acknowledgement changed, so the widget must be told."""
+    acks: dict[str, int] = st.session_state.setdefault(state.GRADER_ACKS, {})
+    notes: dict[str, list] = st.session_state.setdefault(state.GRADER_NOTES, {})
+    changed = False
+    for batch in (box or {}).get("batches") or []:
+        client, item_pk, events = batch.get("client"), batch.get("item"), batch.get("events") or []
+        seqs = [e["seq"] for e in events if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+        ident = f"{client}|{item_pk}"
+        if not seqs or max(seqs) <= acks.get(ident, 0) or f"refused|{ident}|{max(seqs)}" in notes:
+            continue  # a resend of what is applied (or refused) already
+        try:
+            result = labels.apply_grade_events(state.get_db(), item_pk, annotator, client, events)
+        except ItemTakenError as e:
+            _remember(notes, f"refused|{ident}|{max(seqs)}", [client, item_pk, max(seqs), str(e)])
+            st.session_state[state.LABEL_ERROR] = str(e)
+            changed = True
+            continue
+        except LabelerError as e:
+            st.session_state[state.LABEL_ERROR] = str(e)
+            continue
+        changed = changed or result.acked != acks.get(ident)
+        _remember(acks, ident, result.acked)
+        for seq, why in result.rejected:
+            _remember(notes, f"rejected|{ident}|{seq}", [client, item_pk, seq, why])
+        if result.submitted and item_pk == st.session_state.get(state.CURRENT):
+            _spent(item_pk)
+            st.session_state[state.NOTICE] = "Submitted."
+            _next_item()
+    return changed
 
 
-def grade_focused(pk: int, value: int) -> None:
-    item = labels.get_item(db, pk, annotator)
-    chunks = item.chunks + item.extra
-    if not chunks:
-        return
-    i = min(st.session_state.get(state.FOCUS, 0), len(chunks) - 1)
-    grade(pk, chunks[i].doc_pk, value, i)
+def on_outbox() -> None:
+    apply_outbox(grader.outbox())
 
 
-def move_focus(pk: int, step: int) -> None:
-    item = labels.get_item(db, pk, annotator)
-    n = len(item.chunks) + len(item.extra)
-    if n:
-        st.session_state[state.FOCUS] = (st.session_state.get(state.FOCUS, 0) + step) % n
-
-
-def rest_zero(pk: int) -> None:
-    _safely(labels.set_rest_zero, db, pk, annotator)
+def grade(pk: int, doc_pk: int, value: int) -> None:
+    apply_outbox(grader.outbox())
+    _safely(labels.set_grade, state.get_db(), pk, doc_pk, annotator, value)
 
 
 def save_field(pk: int, field: str, key: str) -> None:
-    _safely(labels.set_query_fields, db, pk, annotator, **{field: st.session_state.get(key)})
+    _safely(labels.set_query_fields, state.get_db(), pk, annotator, **{field: st.session_state.get(key)})
 
 
 def finish(pk: int, status: str) -> None:
+    apply_outbox(grader.outbox())  # grades typed just before the click come first
     reason = None
-    if status == "flagged":
+    if status in ("flagged", "discarded"):
         reason = (st.session_state.get(f"flag_reason_{pk}") or "").strip() or None
-        if reason is None:
-            st.session_state[state.LABEL_ERROR] = "Write what is wrong in the flag reason box, then flag."
-            return
-    if status == "discarded":
-        reason = (st.session_state.get(f"flag_reason_{pk}") or "").strip() or None
+    if status == "flagged" and reason is None:
+        st.session_state[state.FLAG_ERROR] = "Write what is wrong in the flag reason box, then flag."
+        return
     _spent(pk)
-    if _safely(labels.set_status, db, pk, annotator, status, reason=reason) is None and \
+    if _safely(labels.set_status, state.get_db(), pk, annotator, status, reason=reason) is None and \
             st.session_state.get(state.LABEL_ERROR):
         return
     st.session_state[state.NOTICE] = {"submitted": "Submitted.", "skipped": "Skipped.", "flagged": "Flagged for the lead.",
@@ -105,7 +124,8 @@ def finish(pk: int, status: str) -> None:
 
 
 def go_back(pk: int | None) -> None:
-    prev = _safely(labels.previous_item, db, annotator, pk)
+    apply_outbox(grader.outbox())
+    prev = _safely(labels.previous_item, state.get_db(), annotator, pk)
     if prev is not None:
         _show(prev)
     else:
@@ -113,6 +133,7 @@ def go_back(pk: int | None) -> None:
 
 
 def reopen(pk: int) -> None:
+    apply_outbox(grader.outbox())
     _show(pk)
 
 
@@ -152,9 +173,8 @@ if pk is None:
 
 item = labels.get_item(db, pk, annotator)
 chunks = item.chunks + item.extra
-focus = min(st.session_state.get(state.FOCUS, 0), max(len(chunks) - 1, 0))
 
-# --- the question ---------------------------------------------------------------------------
+# --- the question and the toolbar -------------------------------------------------------------
 
 head = f"Query {widgets.escape_markdown(item.query_id)} · {item.origin}"
 if item.occurrences > 1:
@@ -164,29 +184,14 @@ if item.status and item.status != "in_progress":
 st.caption(head)
 widgets.plain_block(item.question, size="1.35rem", weight=600, key="question")
 
-# --- the keyboard toolbar -------------------------------------------------------------------
-
-with st.container(horizontal=True, key="toolbar"):
-    for g in range(len(names)):
-        st.button(f"{g} {names[g]}", key=f"kbd_{g}", shortcut=str(g), on_click=grade_focused, args=(pk, g),
-                  help=f"Grade the focused chunk {g} ({names[g]})", width="content")
-    st.button("Rest are 0", key="kbd_rest", shortcut="Z", on_click=rest_zero, args=(pk,), width="content",
-              help="Grade every ungraded retrieved chunk 0")
-    st.button("Next chunk", key="kbd_next", shortcut="J", on_click=move_focus, args=(pk, 1), width="content")
-    st.button("Previous chunk", key="kbd_prev", shortcut="K", on_click=move_focus, args=(pk, -1), width="content")
-    if chunks:
-        st.button("Accept suggestion", key="kbd_accept", shortcut="A", on_click=suggestions.accept_focused,
-                  args=(db, pk, chunks[focus].doc_pk, annotator), width="content",
-                  help="Take the calibrated judge's grade for the focused chunk (when it made a suggestion)")
-with st.container(horizontal=True, key="toolbar2"):
-    st.button("Submit", key="kbd_submit", shortcut="Enter", type="primary", on_click=finish, args=(pk, "submitted"),
+with st.container(horizontal=True, key="toolbar", vertical_alignment="center"):
+    st.button("Submit", key="kbd_submit", type="primary", on_click=finish, args=(pk, "submitted"),
               width="content", disabled=item.ungraded > 0,
-              help="Grade every chunk first" if item.ungraded else "Submit and go to the next item")
+              help="Enter: submit and go to the next item (once every chunk has a grade)")
     st.button("Skip", key="kbd_skip", shortcut="S", on_click=finish, args=(pk, "skipped"), width="content")
     st.button("Back", key="kbd_back", shortcut="B", on_click=go_back, args=(pk,), width="content",
               help="The item you finished before this one")
-st.caption(f"{len(item.chunks) - item.ungraded} of {len(item.chunks)} retrieved chunks graded. Keys: 0-3 grade the "
-           "focused chunk, J/K move, Z rest are 0, Enter submit, S skip, B back.")
+    st.caption("J/K move · Enter submit · S skip · B back · F flag · X discard · Esc leaves a text box")
 
 left, right = st.columns([3, 2], gap="large")
 
@@ -194,38 +199,24 @@ with left:
     st.subheader("Retrieved chunks")
     if not item.chunks:
         st.info("The retriever returned nothing for this question. Use the search to add the relevant chunks.")
-    for i, c in enumerate(chunks):
-        if i == len(item.chunks):
-            st.subheader("Added from search")
-        with st.container(border=True, key=f"chunk_{pk}_{c.doc_pk}"):
-            widgets.chunk_card(c, focused=(i == focus))
-            cols = st.columns(len(names) + 2)
-            for g in range(len(names)):
-                cols[g].button(f"{g}", key=f"g_{pk}_{c.doc_pk}_{g}", on_click=grade, args=(pk, c.doc_pk, g, i),
-                               type="primary" if c.grade == g else "secondary", help=names[g], width="stretch")
-            cols[len(names)].caption(f"grade: {names[c.grade]}" if c.grade is not None else "not graded")
-            suggestions.render_suggestion(db, pk, c.doc_pk, annotator, current=c.grade, grade_names=names)
+    suggested = judge.suggestions_for(db, pk)
+    acks = st.session_state.get(state.GRADER_ACKS, {})
+    notes = st.session_state.get(state.GRADER_NOTES, {})
+    data = {
+        "item": pk, "annotator": annotator, "grade_names": names, "grade_help": settings["grade_help"],
+        "chunks": [grader.chunk_data(c, added=i >= len(item.chunks), suggestion=suggested.get(c.doc_pk))
+                   for i, c in enumerate(chunks)],
+        # this item's streams from the database (they survive a server restart), then the session's
+        "acks": [[client, pk, seq] for client, seq in labels.stream_acks(db, pk, annotator).items()]
+        + [[k.split("|", 1)[0], int(k.split("|", 1)[1]), seq] for k, seq in acks.items()],
+        "refused": [v for k, v in notes.items() if k.startswith("refused|")],
+        "rejected": [v for k, v in notes.items() if k.startswith("rejected|")],
+    }
+    # a new session (a restarted server) gets the widget's outbox before any callback can run
+    if apply_outbox(grader.grader(data, on_outbox)):
+        st.rerun()
 
 with right:
-    st.subheader("Find what the retriever missed")
-    query = st.text_input("Search the whole corpus", key=f"search_{pk}", placeholder="words from the missing chunk")
-    if query:
-        shown = {c.doc_pk for c in chunks}
-        try:
-            hits = widgets.search_corpus(db, query)
-        except LabelerError as e:
-            hits = []
-            st.error(widgets.escape_markdown(str(e)))
-        if not hits:
-            st.caption("No chunk matches.")
-        for h in hits:
-            with st.container(border=True, key=f"hit_{pk}_{h.doc_pk}"):
-                widgets.chunk_card(h, focused=False, note="already on this item" if h.doc_pk in shown else None)
-                cols = st.columns(len(names))
-                for g in range(len(names)):
-                    cols[g].button(f"Add as {g}", key=f"add_{pk}_{h.doc_pk}_{g}", help=names[g],
-                                   on_click=grade, args=(pk, h.doc_pk, g, len(chunks)), width="stretch")
-
     if item.origin == "synthetic":
         proposal = synth.get_question(db, pk)
         st.subheader("Generator's proposal")
@@ -252,8 +243,32 @@ with right:
     st.text_input("Notes", key=key, value=item.notes or "", on_change=save_field, args=(pk, "notes", key))
     st.text_input("Reason to flag or discard", key=f"flag_reason_{pk}", value=item.flag_reason or "",
                   placeholder="what is wrong with this item")
+    if flag_error := st.session_state.pop(state.FLAG_ERROR, None):
+        st.error(flag_error)
     with st.container(horizontal=True, key="flag_bar"):
         st.button("Flag for the lead", key="kbd_flag", shortcut="F", on_click=finish, args=(pk, "flagged"),
                   width="content")
         st.button("Discard question", key="kbd_discard", shortcut="X", on_click=finish, args=(pk, "discarded"),
                   width="content", help="A bad or unanswerable question: its labels are not used")
+
+    # last in the column: however many chunks match, the answer fields and the flag box stay put
+    st.subheader("Find what the retriever missed")
+    query = st.text_input("Search the whole corpus", key=f"search_{pk}", placeholder="words from the missing chunk")
+    if query:
+        shown = {c.doc_pk for c in chunks}
+        try:
+            hits = widgets.search_corpus(db, query)
+        except LabelerError as e:
+            hits = []
+            st.error(widgets.escape_markdown(str(e)))
+        if not hits:
+            st.caption("No chunk matches.")
+        else:
+            with st.expander(f"{len(hits)} matching chunks", expanded=True), st.container(height=300, key="hits"):
+                for h in hits:
+                    with st.container(border=True, key=f"hit_{pk}_{h.doc_pk}"):
+                        widgets.chunk_card(h, focused=False, note="already on this item" if h.doc_pk in shown else None)
+                        with st.container(horizontal=True):
+                            for g in range(len(names)):
+                                st.button(f"Add as {g}", key=f"add_{pk}_{h.doc_pk}_{g}", help=names[g],
+                                          on_click=grade, args=(pk, h.doc_pk, g), width="content")
