@@ -46,6 +46,15 @@ def _set_cookie(token: str | None) -> None:
     st.html(f"<script>document.cookie = {value};</script>", unsafe_allow_javascript=True)
 
 
+def flush_cookie() -> None:
+    """Write the session cookie on every run of a signed-in session (a run cut short by the next
+    click may never reach the browser, so once is not enough), or clear it after a sign-out.
+    Drawn on every run, so the element it needs never moves what follows it."""
+    token = st.session_state.get(state.SESSION_TOKEN)
+    if st.session_state.pop(state.SET_COOKIE, False) or token:
+        _set_cookie(token)
+
+
 def _signed_in(name: str) -> None:
     """Keep ``name`` in the session and start a cookie session for reloads."""
     st.session_state[state.ANNOTATOR] = name
@@ -206,8 +215,6 @@ def _active(db, name: str | None) -> str | None:
 
 def current_annotator(db) -> str | None:
     """Run the gate; return the signed-in account's name, or None after drawing a sign-in screen."""
-    if st.session_state.pop(state.SET_COOKIE, False):
-        _set_cookie(st.session_state.get(state.SESSION_TOKEN))
     if _secret("auth"):
         name = st.session_state.get(state.ANNOTATOR)
         if not _active(db, name):
@@ -234,12 +241,14 @@ def current_annotator(db) -> str | None:
         st.error("This app has no sign-in set up and you are not on the machine it runs on. Ask the owner "
                  "to add accounts (labeler users add NAME) or a password in .streamlit/secrets.toml.")
         return None
+    name = st.session_state.get(state.ANNOTATOR)
+    if not name:  # a live session cookie: this browser passed the gate before
+        account = accounts.session_account(db, _cookie_token())
+        if account is not None:
+            name = account.name
+            st.session_state[state.PASSWORD_OK] = True
     if not _shared_password_ok():
         return None
-    name = st.session_state.get(state.ANNOTATOR)
-    if not name:
-        account = accounts.session_account(db, _cookie_token())
-        name = account.name if account else None
     if not name:
         _name_signin()
         return None

@@ -17,7 +17,10 @@ st.set_page_config(page_title="labeler", page_icon=":material/label:", layout="w
 
 annotator = auth.current_annotator(state.get_db())
 if annotator is None:
+    auth.flush_cookie()
     st.stop()
+with st.sidebar:
+    auth.flush_cookie()  # first, so the cookie reaches the browser even when the next click cuts this run short
 state.warm_metrics()  # the Metrics page's numbers, computed in the background once per server
 
 pages = [
@@ -41,3 +44,4 @@ try:
 except LabelerError as e:  # a user error that escaped a page: one line, no traceback
     logging.getLogger("labeler.app").warning("page %s: %s", nav.url_path, e)
     st.error(widgets.escape_markdown(str(e).partition("\n")[0]), icon=":material/error:")
+

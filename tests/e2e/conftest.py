@@ -125,3 +125,19 @@ def settle(page, quiet_ms: int = 250, timeout_s: float = 20.0) -> None:
         elif (now - quiet_since) * 1000 >= quiet_ms:
             return
         page.wait_for_timeout(25)
+
+
+def sign_in_by_name(page, url: str, name: str, path: str = "") -> None:
+    """Open ``url + path`` and sign in with a name (no accounts set up): the name box, then the
+    page at ``path``. The URL never signs anyone in; a browser with a live session cookie for this
+    database is already signed in and goes straight to the page."""
+    page.goto(url + path)
+    name_box = page.get_by_label("Your name")
+    name_box.or_(page.get_by_role("button", name="Sign out")).first.wait_for()
+    if name_box.count():
+        name_box.fill(name)
+        page.get_by_role("button", name="Start labeling").click()
+        page.get_by_role("button", name="Sign out").wait_for()
+        if path:  # the first page after signing in is the default one; the session cookie holds
+            page.goto(url + path)
+    page.get_by_role("button", name="Sign out").wait_for()

@@ -11,7 +11,7 @@ import sys
 import labeler
 import labeler.labels as labels
 from labeler import accounts
-from tests.e2e.test_label_page import make_db
+from tests.e2e.test_label_page import make_db, saved
 
 
 def team_db(tmp_path):
@@ -48,8 +48,11 @@ def test_sign_in_reload_and_url_impersonation(tmp_path, start_app, page):
     # a reload stays signed in as bob (the cookie session), and the grade is written as bob
     page.goto(server.url + "/?annotator=lena")
     page.get_by_text("retrieved chunks graded").wait_for()
-    page.get_by_role("button", name="3", exact=True).first.click()
+    page.locator(".lb-chunk").first.wait_for()
+    page.mouse.click(5, 5)
+    page.keyboard.press("3")
     page.get_by_text("1 of 3 retrieved chunks graded").wait_for()
+    saved(page)
     conn = sqlite3.connect(path)
     who = {r[0] for r in conn.execute("SELECT annotator FROM label_events WHERE field = 'grade'")}
     assert who == {"bob"}

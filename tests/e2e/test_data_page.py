@@ -6,6 +6,7 @@ import json
 import sqlite3
 
 from labeler.demo import build_demo
+from tests.e2e.conftest import sign_in_by_name
 
 
 def tile(page, label: str) -> str:
@@ -17,7 +18,7 @@ def test_upload_a_log_in_the_browser(tmp_path, start_app, page):
     db_path = tmp_path / "demo.db"
     build_demo(db_path)
     server = start_app(db_path)
-    page.goto(server.url + "/data?annotator=alice")
+    sign_in_by_name(page, server.url, "alice", "/data")
     page.get_by_test_id("stMetricLabel").get_by_text("Queries", exact=True).wait_for()
     assert tile(page, "Queries") == "166"
 
@@ -40,7 +41,7 @@ def test_a_bad_upload_shows_the_error_and_writes_nothing(tmp_path, start_app, pa
     db_path = tmp_path / "demo.db"
     build_demo(db_path)
     server = start_app(db_path)
-    page.goto(server.url + "/data?annotator=alice")
+    sign_in_by_name(page, server.url, "alice", "/data")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "ok", "retrieved": []}\n{"retrieved": []}\n')
     page.locator("input[type=file]").set_input_files(str(bad))

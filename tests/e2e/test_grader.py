@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import labeler
+from tests.e2e.conftest import settle, sign_in_by_name
 
 N_CHUNKS = 8
 
@@ -32,7 +33,7 @@ def make_db(tmp_path: Path, items: int, chunks: int = N_CHUNKS, text=None) -> Pa
 
 
 def open_label(page, url: str, name: str = "alice") -> int:
-    page.goto(url + f"/?annotator={name}")
+    sign_in_by_name(page, url, name)
     page.locator(".lb-grader .lb-chunk").first.wait_for()
     return shown_item(page)
 
@@ -213,11 +214,13 @@ def test_page_layout_at_1280_px(tmp_path, start_app, browser):
         assert len({round(b.bounding_box()["y"]) for b in bar.all()}) == 1  # one row too
         assert page.get_by_text("A accept").count() == 0 and page.get_by_text("Judge suggests").count() == 0
         flag = page.get_by_role("button", name="Flag for the lead")
+        settle(page)  # the page has finished drawing before it is measured
         before = flag.bounding_box()["y"]
         search = page.get_by_placeholder("words from the missing chunk")
         search.fill("rotate keys settings chunk")
         search.press("Enter")
         page.get_by_text("matching chunks").wait_for()
+        settle(page)
         assert flag.bounding_box()["y"] == before  # results never push the flag box down
         page.get_by_text("matching chunks").click()  # collapsible
         page.get_by_role("button", name="Add as 2").first.wait_for(state="hidden")

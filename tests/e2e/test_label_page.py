@@ -9,7 +9,7 @@ from pathlib import Path
 
 import labeler
 import labeler.labels as labels
-from tests.e2e.conftest import settle
+from tests.e2e.conftest import settle, sign_in_by_name
 
 RECORDS = [
     {"query_id": f"q{i}", "question": f"how do i export invoice batch {i}", "answer": f"Use export {i}.",
@@ -36,9 +36,7 @@ def make_db(tmp_path: Path, records=RECORDS, corpus=CORPUS, **settings) -> Path:
 
 
 def sign_in(page, url: str, name: str) -> None:
-    page.goto(url)
-    page.get_by_label("Your name").fill(name)
-    page.get_by_role("button", name="Start labeling").click()
+    sign_in_by_name(page, url, name)
     page.get_by_text("retrieved chunks graded").wait_for()
 
 
@@ -176,16 +174,20 @@ def test_password_gate_in_the_browser(tmp_path, start_app, page):
     (tmp_path / ".streamlit").mkdir()
     (tmp_path / ".streamlit" / "secrets.toml").write_text('password = "open sesame"\n')
     server = start_app(db_path)  # runs with cwd=tmp_path, so it reads tmp_path/.streamlit/secrets.toml
-    page.goto(server.url + "/?annotator=alice")
+    page.goto(server.url + "/?annotator=alice")  # the URL signs nobody in
     page.get_by_label("Password", exact=True).wait_for()
     body = page.locator("body").inner_text()
     assert "how do i export" not in body and "retrieved chunks" not in body
     page.get_by_label("Password", exact=True).fill("wrong")
     page.get_by_label("Password", exact=True).press("Enter")
-    page.get_by_text("Wrong password.").wait_for()
+    page.get_by_text("wrong password").wait_for()
     assert "how do i export" not in page.locator("body").inner_text()
     page.get_by_label("Password", exact=True).fill("open sesame")
     page.get_by_label("Password", exact=True).press("Enter")
+    page.get_by_label("Your name").fill("alice")  # then a name (this mode is for a solo user)
+    page.get_by_role("button", name="Start labeling").click()
+    page.get_by_text("retrieved chunks graded").wait_for()
+    page.reload()  # the session cookie covers the password too
     page.get_by_text("retrieved chunks graded").wait_for()
 
 
@@ -206,7 +208,9 @@ def test_killed_server_loses_nothing(tmp_path, start_app, page):
                           "WHERE q.query_id = ? ORDER BY l.doc_pk", [qid]).fetchall()
     assert sorted(g for (g,) in grades) == [1, 2]
     restarted = start_app(db_path)
-    sign_in(page, restarted.url, "alice")
+    page.goto(restarted.url)  # the session cookie outlives the server: still alice, no sign-in
+    page.get_by_text("retrieved chunks graded").wait_for()
+    assert page.get_by_label("Your name").count() == 0
     assert current_query(page) == qid  # resumes the same item
     graded(page, 2)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import labeler
 from labeler import report as R
 from labeler.demo import build_demo
+from tests.e2e.conftest import sign_in_by_name
 
 
 def tile(page, label: str) -> str:
@@ -19,7 +20,7 @@ def test_metrics_page_shows_the_demo_numbers(tmp_path, start_app, page):
     db = labeler.connect(db_path)
     report = R.retrieval_report(db)
     server = start_app(db_path)
-    page.goto(server.url + "/metrics?annotator=alice")
+    sign_in_by_name(page, server.url, "alice", "/metrics")
     page.get_by_test_id("stMetricLabel").get_by_text("recall@5", exact=True).wait_for()
     for spec in ("recall@1", "recall@5", "ndcg@10", "mrr"):
         v = report.metrics[spec]

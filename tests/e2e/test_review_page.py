@@ -12,7 +12,7 @@ from pathlib import Path
 import labeler
 import labeler.labels as labels
 from labeler import llm, synth
-from tests.e2e.conftest import settle
+from tests.e2e.conftest import settle, sign_in_by_name
 from tests.fake_openai import FakeOpenAI, synth_responder
 from tests.test_synth import KEY, corpus_records
 
@@ -59,7 +59,7 @@ def test_reviewer_accepts_rejects_edits_and_undoes_with_the_keyboard(tmp_path, s
     db_path, pks = make_db(tmp_path)
     questions = [state_of(db_path, pk)[1] for pk in pks]
     server = start_app(db_path)
-    page.goto(server.url + "/review?annotator=alice")
+    sign_in_by_name(page, server.url, "alice", "/review")
     page.get_by_text("Keys: A accept").wait_for()
     showing(page, questions[0])
     page.get_by_text("proposed relevant").first.wait_for()  # the seed chunk is on the page
@@ -113,7 +113,7 @@ def test_synth_page_generates_cancels_and_resumes(tmp_path, start_app, page):
     with FakeOpenAI(responder=synth_responder(), latency=1.0) as fake:
         server = start_app(path, env={"OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": KEY,
                                       "LABELER_MODEL": "fake-model"})
-        page.goto(server.url + "/synth?annotator=alice")
+        sign_in_by_name(page, server.url, "alice", "/synth")
         page.get_by_label("Questions", exact=True).fill("60")
         page.get_by_label("Per chunk").fill("1")
         page.get_by_label("Per chunk").press("Tab")

@@ -6,6 +6,7 @@ import sqlite3
 
 import labeler
 from labeler import judge
+from tests.e2e.conftest import sign_in_by_name
 from tests.fake_openai import FakeOpenAI, grade_responder
 from tests.test_judge import build, make_config
 
@@ -25,7 +26,7 @@ def test_accept_a_suggestion_with_one_key(tmp_path, ingest_tiny, start_app, page
     assert sorted(s.grade for s in suggested.values()) == [0, 3]
 
     app = start_app(db_path)
-    page.goto(app.url + "/?annotator=carol")
+    sign_in_by_name(page, app.url, "carol")
     page.get_by_text("0 of 2 retrieved chunks graded").wait_for()
     page.get_by_text("Judge suggests 3", exact=False).first.wait_for()
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
