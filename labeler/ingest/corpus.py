@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import sqlite_utils
 
@@ -12,9 +14,12 @@ from .. import db as store
 from ..readers import BadRecord, detect_format, iter_records
 from .common import FieldError as _FieldError
 from .common import IngestResult, Problem, _check_path
-from .logs import _finish
+from .logs import _finish, staged
 from .mapping import CHUNK_ALIASES, _first
+from .staging import LOCK_TARGET_S, Staging
 from .validate import _text_or_none
+
+CORPUS_BATCH = 2000  # corpus records per write transaction at most (fewer when they are slow)
 
 CORPUS_ALIASES = {
     "id": CHUNK_ALIASES["id"],
@@ -72,9 +77,19 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     rejects: list[dict] = []
     conn = db.conn
     created = store.now()
-    with store.transaction(db):
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS corpus_seen (doc_id TEXT PRIMARY KEY, line INTEGER)")
-        conn.execute("DELETE FROM corpus_seen")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS corpus_seen (doc_id TEXT PRIMARY KEY, line INTEGER)")
+    conn.execute("DELETE FROM corpus_seen")
+    pending: list[tuple] = []
+    size = CORPUS_BATCH
+
+    def write(staging: Staging) -> None:
+        nonlocal size
+        with staging.write():
+            _write_documents(conn, pending, result, created, staging.id)
+        size = max(50, min(CORPUS_BATCH, int(LOCK_TARGET_S * len(pending) / max(staging.holds[-1], 1e-4))))
+        pending.clear()
+
+    with staged(db, "corpus", shown, fmt) as staging:
         for line, raw in _progress(records, progress, bytes_read, total):
             result.records += 1
             try:
@@ -93,25 +108,34 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
             conn.execute("INSERT INTO corpus_seen VALUES (?, ?)", [cid, line])
             if result.problems and not lenient:
                 continue
-            old = conn.execute("SELECT text, title, source, in_corpus FROM documents WHERE doc_id = ?",
-                               [cid]).fetchone()
-            meta_json = store.dumps(meta) if meta else None
-            if old is None:
-                conn.execute("INSERT INTO documents (doc_id, text, title, source, meta, in_corpus, created_at) "
-                             "VALUES (?, ?, ?, ?, ?, 1, ?)", [cid, text, title, source, meta_json, created])
-                result.new += 1
-                result.documents_new += 1
-            elif tuple(old) == (text, title, source, 1):
-                result.unchanged += 1
-            else:
-                conn.execute("UPDATE documents SET text = ?, title = coalesce(?, title), "
-                             "source = coalesce(?, source), meta = coalesce(?, meta), in_corpus = 1 "
-                             "WHERE doc_id = ?", [text, title, source, meta_json, cid])
-                result.merged += 1
-                result.documents_updated += 1
-        result.documents_without_text = conn.execute(
-            "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
-        return _finish(db, path, "corpus", fmt, result, lenient, rejects, shown)
+            pending.append((cid, text, title, source, store.dumps(meta) if meta else None))
+            if len(pending) >= size:
+                write(staging)
+        if pending and (lenient or not result.problems):
+            write(staging)
+        return _finish(staging, path, result, lenient, rejects, shown)
+
+
+def _write_documents(conn: Any, records: list[tuple], result: IngestResult, created: str, ingest_id: int) -> None:
+    """Stage a batch of corpus records: new documents hidden until the commit, changes to stored
+    ones waiting in ``ingest_texts``."""
+    old = {r[0]: tuple(r[1:]) for r in conn.execute(
+        "SELECT doc_id, text, title, source, in_corpus, pk FROM documents WHERE doc_id IN "
+        "(SELECT value FROM json_each(?))", [json.dumps([r[0] for r in records])])}
+    for cid, text, title, source, meta_json in records:
+        stored = old.get(cid)
+        if stored is None:
+            conn.execute("INSERT INTO documents (doc_id, text, title, source, meta, in_corpus, created_at, ingest_id) "
+                         "VALUES (?, ?, ?, ?, ?, 1, ?, ?)", [cid, text, title, source, meta_json, created, ingest_id])
+            result.new += 1
+            result.documents_new += 1
+        elif stored[:4] == (text, title, source, 1):
+            result.unchanged += 1
+        else:
+            conn.execute("INSERT INTO ingest_texts (ingest_id, doc_pk, text, title, source, meta, corpus) "
+                         "VALUES (?, ?, ?, ?, ?, ?, 1)", [ingest_id, stored[4], text, title, source, meta_json])
+            result.merged += 1
+            result.documents_updated += 1
 
 
 def _progress(records: Iterator, progress: Callable[[int, int], None] | None,

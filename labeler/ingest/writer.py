@@ -1,5 +1,10 @@
 """Writing validated log records: classify each against what is stored (new, merged, unchanged, a
-conflict) and insert queries, versions, retrievals, log lines and documents."""
+conflict) and insert queries, versions, retrievals, log lines and documents.
+
+Everything written is staged (``staging``): new rows carry the ingest's id and stay hidden until
+the ingest commits; a change to a row that was already visible (one more occurrence of a query,
+the text of a document logged without it) waits in ``ingest_occurrences`` / ``ingest_texts``.
+Rows this ingest staged itself are private to it and are changed in place."""
 
 from __future__ import annotations
 
@@ -15,20 +20,19 @@ from .validate import normalize_question
 
 
 class _LogWriter:
-    """Writes validated log records batch by batch inside the caller's transaction."""
+    """Writes validated log records batch by batch, each inside a short transaction of the caller."""
 
-    def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult):
-        self.db, self.path, self.result = db, path, result
+    def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult, ingest_id: int):
+        self.db, self.path, self.result, self.ingest_id = db, path, result, ingest_id
         self.conn = db.conn
         self.created = store.now()
         # doc_id -> pk of the documents already resolved in this file, and the ones among them still
         # without text; bounded so memory stays flat
         self.doc_pk: dict[str, int] = {}
         self.no_text: set[str] = set()
-        # the caller holds the write lock (BEGIN IMMEDIATE), so the next keys can be given here
-        # instead of read back after each insert
-        self.next_query_pk = self._next_pk("queries")
-        self.next_doc_pk = self._next_pk("documents")
+        # given out by write() under the write lock, read again in each transaction (other writers
+        # insert between them), so they need not be read back after each insert
+        self.next_query_pk = self.next_doc_pk = 0
         self.all_resolved = True  # every row so far had its chunks resolved into doc_pk
 
     def _next_pk(self, table: str) -> int:
@@ -61,13 +65,17 @@ class _LogWriter:
                   for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
         lookup = unknown + [cid for cid in texts if cid in no_text]
         found: dict[str, bool] = {}  # doc_id -> stored without text
+        staged: set[str] = set()  # found documents this ingest inserted (changed in place)
         if lookup:
-            for pk, doc_id, missing in self.conn.execute(
-                "SELECT pk, doc_id, text IS NULL FROM documents WHERE doc_id IN (SELECT value FROM json_each(?))",
+            for pk, doc_id, missing, ingest_id in self.conn.execute(
+                "SELECT pk, doc_id, text IS NULL, ingest_id FROM documents "
+                "WHERE doc_id IN (SELECT value FROM json_each(?))",
                 [json.dumps(lookup)],
             ):
                 doc_pk[doc_id] = pk
                 found[doc_id] = bool(missing)
+                if ingest_id == self.ingest_id:
+                    staged.add(doc_id)
         new = []
         for cid in unknown:
             if cid in found:
@@ -75,19 +83,26 @@ class _LogWriter:
             pk = self.next_doc_pk
             self.next_doc_pk += 1
             text, title = texts.get(cid, (None, None))
-            new.append((pk, cid, text, title if title is not None else titles.get(cid), self.created))
+            new.append((pk, cid, text, title if title is not None else titles.get(cid), self.created,
+                        self.ingest_id))
             doc_pk[cid] = pk
             if text is None:
                 no_text.add(cid)
-        fill = [(t, ti, doc_pk[cid]) for cid, (t, ti) in texts.items() if found.get(cid)]
+        fill = [(t, ti, doc_pk[cid]) for cid, (t, ti) in texts.items() if found.get(cid) and cid in staged]
+        later = [(self.ingest_id, doc_pk[cid], t, ti) for cid, (t, ti) in texts.items()
+                 if found.get(cid) and cid not in staged]
         if new:
             self.conn.executemany(
-                "INSERT INTO documents (pk, doc_id, text, title, created_at) VALUES (?, ?, ?, ?, ?)", new)
+                "INSERT INTO documents (pk, doc_id, text, title, created_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?)", new)
             self.result.documents_new += len(new)
         if fill:
             self.conn.executemany(
                 "UPDATE documents SET text = ?, title = coalesce(title, ?) WHERE pk = ?", fill)
-            self.result.documents_updated += len(fill)
+        if later:
+            self.conn.executemany(
+                "INSERT INTO ingest_texts (ingest_id, doc_pk, text, title) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING", later)
+        self.result.documents_updated += len(fill) + len(later)
         for cid, missing in found.items():
             if missing and cid not in texts:
                 no_text.add(cid)
@@ -100,12 +115,18 @@ class _LogWriter:
         """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true.
         ``fresh_ids``: the chunk ids of ``batch`` that no earlier batch of the file had."""
         conn = self.conn
+        if write:
+            self.next_query_pk = self._next_pk("queries")
+            self.next_doc_pk = self._next_pk("documents")
         ids = list({r.query_id for r in batch})
-        existing: dict[str, tuple[int, str]] = {
-            qid: (pk, q) for pk, qid, q in conn.execute(
-                "SELECT pk, query_id, question FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
-                [json.dumps(ids)])
-        }
+        existing: dict[str, tuple[int, str]] = {}
+        staged: set[int] = set()  # pks of the existing queries this ingest inserted
+        for pk, qid, q, ingest_id in conn.execute(
+                "SELECT pk, query_id, question, ingest_id FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
+                [json.dumps(ids)]):
+            existing[qid] = (pk, q)
+            if ingest_id == self.ingest_id:
+                staged.add(pk)
         versions: dict[tuple[int, str], tuple[str, str]] = {}
         if existing:
             for pk, retriever, chash, source in conn.execute(
@@ -169,16 +190,18 @@ class _LogWriter:
         if not write:
             self.all_resolved = False
             return rejected
+        first_new = self.next_query_pk
         if new_queries:
             first = self.next_query_pk
             self.next_query_pk += len(new_queries)
             conn.executemany(
                 "INSERT INTO queries (pk, query_id, question, norm_question, origin, answer, occurrences, "
-                "first_seen, last_seen, meta, source, created_at) VALUES (?, ?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?)",
+                "first_seen, last_seen, meta, source, created_at, ingest_id) "
+                "VALUES (?, ?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?, ?)",
                 [(pk, r.query_id, r.rec["question"], normalize_question(r.rec["question"]), r.rec["answer"],
                   r.rec["timestamp"], r.rec["timestamp"],
                   store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
-                  f"{self.path}:{r.line}", self.created) for pk, r in enumerate(new_queries, first)])
+                  f"{self.path}:{r.line}", self.created, self.ingest_id) for pk, r in enumerate(new_queries, first)])
             pks = {r.query_id: pk for pk, r in enumerate(new_queries, first)}
         else:
             pks = {}
@@ -192,32 +215,46 @@ class _LogWriter:
             self.all_resolved = False
         if new_versions:
             conn.executemany(
-                "INSERT INTO query_versions (query_pk, retriever, content_hash, source) VALUES (?, ?, ?, ?)",
-                [(pks[r.query_id], r.rec["retriever"], r.content_hash, f"{self.path}:{r.line}")
+                "INSERT INTO query_versions (query_pk, retriever, content_hash, source, ingest_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(pks[r.query_id], r.rec["retriever"], r.content_hash, f"{self.path}:{r.line}", self.ingest_id)
                  for r in new_versions])
             # the rows are zipped from columns in C rather than built one by one
             lengths = [len(r.rec["ids"]) for r in new_versions]
             chain, repeat = itertools.chain.from_iterable, itertools.repeat
             retrievers = {r.rec["retriever"] for r in new_versions}
             conn.executemany(
-                "INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score, ingest_id) VALUES (?, ?, ?, ?, ?, ?)",
                 zip(chain(map(repeat, [pks[r.query_id] for r in new_versions], lengths)),
                     repeat(retrievers.pop()) if len(retrievers) == 1 else
                     chain(map(repeat, [r.rec["retriever"] for r in new_versions], lengths)),
                     chain(map(range, repeat(1), [n + 1 for n in lengths])),
                     map(docs.__getitem__, chain(r.rec["ids"] for r in new_versions)),
-                    chain(r.rec["scores"] for r in new_versions), strict=False))  # a repeat() is endless
+                    chain(r.rec["scores"] for r in new_versions), repeat(self.ingest_id),
+                    strict=False))  # a repeat() is endless
             self.result.retrievals += sum(lengths)
         if new_lines:
-            conn.executemany("INSERT INTO log_lines (line_key, query_pk) VALUES (?, ?)",
-                             [(r.line_key, pks[r.query_id]) for r in new_lines])
-        touched = bumps
-        if touched:
+            conn.executemany("INSERT INTO log_lines (line_key, query_pk, ingest_id) VALUES (?, ?, ?)",
+                             [(r.line_key, pks[r.query_id], self.ingest_id) for r in new_lines])
+        # one more occurrence: in place for this ingest's own queries, else waiting for the commit
+        # (min/max ignoring NULL and the first answer combine in any order, so the result is the same)
+        mine = [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id]) for r in bumps if pks[r.query_id] in staged
+                or pks[r.query_id] >= first_new]
+        if mine:
             conn.executemany(
                 "UPDATE queries SET occurrences = occurrences + 1, "
                 "first_seen = CASE WHEN first_seen IS NULL OR ?1 < first_seen THEN ?1 ELSE first_seen END, "
                 "last_seen = CASE WHEN last_seen IS NULL OR ?1 > last_seen THEN ?1 ELSE last_seen END, "
-                "answer = coalesce(answer, ?2) WHERE pk = ?3",
-                [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id]) for r in touched])
+                "answer = coalesce(answer, ?2) WHERE pk = ?3", mine)
+        if len(mine) < len(bumps):
+            conn.executemany(
+                "INSERT INTO ingest_occurrences (ingest_id, query_pk, occurrences, first_seen, last_seen, answer) "
+                "VALUES (?4, ?3, 1, ?1, ?1, ?2) ON CONFLICT (ingest_id, query_pk) DO UPDATE SET "
+                "occurrences = occurrences + 1, "
+                "first_seen = CASE WHEN first_seen IS NULL OR ?1 < first_seen THEN ?1 ELSE first_seen END, "
+                "last_seen = CASE WHEN last_seen IS NULL OR ?1 > last_seen THEN ?1 ELSE last_seen END, "
+                "answer = coalesce(answer, ?2)",
+                [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id], self.ingest_id) for r in bumps
+                 if not (pks[r.query_id] in staged or pks[r.query_id] >= first_new)])
         return rejected
 

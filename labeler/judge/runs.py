@@ -66,7 +66,8 @@ def _pair_keys(db: sqlite_utils.Database, on: str) -> list[tuple[int, int]]:
     if on == "labeled":
         return db.execute(_SUBMITTED_PAIRS + " ORDER BY 1, 2").fetchall()
     return db.execute(
-        "SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t WHERE NOT EXISTS (SELECT 1 FROM relevance_labels r "
+        f"SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t WHERE {store.visible('t')} AND "
+        "NOT EXISTS (SELECT 1 FROM relevance_labels r "
         "JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted' "
         "WHERE r.query_pk = t.query_pk AND r.doc_pk = t.doc_pk) ORDER BY 1, 2").fetchall()
 
@@ -75,7 +76,7 @@ def _answer_keys(db: sqlite_utils.Database, kind: str, on: str) -> list[tuple[in
     column = ANSWER_FIELDS[kind]  # a fixed column name, never user input
     labeled = (f"SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk AND l.status = 'submitted' "
                f"AND l.{column} IS NOT NULL")
-    return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.answer IS NOT NULL AND "
+    return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.answer IS NOT NULL AND {store.visible('q')} AND "
                       f"{'' if on == 'labeled' else 'NOT '}EXISTS ({labeled}) ORDER BY q.pk").fetchall()
 
 

@@ -121,7 +121,8 @@ class GenerateResult:
 
 def style_examples(db: sqlite_utils.Database, n: int, seed: int) -> list[str]:
     """A seeded sample of ``n`` logged questions (white space collapsed, at most 300 chars each)."""
-    rows = db.execute("SELECT question FROM queries WHERE origin = 'log' ORDER BY pk").fetchall()
+    rows = db.execute(f"SELECT question FROM queries q WHERE origin = 'log' AND {store.visible('q')} "
+                      "ORDER BY pk").fetchall()
     picked = random.Random(f"{seed}:examples").sample(rows, min(n, len(rows)))
     return [" ".join(r[0].split())[:300] for r in picked]
 
