@@ -8,6 +8,7 @@ import itertools
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -96,7 +97,23 @@ def _may_fork() -> bool:
             and threading.active_count() == 1)
 
 
-def _produce(out: Any, args: tuple) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this (forked) process when its parent dies, so that killing an ingest
+    never leaves its parser running (Linux ``PR_SET_PDEATHSIG``); the parent may have died
+    before this call, hence the check that follows it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's queue.get timeout notices instead
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _produce(out: Any, args: tuple, parent: int) -> None:
+    _die_with_parent(parent)
     gc.disable()
     try:
         for item in _parsed_batches(*args):
@@ -115,7 +132,7 @@ def _parsed_batches_forked(*args: Any) -> Iterator[tuple[list[tuple], int]]:
     arrive in file order, so the result is the same as in one process."""
     ctx = multiprocessing.get_context("fork")
     channel = ctx.Queue(maxsize=_QUEUED_BATCHES)
-    child = ctx.Process(target=_produce, args=(channel, args), daemon=True, name="labeler-parse")
+    child = ctx.Process(target=_produce, args=(channel, args, os.getpid()), daemon=True, name="labeler-parse")
     child.start()
     try:
         while True:

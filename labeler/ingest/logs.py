@@ -20,6 +20,7 @@ from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
 from .writer import _LogWriter
 
 BULK_CACHE_KIB = 64 * 1024
+BULK_CHECKPOINT_PAGES = 8000
 
 
 @contextlib.contextmanager
@@ -31,7 +32,9 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
     conn = db.conn
     cache = conn.execute("PRAGMA cache_size").fetchone()[0]
     gc_was_on = gc.isenabled()
+    checkpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
+    conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
     gc.disable()
     try:
         yield
@@ -39,6 +42,8 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
         if gc_was_on:
             gc.enable()
         conn.execute(f"PRAGMA cache_size = {int(cache)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint)}")
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
