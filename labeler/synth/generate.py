@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, llm
+from .. import accounts, llm, owners
 from .. import db as store
 from ..ingest import normalize_question
 from ..search import CorpusIndex
@@ -232,8 +232,10 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
 
 def _start_run(db: sqlite_utils.Database, plan: SynthPlan) -> int:
     with store.transaction(db):
-        cur = db.execute("INSERT INTO synth_runs (setting, generator, status, created_at) VALUES (?, ?, 'running', ?)",
-                         [plan.setting, store.dumps({**plan.generator, "n": plan.options.n}), store.now()])
+        cur = db.execute("INSERT INTO synth_runs (setting, generator, status, created_at, owner) "
+                         "VALUES (?, ?, 'running', ?, ?)",
+                         [plan.setting, store.dumps({**plan.generator, "n": plan.options.n}), store.now(),
+                          owners.current()])
         return int(cur.lastrowid)
 
 
