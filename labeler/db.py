@@ -48,6 +48,7 @@ BUSY_TIMEOUT_MS = 5000
 # how long a write waits in all for the write lock (SQLite's busy handler waits BUSY_TIMEOUT_MS per
 # attempt; transaction() tries again until this much time has passed) before the user sees a message
 BUSY_WAIT_S = 30.0
+POLL_MAX_S = 0.002  # a waiting writer tries the lock at least this often (for its first 5 s)
 
 migrations = Migrations("labeler")
 
@@ -265,9 +266,9 @@ def begin(conn: sqlite3.Connection, *, wait: float | None = None) -> float:
     (default ``BUSY_WAIT_S``); then ``DatabaseBusyError``, a one-line message. Returns how long
     it waited (seconds).
 
-    The lock is polled every few milliseconds rather than through SQLite's busy handler, whose
-    sleeps grow to 100 ms: a writer that keeps taking the lock for short transactions (an ingest)
-    leaves gaps of a few milliseconds, which a 100 ms sleeper keeps missing."""
+    The lock is polled every ``POLL_MAX_S`` at most rather than through SQLite's busy handler,
+    whose sleeps grow to 100 ms: a writer that keeps taking the lock for short transactions (an
+    ingest) leaves gaps of a few milliseconds, which a 100 ms sleeper keeps missing."""
     wait = BUSY_WAIT_S if wait is None else wait
     start = time.monotonic()
     pause = 0.0005
@@ -286,7 +287,7 @@ def begin(conn: sqlite3.Connection, *, wait: float | None = None) -> float:
                         f"the database is busy: another process kept it locked for {waited:.0f} s; "
                         "nothing was lost, try again") from None
                 time.sleep(min(pause, max(wait - waited, 0.0)))
-                pause = min(pause * 1.5, 0.005 if waited < 1 else 0.05)
+                pause = min(pause * 1.5, POLL_MAX_S if waited < 5 else 0.02)
     finally:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 

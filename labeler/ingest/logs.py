@@ -20,7 +20,6 @@ from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
 from .writer import _LogWriter
 
 BULK_CACHE_KIB = 64 * 1024
-BULK_CHECKPOINT_PAGES = 8000
 
 
 @contextlib.contextmanager
@@ -34,7 +33,7 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
     gc_was_on = gc.isenabled()
     checkpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
-    conn.execute(f"PRAGMA wal_autocheckpoint = {BULK_CHECKPOINT_PAGES}")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # Staging.write checkpoints, outside the lock
     gc.disable()
     try:
         yield
@@ -74,10 +73,15 @@ def staged(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Iterat
 
 
 class _Sizer:
-    """Rows per write transaction, adapted so that each holds the lock about LOCK_TARGET_S."""
+    """Rows per write transaction, adapted so that each holds the lock about LOCK_TARGET_S. It
+    starts small (the first transactions of a file run on a cold cache) and at most doubles."""
 
     def __init__(self) -> None:
-        self.size = batches.BATCH
+        self.size = 250
+
+    def take(self, remaining: int) -> int:
+        # a little over the size takes the rest of the batch: one transaction instead of a tiny second
+        return remaining if remaining <= self.size * 1.25 else self.size
 
     def adapt(self, rows: int, hold: float) -> None:
         if rows:
@@ -143,7 +147,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
             else:
                 done = 0
                 while done < len(rows):
-                    part = rows[done:done + sizer.size]
+                    part = rows[done:done + sizer.take(len(rows) - done)]
                     with staging.write():
                         # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
                         found = writer.write(part, result.problems, write=True,

@@ -31,8 +31,9 @@ from .. import db as store
 from .. import owners
 from ..errors import IngestError
 
-LOCK_TARGET_S = 0.08  # aim of one write transaction's lock hold; batches adapt to it
+LOCK_TARGET_S = 0.1  # aim of one write transaction's lock hold; batches adapt to it
 WAIT_FOR_INGEST_S = 15 * 60.0  # how long an ingest waits for another one to finish
+CHECKPOINT_EVERY_S = 0.5  # checkpoint the WAL after this much write time (the connection's own are off)
 CHUNK = 5000  # rows per clean-up or apply transaction (each a few ms)
 LOCK_LOG_ENV = "LABELER_LOCK_LOG"  # a file to append each ingest's lock holds to (benchmarks)
 
@@ -48,6 +49,7 @@ class Staging:
     id: int
     kind: str
     holds: list[float] = field(default_factory=list)
+    unchecked: float = 0.0  # seconds of writes since the last checkpoint
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite_utils.Database]:
@@ -67,6 +69,15 @@ class Staging:
             self.holds.append(time.perf_counter() - start)
         finally:
             conn.execute("PRAGMA foreign_keys = ON")
+        self.unchecked += self.holds[-1]
+        if self.unchecked > CHECKPOINT_EVERY_S:
+            # copy the WAL into the database now, outside the lock (a checkpoint never blocks
+            # writers), rather than leaving a big one to the next annotator's commit
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self.unchecked = 0.0
+        # a gap before this ingest's next transaction, longer than the interval at which waiting
+        # writers poll the lock (db.begin), so that they get in between
+        time.sleep(store.POLL_MAX_S)
 
     def log_holds(self) -> None:
         path = os.environ.get(LOCK_LOG_ENV)
