@@ -3,9 +3,16 @@
 A log record is mapped to the canonical shape ``{"query_id"?, "question", "retrieved": [{"id",
 "text"?, "score"?, "title"?}], "answer"?, "timestamp"?, "retriever"?}`` through field aliases,
 ``--map`` paths, or OpenInference (Arize Phoenix) retriever-span detection; every unmapped field is
-kept in ``meta``. Records are written in batches inside one transaction per file: in strict mode
-(the default) one bad record means nothing from the file is written; in lenient mode the valid
-records are written and the rejects go to ``FILE.rejects.jsonl`` with their reasons.
+kept in ``meta``. Records are written in short transactions into rows that stay invisible until
+the ingest's final commit (``staging``), so other writers never wait long and readers see a file
+all at once or not at all: in strict mode (the default) one bad record means nothing from the file
+is written (what was staged is deleted); in lenient mode the valid records are written and the
+rejects go to ``FILE.rejects.jsonl`` with their reasons.
+
+Modules: ``mapping`` (aliases, ``--map``, Phoenix spans), ``validate`` (field checks, normalized
+question), ``batches`` (reading a file as batches, optionally in a forked parser), ``writer``
+(classify and write log records), ``staging`` (claim, short transactions, commit, clean-up),
+``logs`` and ``corpus`` (the two entry points), ``common`` (problems, results, strict/lenient).
 
 Deduplication: a record with a ``query_id`` seen before with identical content changes nothing; with
 different content it is an error naming both places. Without an id, records with the same
