@@ -246,3 +246,21 @@ def test_an_orphaned_staging_row_of_this_process_is_cleaned_up(tmp_path):
     result = labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 10))
     assert result.new == 10
     assert db.execute("SELECT count(*) FROM ingests").fetchone()[0] == 1
+
+
+def test_changes_left_by_an_ingest_killed_after_its_final_commit_are_finished_by_the_next(tmp_path):
+    db = labeler.connect(tmp_path / "t.db")
+    line = {"question": "asked again", "retrieved": [{"id": "d1"}], "timestamp": "2026-01-05"}
+    labeler.ingest_logs(db, _write(tmp_path / "a.jsonl", [line]))
+    pk = db.execute("SELECT pk FROM queries").fetchone()[0]
+    # as a killed process leaves it: committed (state done), one more occurrence not yet applied
+    claimed = staging.claim(db, "logs", "b.jsonl", "jsonl")
+    with store.transaction(db):
+        db.execute("INSERT INTO ingest_occurrences VALUES (?, ?, 2, '2026-01-01', '2026-01-09', NULL)",
+                   [claimed.id, pk])
+        db.execute("UPDATE ingests SET state = 'done' WHERE id = ?", [claimed.id])
+    staging.release(claimed)
+    labeler.ingest_logs(db, _write(tmp_path / "c.jsonl", [{"question": "other", "retrieved": []}]))
+    assert db.execute("SELECT occurrences, first_seen, last_seen FROM queries WHERE pk = ?", [pk]).fetchone() == (
+        3, "2026-01-01", "2026-01-09")
+    assert db.execute("SELECT count(*) FROM ingest_occurrences").fetchone()[0] == 0
