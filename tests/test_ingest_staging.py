@@ -137,8 +137,8 @@ def test_a_killed_cli_ingest_leaves_nothing_visible_and_the_next_one_cleans_up(t
     log = make_log(tmp_path / "big.jsonl", 60_000, start=1000)  # 30 MB: parsed in a forked child
     proc = cli_ingest(db_path, log)
     wait_for(lambda: raw_count(db_path, "queries") > 30 + 5000, 120, "some batches to be staged")
-    children = _children(proc.pid)
-    assert children, "the CLI should parse in a forked child"
+    children = _children(proc.pid)  # the forked parser (none on a one-core machine)
+    assert children or (os.cpu_count() or 1) == 1
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     wait_for(lambda: not any(Path(f"/proc/{c}").exists() and _state(c) != "Z" for c in children), 30,
