@@ -16,6 +16,7 @@ import json
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,9 +42,13 @@ _import_sqlite_utils()
 import sqlite_utils  # noqa: E402
 from sqlite_utils.migrations import Migrations  # noqa: E402
 
-from .errors import DatabaseError  # noqa: E402
+from .errors import DatabaseBusyError, DatabaseError  # noqa: E402
 
 BUSY_TIMEOUT_MS = 5000
+# how long a write waits in all for the write lock (SQLite's busy handler waits BUSY_TIMEOUT_MS per
+# attempt; transaction() tries again until this much time has passed) before the user sees a message
+BUSY_WAIT_S = 30.0
+POLL_MAX_S = 0.002  # a waiting writer tries the lock at least this often (for its first 5 s)
 
 migrations = Migrations("labeler")
 
@@ -248,12 +253,54 @@ def connect(path: str | Path = "labeler.db", *, migrate: bool = True) -> sqlite_
     return db
 
 
+def is_busy(error: BaseException) -> bool:
+    """Whether ``error`` is SQLite's "database is locked" (SQLITE_BUSY), i.e. worth trying again."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY or "database is locked" in str(error)
+
+
+def begin(conn: sqlite3.Connection, *, wait: float | None = None) -> float:
+    """``BEGIN IMMEDIATE``, tried again while the database is busy, for at most ``wait`` seconds
+    (default ``BUSY_WAIT_S``); then ``DatabaseBusyError``, a one-line message. Returns how long
+    it waited (seconds).
+
+    The lock is polled every ``POLL_MAX_S`` at most rather than through SQLite's busy handler,
+    whose sleeps grow to 100 ms: a writer that keeps taking the lock for short transactions (an
+    ingest) leaves gaps of a few milliseconds, which a 100 ms sleeper keeps missing."""
+    wait = BUSY_WAIT_S if wait is None else wait
+    start = time.monotonic()
+    pause = 0.0005
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return time.monotonic() - start
+            except sqlite3.OperationalError as e:
+                waited = time.monotonic() - start
+                if not is_busy(e):
+                    raise
+                if waited >= wait:
+                    raise DatabaseBusyError(
+                        f"the database is busy: another process kept it locked for {waited:.0f} s; "
+                        "nothing was lost, try again") from None
+                time.sleep(min(pause, max(wait - waited, 0.0)))
+                pause = min(pause * 1.5, POLL_MAX_S if waited < 5 else 0.02)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 @contextlib.contextmanager
-def transaction(db: sqlite_utils.Database, *, check_foreign_keys: bool = True) -> Iterator[sqlite_utils.Database]:
+def transaction(db: sqlite_utils.Database, *, check_foreign_keys: bool = True,
+                wait: float | None = None) -> Iterator[sqlite_utils.Database]:
     """A write transaction taken with BEGIN IMMEDIATE (nested calls become savepoints).
 
-    ``check_foreign_keys=False`` is for bulk loaders whose keys come from the database itself:
-    per-row foreign key probes cost more than the inserts.
+    While another connection holds the write lock, taking it is tried again for up to ``wait``
+    seconds (default ``BUSY_WAIT_S``), after which ``DatabaseBusyError`` says so in one line:
+    a busy database is never a traceback. ``check_foreign_keys=False`` is for bulk loaders whose
+    keys come from the database itself: per-row foreign key probes cost more than the inserts.
     """
     conn = db.conn
     if conn.in_transaction:
@@ -262,15 +309,16 @@ def transaction(db: sqlite_utils.Database, *, check_foreign_keys: bool = True) -
         return
     if not check_foreign_keys:
         conn.execute("PRAGMA foreign_keys = OFF")
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        yield db
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    else:
-        conn.execute("COMMIT")
+        begin(conn, wait=wait)
+        try:
+            yield db
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
     finally:
         if not check_foreign_keys:
             conn.execute("PRAGMA foreign_keys = ON")
@@ -342,26 +390,28 @@ def set_setting(db: sqlite_utils.Database, key: str, value: Any, *, by: str | No
 # --- stats ----------------------------------------------------------------------------------
 
 def stats(db: sqlite_utils.Database) -> dict[str, Any]:
-    """Counts of what the database holds: documents, queries by origin, retrievals, labels."""
+    """Counts of what the database holds: documents, queries by origin, retrievals, labels (an
+    ingest still being written is not counted until it commits)."""
     one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    q, d, r = visible("q"), visible("d"), visible("r")
     by_origin = {o: 0 for o in ("log", "synthetic", "import")}
-    for origin, n in db.execute("SELECT origin, count(*) FROM queries GROUP BY origin"):
+    for origin, n in db.execute(f"SELECT origin, count(*) FROM queries q WHERE {q} GROUP BY origin"):
         by_origin[origin] = n
     labeled = one("SELECT count(DISTINCT query_pk) FROM query_labels WHERE status = 'submitted'")
     total_queries = sum(by_origin.values())
     return {
-        "documents": one("SELECT count(*) FROM documents"),
-        "documents_without_text": one("SELECT count(*) FROM documents WHERE text IS NULL"),
+        "documents": one(f"SELECT count(*) FROM documents d WHERE {d}"),
+        "documents_without_text": one(f"SELECT count(*) FROM documents d WHERE text IS NULL AND {d}"),
         "queries": total_queries,
         "queries_by_origin": by_origin,
-        "occurrences": one("SELECT coalesce(sum(occurrences), 0) FROM queries"),
-        "retrievals": one("SELECT count(*) FROM retrievals"),
-        "retrievers": [r[0] for r in db.execute(
-            "SELECT DISTINCT retriever FROM retrievals ORDER BY retriever")],
+        "occurrences": one(f"SELECT coalesce(sum(occurrences), 0) FROM queries q WHERE {q}"),
+        "retrievals": one(f"SELECT count(*) FROM retrievals r WHERE {r}"),
+        "retrievers": [row[0] for row in db.execute(
+            f"SELECT DISTINCT retriever FROM retrievals r WHERE {r} ORDER BY retriever")],
         "relevance_labels": one("SELECT count(*) FROM relevance_labels"),
         "labeled_queries": labeled,
         "unlabeled_queries": total_queries - labeled,
-        "ingests": one("SELECT count(*) FROM ingests"),
+        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done'"),
     }
 
 
@@ -637,3 +687,59 @@ def m008_grade_streams(db: sqlite_utils.Database) -> None:
     browser page load), so that an event the grading widget sends again is applied only once."""
     for statement in _statements(_SCHEMA_M008_GRADE_STREAMS):
         db.execute(statement)
+
+
+# --- m009: staged ingests, owners of long jobs (labeler.ingest, labeler.owners) ----------------
+
+_SCHEMA_M009_STAGING = """
+ALTER TABLE ingests ADD COLUMN state TEXT NOT NULL DEFAULT 'done' CHECK (state IN ('staging', 'done'));
+ALTER TABLE ingests ADD COLUMN owner TEXT;
+ALTER TABLE ingests ADD COLUMN first_query_pk INTEGER;
+ALTER TABLE ingests ADD COLUMN finished_at TEXT;
+CREATE INDEX ingests_staging ON ingests (id) WHERE state = 'staging';
+ALTER TABLE queries ADD COLUMN ingest_id INTEGER;
+ALTER TABLE documents ADD COLUMN ingest_id INTEGER;
+ALTER TABLE retrievals ADD COLUMN ingest_id INTEGER;
+ALTER TABLE query_versions ADD COLUMN ingest_id INTEGER;
+ALTER TABLE log_lines ADD COLUMN ingest_id INTEGER;
+CREATE TABLE ingest_occurrences (
+    ingest_id INTEGER NOT NULL,
+    query_pk INTEGER NOT NULL,
+    occurrences INTEGER NOT NULL,
+    first_seen TEXT,
+    last_seen TEXT,
+    answer TEXT,
+    PRIMARY KEY (ingest_id, query_pk)
+) WITHOUT ROWID;
+CREATE TABLE ingest_texts (
+    ingest_id INTEGER NOT NULL,
+    doc_pk INTEGER NOT NULL,
+    text TEXT,
+    title TEXT,
+    source TEXT,
+    meta TEXT,
+    corpus INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (ingest_id, doc_pk)
+) WITHOUT ROWID;
+ALTER TABLE judge_runs ADD COLUMN owner TEXT;
+ALTER TABLE synth_runs ADD COLUMN owner TEXT
+"""
+
+
+@migrations()
+def m009_ingest_staging(db: sqlite_utils.Database) -> None:
+    """Ingests write in short transactions into rows that readers do not see yet: every row an
+    ingest brings (queries, documents, retrievals, query versions, log lines) records its
+    ``ingest_id``, and rows of an ingest whose ``state`` is still ``staging`` are hidden (see
+    ``visible``); the final commit sets ``done``. Changes to rows that were already visible
+    (occurrence counts, text filled in) wait in ``ingest_occurrences`` and ``ingest_texts`` until
+    then. ``owner`` (``labeler.owners``) tells a running ingest, judge or synth run from one whose
+    process was killed."""
+    for statement in _statements(_SCHEMA_M009_STAGING):
+        db.execute(statement)
+
+
+def visible(alias: str) -> str:
+    """SQL condition: the queries, documents or retrievals row aliased ``alias`` is visible, i.e.
+    not part of an ingest that is still being written (its rows appear together when it commits)."""
+    return f"coalesce({alias}.ingest_id, 0) NOT IN (SELECT id FROM ingests WHERE state = 'staging')"

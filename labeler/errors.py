@@ -15,6 +15,10 @@ class DatabaseError(LabelerError):
     """The database file cannot be opened or is not a labeler database."""
 
 
+class DatabaseBusyError(DatabaseError):
+    """Another process kept the database locked for longer than a write waits (``BUSY_WAIT_S``)."""
+
+
 class IngestError(LabelerError):
     """A log or corpus file could not be ingested; ``problems`` lists every bad record."""
 

@@ -13,6 +13,7 @@ import numpy as np
 import sqlite_utils
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+from . import db as store
 from .errors import LabelerError
 
 
@@ -29,7 +30,7 @@ def corpus_version(db: sqlite_utils.Database) -> tuple[int, int, int]:
     """Changes whenever a document is added or its text or title changes (count, max pk, total length)."""
     row = db.execute(
         "SELECT count(*), coalesce(max(pk), 0), coalesce(sum(length(text) + length(coalesce(title, ''))), 0) "
-        "FROM documents").fetchone()
+        f"FROM documents d WHERE {store.visible('d')}").fetchone()
     return int(row[0]), int(row[1]), int(row[2])
 
 
@@ -37,7 +38,8 @@ class CorpusIndex:
     """A TF-IDF index over the documents table as it was when built."""
 
     def __init__(self, db: sqlite_utils.Database):
-        rows = db.execute("SELECT pk, doc_id, title, text FROM documents WHERE text IS NOT NULL ORDER BY pk").fetchall()
+        rows = db.execute(f"SELECT pk, doc_id, title, text FROM documents d WHERE text IS NOT NULL AND {store.visible('d')} "
+                          "ORDER BY pk").fetchall()
         self.version = corpus_version(db)
         self.pks = np.array([r[0] for r in rows], dtype=np.int64)
         self.doc_ids = [r[1] for r in rows]

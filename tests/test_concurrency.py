@@ -1,9 +1,11 @@
-"""Annotator processes labeling one database file at the same time, and a process killed mid-run.
+"""Annotator processes labeling one database file at the same time, a process killed mid-run, and
+a big CLI ingest while annotators grade, one process exports and `labeler metrics` runs.
 
 Each worker process opens its own connection and loops next_item -> set_grade for every chunk ->
 set_status submitted, appending what it did (after each call returned) to its own file with one
 ``write`` per line. Afterwards the files are the ground truth the database must contain.
-``LABELER_CONCURRENCY_SECONDS`` sets how long the workers run (default 30).
+``LABELER_CONCURRENCY_SECONDS`` sets how long the workers run (default 30);
+``LABELER_CONCURRENT_INGEST_RECORDS`` the size of the concurrent ingest (default 50,000).
 """
 
 from __future__ import annotations
@@ -185,3 +187,116 @@ def test_killed_annotator_loses_nothing(db_path, tmp_path, ingest_tiny):
         assert L.next_item(db, "kim") == last_pk
         item = {c.doc_pk: c.grade for c in L.get_item(db, last_pk, "kim").chunks}
         assert all(item[r["doc"]] == r["grade"] for r in graded if r["pk"] == last_pk)
+
+
+# --- an ingest while annotators, an export and metrics run -----------------------------------------
+
+INGEST_RECORDS = int(os.environ.get("LABELER_CONCURRENT_INGEST_RECORDS", "50000"))
+
+
+def grading_worker(db_path: str, annotator: str, out_path: str, stop_path: str, seconds: float) -> None:
+    """Grade and submit items until ``stop_path`` exists; log each write's duration (or error)."""
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        db = store.connect(db_path)
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(stop_path) and time.monotonic() < deadline:
+            t = time.monotonic()
+            pk = L.next_item(db, annotator)
+            os.write(fd, (json.dumps({"kind": "next", "s": time.monotonic() - t}) + "\n").encode())
+            if pk is None:  # nothing left until the ingest commits: poll
+                time.sleep(0.01)
+                continue
+            for chunk in L.get_item(db, pk, annotator).chunks:
+                t = time.monotonic()
+                L.set_grade(db, pk, chunk.doc_pk, annotator, _grade_for(annotator, pk, chunk.doc_pk))
+                os.write(fd, (json.dumps({"kind": "grade", "s": time.monotonic() - t}) + "\n").encode())
+            t = time.monotonic()
+            L.set_status(db, pk, annotator, "submitted")
+            os.write(fd, (json.dumps({"kind": "submit", "s": time.monotonic() - t}) + "\n").encode())
+    except BaseException as e:  # noqa: BLE001 - the test asserts there are none
+        import traceback
+
+        os.write(fd, (json.dumps({"kind": "error", "error": f"{type(e).__name__}: {e}",
+                                  "traceback": traceback.format_exc()}) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def exporting_worker(db_path: str, folder: str, out_path: str, stop_path: str, seconds: float) -> None:
+    from labeler.export import export_golden
+
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        db = store.connect(db_path)
+        deadline = time.monotonic() + seconds
+        i = 0
+        while not os.path.exists(stop_path) and time.monotonic() < deadline:
+            i += 1
+            target = os.path.join(folder, f"golden-{i}.jsonl")
+            t = time.monotonic()
+            try:
+                export_golden(db, target, "jsonl")
+                os.write(fd, (json.dumps({"kind": "export", "path": target, "s": time.monotonic() - t}) + "\n").encode())
+            except Exception as e:  # noqa: BLE001 - recorded, the test asserts there are none
+                os.write(fd, (json.dumps({"kind": "error", "error": f"{type(e).__name__}: {e}"}) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def test_an_ingest_while_annotators_export_and_metrics_run(db_path, tmp_path, ingest_tiny):
+    import subprocess
+    import sys
+
+    from tests.test_ingest_staging import make_log
+
+    _make_db(db_path, ingest_tiny, 3000)
+    log = make_log(tmp_path / "big.jsonl", INGEST_RECORDS, start=10_000)
+    stop = tmp_path / "stop"
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    code = "import sys; from labeler.cli import cli; cli(sys.argv[1:])"
+    ingest = subprocess.Popen([sys.executable, "-c", code, "--db", str(db_path), "ingest", "logs", str(log), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    names = [f"annotator{i}" for i in range(3)]
+    outs = {n: tmp_path / f"{n}.jsonl" for n in names}
+    procs = [SPAWN.Process(target=grading_worker, args=(str(db_path), n, str(outs[n]), str(stop), 300))
+             for n in names]
+    procs.append(SPAWN.Process(target=exporting_worker,
+                               args=(str(db_path), str(exports), str(tmp_path / "export.jsonl"), str(stop), 300)))
+    for p in procs:
+        p.start()
+    metrics_runs = []
+    while ingest.poll() is None:  # `labeler metrics` again and again while the ingest runs
+        m = subprocess.run([sys.executable, "-c", code, "--db", str(db_path), "metrics", "--json"],
+                           capture_output=True, text=True)
+        metrics_runs.append((m.returncode, m.stderr))
+    out, err = ingest.communicate()
+    stop.touch()
+    for p in procs:
+        p.join(120)
+    assert ingest.returncode == 0 and "Traceback" not in err, err
+    assert json.loads(out)["new"] == INGEST_RECORDS
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    assert metrics_runs and all(rc == 0 and "Traceback" not in e for rc, e in metrics_runs), metrics_runs[:3]
+
+    records = {n: _read(path) for n, path in outs.items()}
+    errors = [r for rs in records.values() for r in rs if r["kind"] == "error"]
+    exported = _read(tmp_path / "export.jsonl")
+    errors += [r for r in exported if r["kind"] == "error"]
+    assert errors == []
+    writes = sorted(r["s"] for rs in records.values() for r in rs if r["kind"] in ("grade", "submit"))
+    assert len(writes) > 50
+    during = [r for rs in records.values() for r in rs if r["kind"] == "grade"]
+    assert len(during) > 100
+    done = [r for r in exported if r["kind"] == "export"]
+    assert done and all(Path(r["path"] + ".manifest.json").exists() for r in done)
+    assert sorted(p.name for p in exports.iterdir() if not p.name.endswith(".manifest.json")) == sorted(
+        Path(r["path"]).name for r in done)  # no data file without its manifest, no temporary file
+    report = {"ingest_records": INGEST_RECORDS, "annotator_writes": len(writes),
+              "max_wait_s": round(writes[-1], 3), "p99_wait_s": round(writes[int(len(writes) * 0.99)], 3),
+              "exports": len(done), "metrics_runs": len(metrics_runs),
+              # next_item adds the new queries to the queue once they are visible (not a grade write)
+              "max_next_item_s": round(max(r["s"] for rs in records.values() for r in rs if r["kind"] == "next"), 3)}
+    print("concurrent ingest:", report)
+    assert report["p99_wait_s"] < 1.0, report

@@ -162,6 +162,33 @@ def test_manifest_and_exports_table(small, tmp_path):
                     labeler.db.dumps(manifest["filters"]), labeler.db.dumps(manifest["counts"]))]
 
 
+def test_an_export_that_fails_leaves_no_data_without_a_manifest(small, tmp_path):
+    # the export's database write fails (here a trigger; in the issue, a busy database): nothing
+    # is left in the folder, neither data files nor temporary ones
+    before = sorted(p.name for p in tmp_path.iterdir())
+    small.execute("CREATE TEMP TRIGGER no_exports BEFORE INSERT ON exports BEGIN "
+                  "SELECT RAISE(ABORT, 'simulated failure'); END")
+    for fmt, target in (("jsonl", tmp_path / "g.jsonl"), ("trec", tmp_path / "trec")):
+        with pytest.raises(Exception, match="simulated failure"):
+            E.export_golden(small, target, fmt)
+    after = sorted(p.name for p in tmp_path.iterdir())
+    assert [n for n in after if n not in before] in ([], ["trec"])  # at most the (empty) new folder
+    assert not (tmp_path / "trec").exists() or list((tmp_path / "trec").iterdir()) == []
+
+
+def test_an_export_waits_for_a_busy_database_then_writes_data_and_manifest(small, db_path, tmp_path):
+    import threading
+
+    holder = labeler.connect(db_path)
+    holder.conn.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: holder.conn.execute("COMMIT")).start()  # another writer, for 1 s
+    result = E.export_golden(small, tmp_path / "g.jsonl", "jsonl")
+    manifest = json.loads((tmp_path / "g.jsonl.manifest.json").read_text())
+    assert manifest["files"] == result.files
+    assert hashlib.sha256((tmp_path / "g.jsonl").read_bytes()).hexdigest() == manifest["files"]["g.jsonl"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 @pytest.mark.parametrize("fmt", list(E.FORMATS))
 def test_exports_are_deterministic(small, tmp_path, fmt):
     a = E.export_golden(small, tmp_path / f"a-{fmt}", fmt)

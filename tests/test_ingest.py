@@ -363,7 +363,7 @@ def _state(db) -> dict:
 
 
 def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypatch):
-    monkeypatch.setattr("labeler.ingest.BATCH", 7)  # many batches; the forked child inherits it
+    monkeypatch.setattr("labeler.ingest.batches.BATCH", 7)  # many batches; the forked child inherits it
     first = _mixed_log(40)
     second = first[:25] + _mixed_log(90)[40:] + [{"question": "", "retrieved": []}]
     second.append({**second[31], "answer": "changed"})  # same request_id, other content: a conflict
@@ -385,7 +385,7 @@ def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypat
 
 
 def test_strict_error_from_the_second_process_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr("labeler.ingest.BATCH", 5)
+    monkeypatch.setattr("labeler.ingest.batches.BATCH", 5)
     records = _mixed_log(30)
     records[17] = {"question": "ok?", "retrieved": [{"id": "x", "score": "high"}]}
     path = write_jsonl(tmp_path / "a.jsonl", records)

@@ -525,3 +525,39 @@ def test_cli_user_errors_are_one_line(cli_db):
     r = CliRunner().invoke(cli, ["--db", str(cli_db), "judge", "run", "--on", "sideways"])
     assert r.exit_code == 2
 
+
+
+def test_a_killed_judge_run_shows_interrupted_and_resume_finishes_it(cli_db, server):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server.latency = 0.05
+    child = subprocess.Popen([sys.executable, "-c", "import sys; from labeler.cli import cli; cli(sys.argv[1:])",
+                              "--db", str(cli_db), "judge", "run", "--judge", "relevance.v1", "--on", "labeled"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert server.wait_for_requests(20, timeout=60), "the judge run never started"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    db = store.connect(cli_db)
+    (run,) = judge.list_runs(db)
+    assert run.status == "interrupted" and judge.get_run(db, run.id).status == "interrupted"
+    assert db.execute("SELECT status FROM judge_runs").fetchone()[0] == "running"  # as the killed process left it
+    r = invoke(cli_db, "list")
+    assert "interrupted" in r.output and "running" not in r.output
+    server.latency = 0.0
+    r = invoke(cli_db, "run", "--resume", str(run.id), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["status"] == "done"
+    assert judge.get_run(db, run.id).status == "done"
+
+
+def test_a_run_of_a_live_process_is_running(db):
+    from labeler import owners
+
+    assert owners.alive(owners.current()) and owners.is_me(owners.current())
+    assert not owners.alive(json.dumps({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()}))
+    assert owners.alive(None) and owners.alive(json.dumps({"pid": 1, "host": "another-host"}))

@@ -584,3 +584,18 @@ def test_shift_report_retrieval_metrics_by_origin_side_by_side(cisi_db):
     for origin in ("log", "synthetic"):
         assert r[origin]["metrics"]["mrr"] == {"mean": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": 3}
         assert set(r[origin]["metrics"]) == {"recall@10", "mrr", "ndcg@10"}
+
+
+def test_a_synth_run_whose_process_died_shows_interrupted(tmp_path):
+    import subprocess
+    import sys
+
+    db = connect(tmp_path / "s.db")
+    gone = subprocess.run([sys.executable, "-c", "from labeler import owners; print(owners.current())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # a process that has exited
+    from labeler import owners
+
+    for owner in (gone, owners.current()):
+        db.execute("INSERT INTO synth_runs (setting, generator, status, created_at, owner) "
+                   "VALUES ('s', '{}', 'running', '2026-01-01', ?)", [owner])
+    assert [r["status"] for r in synth.runs(db)] == ["running", "interrupted"]  # newest first

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from .. import db as store
 from .golden import ExportError, GoldenSet, _cols, _in_json
 
 Writer = Callable[[GoldenSet, str], dict[str, bytes]]
@@ -100,7 +101,7 @@ def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
     _check_ids(g.pairs["query_id"], "query_id", "BEIR", r"[\t\r\n]")
     _check_ids(g.pairs["doc_id"], "doc_id", "BEIR", r"[\t\r\n]")
     judged = _in_json(g.pairs["doc_pk"])
-    docs = g.db.execute("SELECT doc_id, title, text FROM documents WHERE text IS NOT NULL "
+    docs = g.db.execute(f"SELECT doc_id, title, text FROM documents d WHERE (text IS NOT NULL AND {store.visible('d')}) "
                         "OR pk IN (SELECT value FROM json_each(?)) ORDER BY doc_id", [judged]).fetchall()
     corpus = "".join(_json_line({"_id": d, "title": t or "", "text": x or ""}) for d, t, x in docs)
     queries = "".join(_json_line({"_id": q, "text": t}) for q, t in zip(*_cols(g.queries, "query_id", "question"),

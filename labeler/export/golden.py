@@ -138,7 +138,8 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
                               [_in_json(pairs["doc_pk"])]).fetchall())
     run = pd.DataFrame(db.execute(
         "SELECT r.query_pk, r.rank, r.doc_pk, d.doc_id, r.score FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
-        "WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? ORDER BY r.query_pk, r.rank",
+        f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
+        "ORDER BY r.query_pk, r.rank",
         [_in_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
     qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
     run.insert(1, "query_id", run["query_pk"].map(qid))

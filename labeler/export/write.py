@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
+import time
 import zipfile
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -115,16 +118,30 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     g, files = _build(db, fmt, path.name, origin=origin, min_annotators=min_annotators,
                       include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
     base = path.parent
-    try:
-        for name, data in files.items():
-            target = base / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror}") from None
-    version_no, manifest = _record(db, fmt, str(path), g, files)
     manifest_path = Path(str(path) + ".manifest.json")
-    manifest_path.write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    # every file goes to a temporary name next to its target first; only when all of them and the
+    # manifest are written (and the export recorded) are they renamed, data first, manifest last,
+    # so a failure (a full disk, a busy database) never leaves data without its manifest
+    token = f".{os.getpid()}-{time.monotonic_ns()}.tmp"
+    staged: list[tuple[Path, Path]] = []
+    try:
+        try:
+            for name, data in files.items():
+                target = base / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                staged.append((target.with_name(target.name + token), target))
+                staged[-1][0].write_bytes(data)
+        except OSError as e:
+            raise ExportError(f"cannot write {path}: {e.strerror}") from None
+        version_no, manifest = _record(db, fmt, str(path), g, files)
+        staged.append((manifest_path.with_name(manifest_path.name + token), manifest_path))
+        staged[-1][0].write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        for temporary, target in staged:
+            os.replace(temporary, target)
+    finally:
+        for temporary, _ in staged:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
     return ExportResult(fmt, str(path), str(manifest_path), version_no, manifest["files"], manifest["counts"],
                         manifest)
 

@@ -87,12 +87,13 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str =
     ids = sorted({q.query_id for q in golden.queries if q.query_id is not None})
     texts = sorted({normalize_question(q.question) for q in golden.queries})
     by_id = dict(db.execute(
-        "SELECT query_id, pk FROM queries WHERE query_id IN (SELECT value FROM json_each(?))", [json.dumps(ids)]))
+        f"SELECT query_id, pk FROM queries q WHERE query_id IN (SELECT value FROM json_each(?)) AND {store.visible('q')}",
+        [json.dumps(ids)]))
     by_text: dict[str, int] = {}
     # several logged queries may share a text: take the most frequent one
     for norm, pk in db.execute(
-            "SELECT norm_question, pk FROM queries WHERE norm_question IN (SELECT value FROM json_each(?)) "
-            "ORDER BY occurrences DESC, pk", [json.dumps(texts)]):
+            "SELECT norm_question, pk FROM queries q WHERE norm_question IN (SELECT value FROM json_each(?)) "
+            f"AND {store.visible('q')} ORDER BY occurrences DESC, pk", [json.dumps(texts)]):
         by_text.setdefault(norm, pk)
     pks = [by_id.get(q.query_id) if q.query_id in by_id else by_text.get(normalize_question(q.question))
            for q in golden.queries]
@@ -103,7 +104,8 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str =
     docs: dict[int, list[str]] = {}
     for pk, doc_id in db.execute(
             "SELECT r.query_pk, d.doc_id FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
-            "WHERE r.retriever = ? AND r.query_pk IN (SELECT value FROM json_each(?)) ORDER BY r.query_pk, r.rank",
+            f"WHERE r.retriever = ? AND r.query_pk IN (SELECT value FROM json_each(?)) AND {store.visible('r')} "
+            "ORDER BY r.query_pk, r.rank",
             [retriever, wanted]):
         docs.setdefault(pk, []).append(doc_id)
     answers = dict(db.execute("SELECT pk, answer FROM queries WHERE pk IN (SELECT value FROM json_each(?))",

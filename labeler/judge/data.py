@@ -140,7 +140,8 @@ def comparison_data(db: sqlite_utils.Database, run_id: int) -> ComparisonData:
 
 def retrievers(db: sqlite_utils.Database) -> list[str]:
     """The retrievers logged, sorted."""
-    return [r[0] for r in db.execute("SELECT DISTINCT retriever FROM retrievals ORDER BY retriever")]
+    return [r[0] for r in db.execute(
+        f"SELECT DISTINCT retriever FROM retrievals r WHERE {store.visible('r')} ORDER BY retriever")]
 
 
 def retrievals_for(db: sqlite_utils.Database, query_pks: Any) -> pd.DataFrame:
@@ -148,8 +149,8 @@ def retrievals_for(db: sqlite_utils.Database, query_pks: Any) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(db.execute(
-        "SELECT retriever, query_pk, doc_pk, rank FROM retrievals WHERE query_pk IN "
-        "(SELECT value FROM json_each(?)) ORDER BY retriever, query_pk, rank",
+        "SELECT retriever, query_pk, doc_pk, rank FROM retrievals r WHERE query_pk IN "
+        f"(SELECT value FROM json_each(?)) AND {store.visible('r')} ORDER BY retriever, query_pk, rank",
         [json.dumps([int(q) for q in query_pks])]).fetchall(), columns=["retriever", "query", "doc", "rank"])
 
 

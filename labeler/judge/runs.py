@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .. import accounts, llm
+from .. import accounts, llm, owners
 from .. import db as store
 from ..errors import JudgeError, LabelerError
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
@@ -66,7 +66,8 @@ def _pair_keys(db: sqlite_utils.Database, on: str) -> list[tuple[int, int]]:
     if on == "labeled":
         return db.execute(_SUBMITTED_PAIRS + " ORDER BY 1, 2").fetchall()
     return db.execute(
-        "SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t WHERE NOT EXISTS (SELECT 1 FROM relevance_labels r "
+        f"SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t WHERE {store.visible('t')} AND "
+        "NOT EXISTS (SELECT 1 FROM relevance_labels r "
         "JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted' "
         "WHERE r.query_pk = t.query_pk AND r.doc_pk = t.doc_pk) ORDER BY 1, 2").fetchall()
 
@@ -75,7 +76,7 @@ def _answer_keys(db: sqlite_utils.Database, kind: str, on: str) -> list[tuple[in
     column = ANSWER_FIELDS[kind]  # a fixed column name, never user input
     labeled = (f"SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk AND l.status = 'submitted' "
                f"AND l.{column} IS NOT NULL")
-    return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.answer IS NOT NULL AND "
+    return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.answer IS NOT NULL AND {store.visible('q')} AND "
                       f"{'' if on == 'labeled' else 'NOT '}EXISTS ({labeled}) ORDER BY q.pk").fetchall()
 
 
@@ -150,12 +151,14 @@ def _run_from_row(row: dict[str, Any]) -> JudgeRun:
     names = {f.name for f in dataclasses.fields(JudgeRun)}
     values = {k: v for k, v in row.items() if k in names}
     values["params"] = store.loads(row["params"]) or {}
+    if values["status"] == "running" and not owners.alive(row.get("owner")):
+        values["status"] = "interrupted"  # its process was killed: `--resume` finishes it
     return JudgeRun(**values)
 
 
 _RUN_COLUMNS = ("id, judge, kind, rubric, rubric_hash, model, temperature, on_set, status, items, done, cached, "
                 "failed, cancelled, prompt_tokens, completion_tokens, cost, created_at, finished_at, "
-                "calibration_run, error, params")
+                "calibration_run, error, params, owner")
 
 
 def get_run(db: sqlite_utils.Database, run_id: int) -> JudgeRun:
@@ -287,9 +290,10 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     with store.transaction(db):
         cur = db.execute(
             "INSERT INTO judge_runs (judge, kind, rubric, rubric_hash, rubric_text, model, temperature, params, "
-            "on_set, calibration_run, status, items, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+            "on_set, calibration_run, status, items, created_at, owner) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
             [j.name, j.kind, r.name, r.hash, r.text, config.model, config.temperature, store.dumps(params), on,
-             run.calibration_run, len(items), at])
+             run.calibration_run, len(items), at, owners.current()])
         run.id = cur.lastrowid
         db.conn.executemany("INSERT INTO judge_labels (run_id, query_pk, doc_pk, status, updated_at) "
                             "VALUES (?, ?, ?, 'pending', ?)", [[run.id, i.query_pk, i.doc_pk, at] for i in items])
@@ -317,7 +321,7 @@ def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
                       "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
     config = _same_config(config, run)
     with store.transaction(db):
-        db.execute("UPDATE judge_runs SET status = 'running' WHERE id = ?", [run_id])
+        db.execute("UPDATE judge_runs SET status = 'running', owner = ? WHERE id = ?", [owners.current(), run_id])
     return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
                     progress, cancel)
 

@@ -75,8 +75,10 @@ def _params(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
+    # queries of an ingest still being written are not queued (nor counted here) until it commits
     row = conn.execute(
-        "SELECT (SELECT max(pk) FROM queries), (SELECT max(id) FROM ingests), "
+        "SELECT (SELECT max(pk) FROM queries WHERE pk < (SELECT coalesce(min(first_query_pk), 1e18) FROM ingests "
+        " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
     return store.dumps([list(row), params])
@@ -122,7 +124,7 @@ def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = Fal
     wanted: dict[int, tuple[Any, int]] = {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
-        "FROM queries q WHERE q.origin != 'synthetic' OR q.review_state = 'accepted'"
+        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}"
     ):
         old = have.get(pk)
         if order == "random":

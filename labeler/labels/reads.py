@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
+from .. import db as store
 from ..errors import LabelError
 from ._common import check_name
 
@@ -79,13 +80,15 @@ def get_item(db: sqlite_utils.Database, query_pk: int, annotator: str, *,
                    rank, score, doc_pk, doc_id, title, text, grade in db.execute(
         "SELECT r.rank, r.score, d.pk, d.doc_id, d.title, d.text, l.grade FROM retrievals r "
         "JOIN documents d ON d.pk = r.doc_pk LEFT JOIN relevance_labels l ON l.query_pk = r.query_pk "
-        "AND l.doc_pk = r.doc_pk AND l.annotator = ? WHERE r.query_pk = ? AND r.retriever = ? ORDER BY r.rank",
+        f"AND l.doc_pk = r.doc_pk AND l.annotator = ? WHERE r.query_pk = ? AND r.retriever = ? AND {store.visible('r')} "
+        "ORDER BY r.rank",
         [annotator, query_pk, retriever])]
     item.extra = [Chunk(doc_pk, doc_id, title, text, grade=grade) for
                   doc_pk, doc_id, title, text, grade in db.execute(
         "SELECT d.pk, d.doc_id, d.title, d.text, l.grade FROM relevance_labels l "
         "JOIN documents d ON d.pk = l.doc_pk WHERE l.query_pk = ? AND l.annotator = ? AND l.doc_pk NOT IN "
-        "(SELECT doc_pk FROM retrievals WHERE query_pk = ? AND retriever = ?) ORDER BY l.created_at, d.pk",
+        f"(SELECT doc_pk FROM retrievals r WHERE query_pk = ? AND retriever = ? AND {store.visible('r')}) "
+        "ORDER BY l.created_at, d.pk",
         [query_pk, annotator, query_pk, retriever])]
     label = db.execute(
         "SELECT status, expected_answer, answer_faithful, answer_relevant, notes, flag_reason, "

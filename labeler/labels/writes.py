@@ -117,7 +117,8 @@ def set_rest_zero(db: sqlite_utils.Database, query_pk: int, annotator: str, retr
     """Grade 0 every chunk ``retriever`` returned that ``annotator`` has not graded; return how many."""
     with _writing(db, query_pk, annotator, now) as w:
         ungraded = [r[0] for r in w.conn.execute(
-            "SELECT r.doc_pk FROM retrievals r WHERE r.query_pk = ? AND r.retriever = ? AND NOT EXISTS "
+            f"SELECT r.doc_pk FROM retrievals r WHERE r.query_pk = ? AND r.retriever = ? AND {store.visible('r')} "
+            "AND NOT EXISTS "
             "(SELECT 1 FROM relevance_labels l WHERE l.query_pk = r.query_pk AND l.doc_pk = r.doc_pk "
             " AND l.annotator = ?) ORDER BY r.rank", [query_pk, retriever, w.annotator])]
         for doc_pk in ungraded:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
+from .. import db as store
 from ..labels import golden_labels
 from ..labels._common import When, stamp
 from .specs import ORIGINS, ReportError
@@ -32,7 +33,7 @@ def _read_run(db: sqlite_utils.Database, retriever: str, query_pks: np.ndarray) 
     """The ranking ``retriever`` logged for the given queries: columns query, doc, rank (int64)."""
     cursor = db.execute(
         "SELECT r.query_pk, r.doc_pk, r.rank FROM retrievals r "
-        "WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? "
+        f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
         "ORDER BY r.query_pk, r.rank", [_json_ints(query_pks), retriever])
     flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
     return pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "rank": flat[:, 2]})
@@ -44,9 +45,10 @@ def logged_queries(db: sqlite_utils.Database, retriever: str, query_pks: Iterabl
     are left out of its metrics rather than scored 0. Sorted pks."""
     wanted = _json_ints(query_pks)
     found = {r[0] for r in db.execute(
-        "SELECT query_pk FROM query_versions WHERE retriever = ? AND query_pk IN (SELECT value FROM json_each(?)) "
-        "UNION SELECT DISTINCT query_pk FROM retrievals WHERE query_pk IN (SELECT value FROM json_each(?)) "
-        "AND retriever = ?", [retriever, wanted, wanted, retriever])}
+        "SELECT query_pk FROM query_versions r WHERE retriever = ? AND query_pk IN (SELECT value FROM json_each(?)) "
+        f"AND {store.visible('r')} UNION SELECT DISTINCT query_pk FROM retrievals r "
+        f"WHERE query_pk IN (SELECT value FROM json_each(?)) AND retriever = ? AND {store.visible('r')}",
+        [retriever, wanted, wanted, retriever])}
     return np.array(sorted(found), dtype=np.int64)
 
 
@@ -69,13 +71,15 @@ def retrievers(db: sqlite_utils.Database, *, reuse: bool = False) -> list[str]:
         synth = db.execute("SELECT count(*), max(id) FROM synth_runs").fetchone()
         key = (token[0], token[1], _structure(db), tuple(synth), "retrievers")
     return list(_REPORTS.get(key, lambda: tuple(
-        r[0] for r in db.execute("SELECT DISTINCT retriever FROM retrievals ORDER BY retriever"))))
+        r[0] for r in db.execute(f"SELECT DISTINCT retriever FROM retrievals r WHERE {store.visible('r')} "
+                                 "ORDER BY retriever"))))
 
 
 def _check_retriever(db: sqlite_utils.Database, retriever: str) -> str:
     if not isinstance(retriever, str) or not retriever.strip():
         raise ReportError(f"retriever {retriever!r} is empty; give a name such as 'production'")
-    if db.execute("SELECT 1 FROM retrievals WHERE retriever = ? LIMIT 1", [retriever]).fetchone() is None:
+    if db.execute(f"SELECT 1 FROM retrievals r WHERE retriever = ? AND {store.visible('r')} LIMIT 1",
+                  [retriever]).fetchone() is None:
         known = retrievers(db)
         if known:
             raise ReportError(f"retriever {retriever!r} logged no rankings; known retrievers: {', '.join(known)}")
@@ -256,7 +260,7 @@ MAX_PATCHED = 5000
 
 def _structure(db: sqlite_utils.Database) -> tuple:
     """Changes that label_events do not record but that change a report: ingests and settings."""
-    return (tuple(db.execute("SELECT count(*), max(id) FROM ingests").fetchone()),
+    return (tuple(db.execute("SELECT count(*), max(id) FROM ingests WHERE state = 'done'").fetchone()),
             tuple(tuple(r) for r in db.execute("SELECT key, value FROM settings ORDER BY key")))
 
 

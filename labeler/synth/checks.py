@@ -8,6 +8,7 @@ import unicodedata
 import numpy as np
 import sqlite_utils
 
+from .. import db as store
 from .models import MAX_CHUNK_CHARS, GeneratedQuestion, Seed, SynthOptions
 
 REJECTION_REASONS = {
@@ -66,7 +67,7 @@ def find_duplicates(db: sqlite_utils.Database, questions: list[str], threshold: 
 
     if not questions:
         return []
-    existing = db.execute("SELECT query_id, question FROM queries ORDER BY pk").fetchall()
+    existing = db.execute(f"SELECT query_id, question FROM queries q WHERE {store.visible('q')} ORDER BY pk").fetchall()
     vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), strip_accents="unicode")
     vectorizer.fit([q for _, q in existing] + questions)
     new = vectorizer.transform(questions)

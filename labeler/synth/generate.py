@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, llm
+from .. import accounts, llm, owners
 from .. import db as store
 from ..ingest import normalize_question
 from ..search import CorpusIndex
@@ -121,7 +121,8 @@ class GenerateResult:
 
 def style_examples(db: sqlite_utils.Database, n: int, seed: int) -> list[str]:
     """A seeded sample of ``n`` logged questions (white space collapsed, at most 300 chars each)."""
-    rows = db.execute("SELECT question FROM queries WHERE origin = 'log' ORDER BY pk").fetchall()
+    rows = db.execute(f"SELECT question FROM queries q WHERE origin = 'log' AND {store.visible('q')} "
+                      "ORDER BY pk").fetchall()
     picked = random.Random(f"{seed}:examples").sample(rows, min(n, len(rows)))
     return [" ".join(r[0].split())[:300] for r in picked]
 
@@ -231,8 +232,10 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
 
 def _start_run(db: sqlite_utils.Database, plan: SynthPlan) -> int:
     with store.transaction(db):
-        cur = db.execute("INSERT INTO synth_runs (setting, generator, status, created_at) VALUES (?, ?, 'running', ?)",
-                         [plan.setting, store.dumps({**plan.generator, "n": plan.options.n}), store.now()])
+        cur = db.execute("INSERT INTO synth_runs (setting, generator, status, created_at, owner) "
+                         "VALUES (?, ?, 'running', ?, ?)",
+                         [plan.setting, store.dumps({**plan.generator, "n": plan.options.n}), store.now(),
+                          owners.current()])
         return int(cur.lastrowid)
 
 

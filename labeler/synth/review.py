@@ -17,6 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
+from .. import owners
 from ..errors import SynthError
 
 REVIEW_STATES = ("pending", "accepted", "rejected")
@@ -264,8 +265,11 @@ def rejections(db: sqlite_utils.Database, *, run_id: int | None = None, reason: 
 
 
 def runs(db: sqlite_utils.Database, limit: int = 20) -> list[dict[str, Any]]:
-    """Recent generation runs, newest first: id, status, setting, generator, summary, times."""
-    return [{"run_id": r[0], "status": r[1], "setting": r[2], "generator": store.loads(r[3]) or {},
+    """Recent generation runs, newest first: id, status, setting, generator, summary, times. A run
+    whose process was killed shows as ``interrupted`` (rerun it with the same options: what was
+    generated comes back from the LLM cache)."""
+    return [{"run_id": r[0], "status": "interrupted" if r[1] == "running" and not owners.alive(r[7]) else r[1],
+             "setting": r[2], "generator": store.loads(r[3]) or {},
              "summary": store.loads(r[4]) or {}, "created_at": r[5], "finished_at": r[6]}
-            for r in db.execute("SELECT id, status, setting, generator, summary, created_at, finished_at "
+            for r in db.execute("SELECT id, status, setting, generator, summary, created_at, finished_at, owner "
                                 "FROM synth_runs ORDER BY id DESC LIMIT ?", [int(limit)]).fetchall()]

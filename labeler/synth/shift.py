@@ -140,7 +140,8 @@ def wording_stats(questions: list[str]) -> dict[str, Any]:
 
 def _questions(db: sqlite_utils.Database, origin: str, states: tuple[str, ...] | None) -> list[str]:
     if origin != "synthetic" or states is None:
-        return [r[0] for r in db.execute("SELECT question FROM queries WHERE origin = ? ORDER BY pk", [origin])]
+        return [r[0] for r in db.execute(f"SELECT question FROM queries q WHERE origin = ? AND {store.visible('q')} "
+                                         "ORDER BY pk", [origin])]
     return [r[0] for r in db.execute(
         "SELECT question FROM queries WHERE origin = 'synthetic' AND coalesce(review_state, 'pending') IN "
         "(SELECT value FROM json_each(?)) ORDER BY pk", [store.dumps(list(states))])]

@@ -5,7 +5,9 @@ times the real CLI in a subprocess (so peak RSS is that process's own), and in t
 raw baseline: the same rows (every row the CLI wrote, read back from its database) inserted with
 sqlite3.executemany in one transaction into a fresh database with the same schema. The former
 minimal baseline (query and retrieval tuples into a bare two-table schema) is reported next to it.
-Prints one JSON document.
+The ingest writes in short transactions; every one's lock hold is logged by the ingest itself
+(``LABELER_LOCK_LOG``) and the longest is reported, with the longest time a second process
+waited for ``BEGIN IMMEDIATE`` while the large file was ingested. Prints one JSON document.
 
     python tests/bench/bench_ingest.py [--queries 100000] [--small 10000] [--rss-queries 300000]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import sqlite3
@@ -97,9 +100,10 @@ def raw_baseline(path: Path, db_path: Path) -> float:
     return elapsed
 
 
-def run_cli(path: Path, db_path: Path) -> tuple[float, int, int]:
+def run_cli(path: Path, db_path: Path, probe: bool = False) -> tuple[float, int, int, dict]:
     """Run the real CLI in a child process; return (seconds, its peak RSS, the peak RSS of the
-    parsing process it forks, in bytes)."""
+    parsing process it forks, in bytes, and its lock holds: the longest and p99 write transaction
+    and, with ``probe``, the longest wait of another process for the write lock meanwhile)."""
     # VmHWM, not ru_maxrss: getrusage's peak survives exec, so it would include this (big) parent
     code = ("import sys; from labeler.cli import cli\ncode = 0\n"
             "try:\n    cli(['--db', sys.argv[1], 'ingest', 'logs', sys.argv[2], '--json'])\n"
@@ -107,22 +111,50 @@ def run_cli(path: Path, db_path: Path) -> tuple[float, int, int]:
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
             "import resource\nchild = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
             "print(hwm, child, file=sys.stderr)\nsys.exit(code or 0)")
+    log = db_path.with_suffix(".locks.jsonl")
+    env = {**os.environ, "LABELER_LOCK_LOG": str(log)}
+    waits: list[float] = []
+    if probe:
+        import labeler
+
+        labeler.connect(db_path).conn.close()
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, str(db_path), str(path)], capture_output=True, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code, str(db_path), str(path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    if probe:  # another writer: take the lock, release it, again, until the ingest ends
+        from labeler import db as store
+
+        conn = store.connect(db_path).conn
+        while child.poll() is None:
+            waits.append(store.begin(conn))
+            conn.execute("COMMIT")
+            time.sleep(0.01)
+        conn.close()
+    stdout, stderr = child.communicate()
     elapsed = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"ingest failed: {proc.stderr[-2000:]}")
-    result = json.loads(proc.stdout)
+    if child.returncode != 0:
+        raise SystemExit(f"ingest failed: {stderr[-2000:]}")
+    result = json.loads(stdout)
     assert result["new"] * 11 == result["new"] + result["retrievals"], result
-    rss_kb, parser_kb = map(int, proc.stderr.strip().splitlines()[-1].split())
-    return elapsed, rss_kb * 1024, parser_kb * 1024
+    rss_kb, parser_kb = map(int, stderr.strip().splitlines()[-1].split())
+    holds = sorted(json.loads(log.read_text().splitlines()[-1])["holds"])
+    lock = {"transactions": len(holds), "max_lock_hold_s": round(holds[-1], 3),
+            "p99_lock_hold_s": round(holds[int(len(holds) * 0.99)], 3)}
+    if waits:
+        waits.sort()
+        lock.update(probe_attempts=len(waits), probe_max_wait_s=round(waits[-1], 3),
+                    probe_p99_wait_s=round(waits[int(len(waits) * 0.99)], 3))
+    return elapsed, rss_kb * 1024, parser_kb * 1024, lock
 
 
 def measure(n: int, tmp: Path) -> dict:
     log = tmp / f"logs-{n}.jsonl"
     rows = make_log(log, n)
     minimal_s = raw_baseline(log, tmp / f"raw-{n}.db")
-    ingest_s, rss, parser_rss = run_cli(log, tmp / f"labeler-{n}.db")
+    ingest_s, rss, parser_rss, lock = run_cli(log, tmp / f"labeler-{n}.db")
+    # the same file again into a new database, with another process taking the lock meanwhile
+    # (timed separately, so that the probe does not slow the measured ingest)
+    _, _, _, probed = run_cli(log, tmp / f"probed-{n}.db", probe=True)
     baseline_s, written = same_rows_baseline(tmp / f"labeler-{n}.db", tmp / f"same-{n}.db")
     return {
         "queries": n, "rows": rows, "rows_written": written, "file_mb": round(log.stat().st_size / 1e6, 1),
@@ -131,6 +163,7 @@ def measure(n: int, tmp: Path) -> dict:
         "ratio": round(baseline_s / ingest_s, 3),
         "raw_minimal_s": round(minimal_s, 2), "ratio_to_minimal": round(minimal_s / ingest_s, 3),
         "peak_rss_mb": round(rss / 1e6, 1), "parser_peak_rss_mb": round(parser_rss / 1e6, 1),
+        **lock, **{k: v for k, v in probed.items() if k.startswith("probe_")},
     }
 
 
@@ -149,12 +182,12 @@ def main() -> None:
         if args.rss_queries:
             log = tmp / "logs-rss.jsonl"
             make_log(log, args.rss_queries, seed=2)
-            _, rss, parser_rss = run_cli(log, tmp / "labeler-rss.db")
+            _, rss, parser_rss, _ = run_cli(log, tmp / "labeler-rss.db")
             bigger = {"queries": args.rss_queries, "file_mb": round(log.stat().st_size / 1e6, 1),
                       "peak_rss_mb": round(rss / 1e6, 1), "parser_peak_rss_mb": round(parser_rss / 1e6, 1)}
     print(json.dumps({
         "benchmark": "ingest", "small": small, "large": large, "rss_check": bigger,
-        "ratio_target": 0.5, "rss_target_mb": 400,
+        "ratio_target": 0.5, "rss_target_mb": 400, "max_lock_hold_target_s": 0.25,
         # the page cache (64 MiB) fills up to its bound between the small and the large file;
         # past that, a file three times bigger must not need more memory
         "rss_growth_mb": round(bigger["peak_rss_mb"] - large["peak_rss_mb"], 1) if bigger else None,

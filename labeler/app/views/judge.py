@@ -308,7 +308,7 @@ with tab_run:
                             "Cost": "unknown" if last["cost"] is None else f"${last['cost']:.4f}"})
         if last["failures"]:
             st.dataframe(pd.DataFrame(last["failures"], columns=["item", "reason"]), hide_index=True, key="jd_failures")
-    unfinished = [r for r in runs if r.status in ("cancelled", "failed", "running")]
+    unfinished = [r for r in runs if r.status in ("cancelled", "failed", "running", "interrupted")]
     if unfinished:
         resume_id = st.selectbox("Resume a run", [r.id for r in unfinished], key="jd_resume_pick",
                                  format_func=lambda i: _run_label(by_id[i]))

@@ -1,0 +1,35 @@
+"""Ingest production query logs and corpus files into the store, validated, deduplicated, idempotent.
+
+A log record is mapped to the canonical shape ``{"query_id"?, "question", "retrieved": [{"id",
+"text"?, "score"?, "title"?}], "answer"?, "timestamp"?, "retriever"?}`` through field aliases,
+``--map`` paths, or OpenInference (Arize Phoenix) retriever-span detection; every unmapped field is
+kept in ``meta``. Records are written in short transactions into rows that stay invisible until
+the ingest's final commit (``staging``), so other writers never wait long and readers see a file
+all at once or not at all: in strict mode (the default) one bad record means nothing from the file
+is written (what was staged is deleted); in lenient mode the valid records are written and the
+rejects go to ``FILE.rejects.jsonl`` with their reasons.
+
+Modules: ``mapping`` (aliases, ``--map``, Phoenix spans), ``validate`` (field checks, normalized
+question), ``batches`` (reading a file as batches, optionally in a forked parser), ``writer``
+(classify and write log records), ``staging`` (claim, short transactions, commit, clean-up),
+``logs`` and ``corpus`` (the two entry points), ``common`` (problems, results, strict/lenient).
+
+Deduplication: a record with a ``query_id`` seen before with identical content changes nothing; with
+different content it is an error naming both places. Without an id, records with the same
+normalized question and the same retrieved list merge into one query whose ``occurrences`` counts
+the distinct log lines (a line is identified by its content plus its ordinal among identical lines
+of its file), so re-ingesting a file changes nothing.
+"""
+
+
+from .common import MAX_ERRORS_SHOWN, FieldError, IngestResult, Problem, ProblemList, check_problems
+from .corpus import CORPUS_ALIASES, ingest_corpus
+from .logs import ingest_logs
+from .mapping import CHUNK_ALIASES, LOG_ALIASES, LOG_FIELDS, canonical, parse_mapping
+from .validate import DEFAULT_RETRIEVER, normalize_question, validate_log
+
+__all__ = [
+    "CHUNK_ALIASES", "CORPUS_ALIASES", "DEFAULT_RETRIEVER", "LOG_ALIASES", "LOG_FIELDS", "MAX_ERRORS_SHOWN",
+    "FieldError", "IngestResult", "Problem", "ProblemList", "canonical", "check_problems", "ingest_corpus",
+    "ingest_logs", "normalize_question", "parse_mapping", "validate_log",
+]

@@ -1,0 +1,157 @@
+"""Reading a log file as batches of validated, keyed records, in this process or in a forked child
+that parses while the parent writes (same batches, same order)."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import IngestError
+from ..readers import BadRecord, iter_records
+from .common import FieldError as _FieldError
+from .mapping import canonical
+from .validate import _hash, normalize_question, validate_log
+
+BATCH = 2000
+
+class _Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
+    line: int
+    rec: dict[str, Any]
+    query_id: str
+    content_hash: str
+    line_key: str | None
+
+
+class _Keyer:
+    """Gives each validated record its query id, content hash and (without an id) line key."""
+
+    def __init__(self) -> None:
+        self.ordinals: dict[str, int] = {}
+
+    def key(self, line: int, rec: dict[str, Any]) -> _Row:
+        content = _hash(rec["question"], rec["answer"], list(zip(rec["ids"], rec["scores"], strict=True)))
+        if rec["query_id"] is not None:
+            return _Row(line, rec, rec["query_id"], content, None)
+        norm = normalize_question(rec["question"])
+        qid = "q-" + _hash(norm, rec["retriever"], rec["ids"])[:16]
+        raw = _hash(content, rec["timestamp"], rec["meta"])
+        n = self.ordinals.get(raw, 0)
+        self.ordinals[raw] = n + 1
+        # without an id, a different answer or score is another occurrence, never a conflict
+        return _Row(line, rec, qid, qid, f"{raw}#{n}")
+
+
+
+def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
+                    keep_raw: bool) -> Iterator[tuple[list[tuple], int, list[str]]]:
+    """Read, map, validate and key the records of a file, in batches of
+    ``(line, row or None, (field, message) or None, raw or None)``, with the bytes read so far and
+    the chunk ids that no earlier batch of the file had (first seen first)."""
+    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
+    keyer = _Keyer()
+    batch: list[tuple] = []
+    seen: set[str] = set()
+
+    def done() -> tuple[list[tuple], int, list[str]]:
+        order = dict.fromkeys(itertools.chain.from_iterable(item[1].rec["ids"] for item in batch
+                                                            if item[1] is not None))
+        fresh = list(itertools.filterfalse(seen.__contains__, order))
+        if len(seen) > 1_000_000:
+            seen.clear()  # only makes later lists longer than needed, never shorter
+        seen.update(fresh)
+        return batch, bytes_read(), fresh
+
+    for line, raw in records:
+        if isinstance(raw, BadRecord):
+            batch.append((line, None, (raw.field, raw.message), raw.raw))
+        else:
+            try:
+                row = keyer.key(line, validate_log(canonical(raw, mapping)))
+                batch.append((line, row, None, raw if keep_raw else None))
+            except _FieldError as e:
+                batch.append((line, None, (e.field, e.message), raw))
+        if len(batch) >= BATCH:
+            yield done()
+            batch = []
+    yield done()
+
+
+# files at least this big are parsed in a second process while this one writes (when it may fork)
+PARALLEL_MIN_BYTES = 4 * 1024 * 1024
+_QUEUED_BATCHES = 4  # batches in flight between the processes: bounds the memory
+
+
+def _may_fork() -> bool:
+    """Forking is safe only from a single-threaded process (the CLI; not the Streamlit server), and
+    only done on Linux (macOS frameworks are not fork-safe, which is why Python spawns there)."""
+    return (sys.platform.startswith("linux") and (os.cpu_count() or 1) > 1
+            and threading.active_count() == 1)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this (forked) process when its parent dies, so that killing an ingest
+    never leaves its parser running (Linux ``PR_SET_PDEATHSIG``); the parent may have died
+    before this call, hence the check that follows it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's queue.get timeout notices instead
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _produce(out: Any, args: tuple, parent: int) -> None:
+    _die_with_parent(parent)
+    gc.disable()
+    try:
+        for item in _parsed_batches(*args):
+            out.put(("batch", item))
+        out.put(("done", None))
+    except BaseException as e:  # noqa: BLE001 - everything is handed to the parent to raise
+        try:
+            out.put(("error", e))
+        except Exception:  # noqa: BLE001 - an exception that cannot be pickled
+            out.put(("error", IngestError(f"{type(e).__name__}: {e}")))
+
+
+def _parsed_batches_forked(*args: Any) -> Iterator[tuple[list[tuple], int]]:
+    """``_parsed_batches`` run in a forked child process, so that reading, JSON parsing, validation
+    and hashing (half the work) run on another core while this process writes. The batches
+    arrive in file order, so the result is the same as in one process."""
+    ctx = multiprocessing.get_context("fork")
+    channel = ctx.Queue(maxsize=_QUEUED_BATCHES)
+    child = ctx.Process(target=_produce, args=(channel, args, os.getpid()), daemon=True, name="labeler-parse")
+    child.start()
+    try:
+        while True:
+            try:
+                kind, payload = channel.get(timeout=1.0)
+            except queue.Empty:
+                if not child.is_alive():
+                    raise IngestError(f"the parsing process stopped unexpectedly (exit code {child.exitcode})") \
+                        from None
+                continue
+            if kind == "batch":
+                yield payload
+            elif kind == "error":
+                raise payload
+            else:
+                return
+    finally:
+        if child.is_alive():
+            child.terminate()
+        child.join()
+        channel.close()
+

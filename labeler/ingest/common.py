@@ -1,0 +1,107 @@
+"""What every ingest shares: the problems found in a file, the result record, and the strict and
+lenient rules that turn problems into an error or a rejects file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import IngestError
+
+MAX_ERRORS_SHOWN = 20
+
+
+@dataclass
+class Problem:
+    """One rejected record: where it is and what is wrong with which field."""
+
+    path: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+
+
+class ProblemList:
+    """Mixin of the result records that carry ``problems``: ``to_dict`` shows them as text."""
+
+    problems: list[Problem]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)  # type: ignore[call-overload]
+        d["problems"] = [str(p) for p in self.problems]
+        return d
+
+
+class FieldError(Exception):
+    """A record's ``field`` is wrong; becomes a ``Problem`` with the record's place."""
+
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+
+
+_FieldError = FieldError
+
+
+@dataclass
+class IngestResult(ProblemList):
+    """What one file did to the store. ``new + merged + unchanged + rejected == records``."""
+
+    path: str
+    kind: str
+    format: str
+    records: int = 0
+    new: int = 0
+    merged: int = 0
+    unchanged: int = 0
+    rejected: int = 0
+    retrievals: int = 0
+    documents_new: int = 0
+    documents_updated: int = 0
+    documents_without_text: int = 0
+    rejects_path: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise IngestError(f"{path}: no such file")
+    if path.is_dir():
+        raise IngestError(f"{path}: is a folder; give a file")
+
+
+def check_problems(path: Path, shown: str, result: Any, lenient: bool, rejects: list[dict]) -> None:
+    """The rules every file reader shares: an empty file is an error; in strict mode any problem is
+    an error listing up to 20 of them (the caller rolls back); in lenient mode the rejects go to
+    ``FILE.rejects.jsonl``. Sets ``result.rejected`` (and ``rejects_path``)."""
+    if result.records == 0 and not result.problems:
+        raise IngestError(f"{shown}: empty file: no records found")
+    if result.problems and not lenient:
+        listed = "\n".join(str(p) for p in result.problems[:MAX_ERRORS_SHOWN])
+        more = len(result.problems) - MAX_ERRORS_SHOWN
+        tail = f"\n... and {more} more" if more > 0 else ""
+        raise IngestError(
+            f"{shown}: {len(result.problems)} invalid record(s); nothing was written "
+            f"(fix them, or pass --lenient to write the valid ones):\n{listed}{tail}",
+            result.problems, len(result.problems))
+    if rejects:
+        rejects_path = Path(str(path) + ".rejects.jsonl")
+        with open(rejects_path, "w", encoding="utf-8") as f:
+            for r in rejects:
+                f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+        result.rejects_path = str(rejects_path)
+    result.rejected = len(result.problems)
+

@@ -1,0 +1,163 @@
+"""Ingesting a production log file: parse, validate, write, report."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .. import accounts
+from ..readers import MAX_LINE_BYTES, detect_format
+from . import batches
+from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
+from .common import IngestResult, Problem, _check_path, _sha256, check_problems
+from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
+from .writer import _LogWriter
+
+BULK_CACHE_KIB = 64 * 1024
+
+
+@contextlib.contextmanager
+def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
+    """Settings for a bulk load, restored afterwards: a 64 MiB page cache (the default 2 MiB keeps
+    re-reading the index pages that random keys touch; bounded, so memory stays flat however big
+    the file), and no cyclic garbage collection (a batch is millions of small acyclic objects,
+    freed by reference counting; the collector re-scanning them cost a quarter of the time)."""
+    conn = db.conn
+    cache = conn.execute("PRAGMA cache_size").fetchone()[0]
+    gc_was_on = gc.isenabled()
+    checkpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # Staging.write checkpoints, outside the lock
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_on:
+            gc.enable()
+        conn.execute(f"PRAGMA cache_size = {int(cache)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {int(checkpoint)}")
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
+            shown: str) -> IngestResult:
+    """Apply the strict/lenient rules, then the final commit that makes the staged rows visible."""
+    check_problems(path, shown, result, lenient, rejects)
+    counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
+    publish(staging, _sha256(path), counts)
+    if result.records:
+        result.documents_without_text = staging.db.execute(
+            "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
+    return result
+
+
+@contextlib.contextmanager
+def staged(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Iterator[Staging]:
+    """Claim an ingest for the block; when the block raises, whatever it staged is deleted."""
+    staging = claim(db, kind, shown, fmt)
+    try:
+        yield staging
+    except BaseException:
+        with contextlib.suppress(Exception):  # else the next ingest cleans up
+            discard(db, staging.id)
+        raise
+    finally:
+        release(staging)
+        staging.log_holds()
+
+
+class _Sizer:
+    """Rows per write transaction, adapted so that each holds the lock about LOCK_TARGET_S. It
+    starts small (the first transactions of a file run on a cold cache) and at most doubles."""
+
+    def __init__(self) -> None:
+        self.size = 250
+
+    def take(self, remaining: int) -> int:
+        # a little over the size takes the rest of the batch: one transaction instead of a tiny second
+        return remaining if remaining <= self.size * 1.25 else self.size
+
+    def adapt(self, rows: int, hold: float) -> None:
+        if rows:
+            per_row = max(hold, 1e-4) / rows
+            self.size = max(50, min(batches.BATCH, int(LOCK_TARGET_S / per_row), self.size * 2))
+
+
+def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
+                mapping: dict[str, str] | None = None, lenient: bool = False,
+                progress: Callable[[int, int], None] | None = None,
+                max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
+                parallel: bool | None = None, by: str | None = None) -> IngestResult:
+    """Ingest one production log file; see the package docstring for the rules.
+
+    Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
+    file cannot be read, is empty, or, in strict mode, has any invalid record; then nothing is
+    written. ``progress(done_bytes, total_bytes)`` is called as the file is read. ``name`` is
+    how the file is called in messages (default: its path), e.g. an uploaded file's own name.
+    ``parallel``: parse in a second process while this one writes (same result); by default
+    when the file is 4 MiB or more and this process is single-threaded with a spare core.
+    ``by``: the signed-in account (the app); ingesting is for leads (``None``: the local operator).
+
+    Other writers are never blocked for long: rows are written in short transactions and stay
+    hidden until the final commit (see ``staging``); one ingest runs at a time (a second one waits).
+    """
+    accounts.require(db, by, "lead", "ingesting a file")
+    path = Path(path)
+    _check_path(path)
+    fmt, gz = detect_format(path, fmt)
+    shown = name or str(path)
+    result = IngestResult(path=shown, kind="logs", format=fmt)
+    total = path.stat().st_size
+    rejects: list[dict] = []
+
+    def reject(line: int, problem: Problem, raw: Any) -> None:
+        result.problems.append(problem)
+        if lenient:
+            rejects.append({"line": line, "field": problem.field, "error": problem.message,
+                            "record": raw})
+
+    if parallel is None:
+        parallel = total >= PARALLEL_MIN_BYTES and _may_fork()
+    parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
+    parse = batches._parsed_batches_forked if parallel else batches._parsed_batches
+    sizer = _Sizer()
+    with _bulk(db), staged(db, "logs", shown, fmt) as staging:
+        writer = _LogWriter(db, shown, result, staging.id)
+        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient):
+            rows: list[_Row] = []
+            raws: dict[int, Any] = {}
+            for line, row, problem, raw in items:
+                result.records += 1
+                if problem is not None:
+                    reject(line, Problem(shown, line, *problem), raw)
+                    continue
+                rows.append(row)
+                if lenient:
+                    raws[line] = raw
+            if result.problems and not lenient:
+                # nothing more is written; the rest is only checked, to report every problem
+                for line, problem in writer.write(rows, result.problems, write=False):
+                    reject(line, problem, raws.get(line))
+            else:
+                done = 0
+                while done < len(rows):
+                    part = rows[done:done + sizer.take(len(rows) - done)]
+                    with staging.write():
+                        # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
+                        found = writer.write(part, result.problems, write=True,
+                                             fresh_ids=fresh_ids if len(part) == len(rows) else None)
+                    sizer.adapt(len(part), staging.holds[-1])
+                    for line, problem in found:
+                        reject(line, problem, raws.get(line))
+                    done += len(part)
+            if progress:
+                progress(done_bytes, total)
+        if progress:
+            progress(total, total)
+        return _finish(staging, path, result, lenient, rejects, shown)

@@ -1,0 +1,241 @@
+"""An ingest's life in the database, so that it never blocks other writers for long.
+
+1. **Claim**: one ingest at a time. The ingest inserts its ``ingests`` row in state ``staging``
+   with its owner (``labeler.owners``). An ingest that finds another one staging waits for it;
+   one whose owner is gone (killed) is cleaned up first (``discard``), and changes left over by an
+   ingest killed after its final commit are finished (``roll_forward``).
+2. **Stage**: rows are written in short transactions (``Staging.write``), each timed; the caller
+   sizes its batches so that a transaction holds the write lock for about ``LOCK_TARGET_S``.
+   Every row carries the ingest's id and is hidden from readers (``db.visible``) while the ingest
+   is staging. Changes to rows that were already visible wait in ``ingest_occurrences`` and
+   ``ingest_texts``.
+3. **Publish**: one short transaction sets the state to ``done`` (every staged row appears at
+   once) and applies the waiting changes, in further short transactions when there are many.
+4. **Discard**: on an error (a strict-mode problem, a crash in this process) the staged rows are
+   deleted, again in short transactions, and the ``ingests`` row goes: the database is as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import sqlite_utils
+
+from .. import db as store
+from .. import owners
+from ..errors import IngestError
+
+LOCK_TARGET_S = 0.1  # aim of one write transaction's lock hold; batches adapt to it
+WAIT_FOR_INGEST_S = 15 * 60.0  # how long an ingest waits for another one to finish
+CHECKPOINT_EVERY_S = 0.5  # checkpoint the WAL after this much write time (the connection's own are off)
+CHUNK = 5000  # rows per clean-up or apply transaction (each a few ms)
+LOCK_LOG_ENV = "LABELER_LOCK_LOG"  # a file to append each ingest's lock holds to (benchmarks)
+
+_mine: set[int] = set()  # ingests this process is running (its staging rows are not orphans)
+_mine_lock = threading.Lock()
+
+
+@dataclass
+class Staging:
+    """A claimed ingest: its id and the lock hold of every write transaction so far."""
+
+    db: sqlite_utils.Database
+    id: int
+    kind: str
+    holds: list[float] = field(default_factory=list)
+    unchecked: float = 0.0  # seconds of writes since the last checkpoint
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite_utils.Database]:
+        """One short write transaction of this ingest; its lock hold is recorded."""
+        conn = self.db.conn
+        conn.execute("PRAGMA foreign_keys = OFF")  # keys come from the database itself
+        try:
+            store.begin(conn)
+            start = time.perf_counter()
+            try:
+                yield self.db
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            self.holds.append(time.perf_counter() - start)
+        finally:
+            conn.execute("PRAGMA foreign_keys = ON")
+        self.unchecked += self.holds[-1]
+        if self.unchecked > CHECKPOINT_EVERY_S:
+            # copy the WAL into the database now, outside the lock (a checkpoint never blocks
+            # writers), rather than leaving a big one to the next annotator's commit
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self.unchecked = 0.0
+        # a gap before this ingest's next transaction, longer than the interval at which waiting
+        # writers poll the lock (db.begin), so that they get in between
+        time.sleep(store.POLL_MAX_S)
+
+    def log_holds(self) -> None:
+        path = os.environ.get(LOCK_LOG_ENV)
+        if path:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"ingest": self.id, "kind": self.kind, "holds": self.holds}) + "\n")
+
+
+def claim(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Staging:
+    """Start an ingest: wait for one that is running, clean up after a killed one, then insert
+    this one's ``ingests`` row in state ``staging``."""
+    deadline = time.monotonic() + WAIT_FOR_INGEST_S
+    while True:
+        roll_forward(db)
+        with store.transaction(db):
+            staging = db.execute("SELECT id, path, owner, created_at FROM ingests WHERE state = 'staging'").fetchall()
+            orphans = [r[0] for r in staging if _orphan(r[0], r[2])]
+            if not staging:
+                now = store.now()
+                ingest_id = db.execute(
+                    "INSERT INTO ingests (kind, path, sha256, format, counts, created_at, state, owner, first_query_pk) "
+                    "VALUES (?, ?, '', ?, '{}', ?, 'staging', ?, (SELECT coalesce(max(pk), 0) + 1 FROM queries))",
+                    [kind, shown, fmt, now, owners.current()]).lastrowid
+                with _mine_lock:
+                    _mine.add(ingest_id)
+                return Staging(db, ingest_id, kind)
+        for ingest_id in orphans:
+            discard(db, ingest_id)
+        if len(orphans) < len(staging):
+            if time.monotonic() > deadline:
+                other = next(r for r in staging if r[0] not in orphans)
+                raise IngestError(f"another ingest ({other[1]}, started {other[3][:19]}) is still running; "
+                                  "try again when it has finished")
+            time.sleep(0.2)
+
+
+def _orphan(ingest_id: int, owner: str | None) -> bool:
+    """A staging ingest nobody is running: its process is gone, or it is this process's and not
+    among the ingests this process runs (an earlier clean-up that could not finish)."""
+    if not owners.alive(owner):
+        return True
+    with _mine_lock:
+        return owners.is_me(owner) and ingest_id not in _mine
+
+
+def release(staging: Staging) -> None:
+    with _mine_lock:
+        _mine.discard(staging.id)
+
+
+def publish(staging: Staging, sha256: str, counts: dict) -> None:
+    """The final commit: the staged rows become visible together, with the ingest's counts; then
+    the changes to rows that were already visible are applied (in short transactions)."""
+    db = staging.db
+    with staging.write():
+        db.execute("UPDATE ingests SET state = 'done', sha256 = ?, counts = ?, finished_at = ? WHERE id = ?",
+                   [sha256, store.dumps(counts), store.now(), staging.id])
+        more = _apply(db, staging.id)
+    while more:
+        with staging.write():
+            more = _apply(db, staging.id)
+
+
+def _apply(db: sqlite_utils.Database, ingest_id: int) -> bool:
+    """Apply up to CHUNK waiting changes of a committed ingest (caller holds the lock); True when
+    some remain."""
+    conn = db.conn
+    pks = [r[0] for r in conn.execute("SELECT query_pk FROM ingest_occurrences WHERE ingest_id = ? "
+                                      "ORDER BY query_pk LIMIT ?", [ingest_id, CHUNK])]
+    if pks:
+        last = pks[-1]
+        conn.execute(
+            "UPDATE queries SET occurrences = queries.occurrences + o.occurrences, "
+            "first_seen = CASE WHEN queries.first_seen IS NULL OR o.first_seen < queries.first_seen "
+            "THEN o.first_seen ELSE queries.first_seen END, "
+            "last_seen = CASE WHEN queries.last_seen IS NULL OR o.last_seen > queries.last_seen "
+            "THEN o.last_seen ELSE queries.last_seen END, answer = coalesce(queries.answer, o.answer) "
+            "FROM ingest_occurrences o WHERE o.ingest_id = ? AND o.query_pk <= ? AND queries.pk = o.query_pk",
+            [ingest_id, last])
+        conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ? AND query_pk <= ?", [ingest_id, last])
+    room = CHUNK - len(pks)
+    docs = [r[0] for r in conn.execute("SELECT doc_pk FROM ingest_texts WHERE ingest_id = ? ORDER BY doc_pk "
+                                       "LIMIT ?", [ingest_id, room])] if room > 0 else []
+    if docs:
+        last = docs[-1]
+        conn.execute(
+            "UPDATE documents SET text = t.text, title = coalesce(documents.title, t.title) "
+            "FROM ingest_texts t WHERE t.ingest_id = ? AND t.doc_pk <= ? AND documents.pk = t.doc_pk "
+            "AND t.corpus = 0 AND documents.text IS NULL", [ingest_id, last])
+        conn.execute(
+            "UPDATE documents SET text = t.text, title = coalesce(t.title, documents.title), "
+            "source = coalesce(t.source, documents.source), meta = coalesce(t.meta, documents.meta), in_corpus = 1 "
+            "FROM ingest_texts t WHERE t.ingest_id = ? AND t.doc_pk <= ? AND documents.pk = t.doc_pk "
+            "AND t.corpus = 1", [ingest_id, last])
+        conn.execute("DELETE FROM ingest_texts WHERE ingest_id = ? AND doc_pk <= ?", [ingest_id, last])
+    return len(pks) + len(docs) >= CHUNK
+
+
+def roll_forward(db: sqlite_utils.Database) -> None:
+    """Finish the waiting changes of ingests that committed but were killed before applying them."""
+    pending = [r[0] for r in db.execute(
+        "SELECT DISTINCT ingest_id FROM (SELECT ingest_id FROM ingest_occurrences UNION ALL "
+        "SELECT ingest_id FROM ingest_texts) WHERE ingest_id IN (SELECT id FROM ingests WHERE state = 'done')")]
+    for ingest_id in pending:
+        more = True
+        while more:
+            with store.transaction(db):
+                more = _apply(db, ingest_id)
+
+
+def discard(db: sqlite_utils.Database, ingest_id: int) -> None:
+    """Delete everything a failed or killed ingest staged, in short transactions, then its row.
+
+    Rows someone started working with meanwhile are kept and made visible instead: a staged query
+    that an import gave labels to (matched by its query id), and the documents such rows use."""
+    conn = db.conn
+
+    def chunks(sql: str, params: list) -> Iterator[list]:
+        rows = conn.execute(sql, params).fetchall()
+        for i in range(0, len(rows), CHUNK):
+            yield rows[i:i + CHUNK]
+
+    def each(select: str, delete: str) -> None:
+        for part in chunks(select, [ingest_id]):
+            with store.transaction(db, check_foreign_keys=False):
+                conn.executemany(delete, [(*r, ingest_id) for r in part])
+
+    with store.transaction(db, check_foreign_keys=False):
+        kept = [r[0] for r in conn.execute(
+            "SELECT pk FROM queries q WHERE ingest_id = ? AND (EXISTS (SELECT 1 FROM query_labels l "
+            "WHERE l.query_pk = q.pk) OR EXISTS (SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk))",
+            [ingest_id])]
+        for table, column in (("queries", "pk"), ("query_versions", "query_pk"), ("retrievals", "query_pk"),
+                              ("log_lines", "query_pk")):
+            conn.executemany(f"UPDATE {table} SET ingest_id = NULL WHERE {column} = ? AND ingest_id = ?",
+                             [(pk, ingest_id) for pk in kept])
+        conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ?", [ingest_id])
+        conn.execute("DELETE FROM ingest_texts WHERE ingest_id = ?", [ingest_id])
+    each("SELECT line_key FROM log_lines WHERE ingest_id = ?",
+         "DELETE FROM log_lines WHERE line_key = ? AND ingest_id = ?")
+    each("SELECT query_pk, retriever FROM query_versions WHERE ingest_id = ?",
+         "DELETE FROM retrievals WHERE query_pk = ? AND retriever = ? AND ingest_id = ?")
+    each("SELECT query_pk, retriever FROM query_versions WHERE ingest_id = ?",
+         "DELETE FROM query_versions WHERE query_pk = ? AND retriever = ? AND ingest_id = ?")
+    each("SELECT pk FROM queries WHERE ingest_id = ?", "DELETE FROM queries WHERE pk = ? AND ingest_id = ?")
+    staged_docs = conn.execute("SELECT min(pk) FROM documents WHERE ingest_id = ?", [ingest_id]).fetchone()[0]
+    if staged_docs is not None:
+        used = {r[0] for r in conn.execute(
+            " UNION ".join(f"SELECT doc_pk FROM {t} WHERE doc_pk >= ?1" for t in
+                           ("retrievals", "relevance_labels", "adjudications", "suggestions", "judge_labels")),
+            [staged_docs])}
+        for part in chunks("SELECT pk FROM documents WHERE ingest_id = ?", [ingest_id]):
+            with store.transaction(db, check_foreign_keys=False):
+                conn.executemany("UPDATE documents SET ingest_id = NULL WHERE pk = ?",
+                                 [r for r in part if r[0] in used])
+                conn.executemany("DELETE FROM documents WHERE pk = ? AND ingest_id = ?",
+                                 [(r[0], ingest_id) for r in part if r[0] not in used])
+    with store.transaction(db):
+        conn.execute("DELETE FROM ingests WHERE id = ? AND state = 'staging'", [ingest_id])
+    with _mine_lock:
+        _mine.discard(ingest_id)

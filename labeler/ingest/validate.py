@@ -1,0 +1,193 @@
+"""Validating a canonical log record: types and values of every field, the retrieved chunks as
+columns, and the normalized question that deduplication keys on."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ..readers import dumps_sorted as _dumps_sorted
+from ..readers import is_number
+from .common import FieldError as _FieldError
+from .mapping import CHUNK_ALIASES, LOG_ALIASES, _first
+
+DEFAULT_RETRIEVER = "production"
+
+# --- validation ---------------------------------------------------------------------------
+
+def _text_or_none(v: Any, fld: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise _FieldError(fld, f"expected text, got {type(v).__name__}")
+
+
+def _chunk_fast(raw: Any) -> tuple[str, str | None, str | None, float | None] | None:
+    """The common shape {"id": str, "text"?: str, "score"?: float, "title"?: str}, checked cheaply.
+
+    Returns None when the chunk needs the general path (aliases, conversions, or an error).
+    """
+    if type(raw) is not dict:
+        return None
+    cid = raw.get("id")
+    if type(cid) is not str or not cid or cid != cid.strip():
+        return None
+    text = raw.get("text")
+    title = raw.get("title")
+    score = raw.get("score")
+    if (text is not None and type(text) is not str) or (title is not None and type(title) is not str):
+        return None
+    if score is not None:
+        if type(score) is int:
+            score = float(score)
+        elif type(score) is not float or score != score or score in (_INF, -_INF):
+            return None
+    if text is None and "content" in raw or "page_content" in raw or "doc_id" in raw:
+        return None
+    return cid, text, title, score
+
+
+_INF = float("inf")
+_FAST_KEYS = frozenset(("id", "text", "title", "score"))
+
+
+_STR = {str}
+_OPT_STR = {str, type(None)}
+_SCORE_TYPES = {float, int, type(None)}
+
+Columns = tuple[list[str], list[str | None] | None, list[str | None] | None, list[float | None]]
+
+
+def _chunks_fast(retrieved: list) -> Columns | None:
+    """The whole list in the common shape, checked in bulk, as columns ``(ids, texts, titles,
+    scores)`` (texts or titles None when no chunk has one); None sends it to the per-chunk path."""
+    if not all(type(c) is dict and c.keys() <= _FAST_KEYS for c in retrieved):
+        return None
+    ids = [c.get("id") for c in retrieved]
+    if set(map(type, ids)) - _STR or not all(ids) or list(map(str.strip, ids)) != ids:
+        return None
+    scores = [c.get("score") for c in retrieved]
+    kinds = set(map(type, scores))
+    if kinds - _SCORE_TYPES or bool in kinds:
+        return None
+    if kinds != {float}:
+        scores = [None if v is None else float(v) for v in scores]
+    if not all(-_INF < v < _INF for v in scores if v is not None):  # NaN fails both comparisons
+        return None
+    texts = titles = None
+    if any("text" in c or "title" in c for c in retrieved):
+        texts = [c.get("text") for c in retrieved]
+        titles = [c.get("title") for c in retrieved]
+        if set(map(type, texts)) - _OPT_STR or set(map(type, titles)) - _OPT_STR:
+            return None
+        texts, titles = _unless_all_none(texts), _unless_all_none(titles)
+    return ids, texts, titles, scores
+
+
+def _unless_all_none(column: list) -> list | None:
+    return None if column.count(None) == len(column) else column
+
+
+def _columns(chunks: list[tuple[str, str | None, str | None, float | None]]) -> Columns:
+    if not chunks:
+        return [], None, None, []
+    ids, texts, titles, scores = (list(col) for col in zip(*chunks, strict=True))
+    return ids, _unless_all_none(texts), _unless_all_none(titles), scores
+
+
+def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
+    fast = _chunk_fast(raw)
+    if fast is not None:
+        return fast
+    where = f"retrieved[{i}]"
+    if isinstance(raw, str):
+        # a bare context string (Ragas style): identify it by its content
+        return "sha1:" + hashlib.sha1(raw.encode()).hexdigest()[:16], raw, None, None
+    if not isinstance(raw, dict):
+        raise _FieldError(where, f"expected an object with an id, got {type(raw).__name__}")
+    _, cid = _first(raw, CHUNK_ALIASES["id"])
+    if cid is None and isinstance(raw.get("metadata"), dict):
+        _, cid = _first(raw["metadata"], CHUNK_ALIASES["id"])
+    if cid is None:
+        raise _FieldError(f"{where}.id", "missing (a chunk needs an id, doc_id or chunk_id)")
+    if isinstance(cid, bool) or not isinstance(cid, str | int):
+        raise _FieldError(f"{where}.id", f"expected a string id, got {type(cid).__name__} {cid!r}")
+    cid = str(cid).strip()
+    if not cid:
+        raise _FieldError(f"{where}.id", "is empty")
+    _, text = _first(raw, CHUNK_ALIASES["text"])
+    _, title = _first(raw, CHUNK_ALIASES["title"])
+    _, score = _first(raw, CHUNK_ALIASES["score"])
+    text = _text_or_none(text, f"{where}.text")
+    title = _text_or_none(title, f"{where}.title")
+    if score is not None:
+        if isinstance(score, str):
+            try:
+                score = float(score)
+            except ValueError:
+                raise _FieldError(f"{where}.score", f"expected a number, got {score!r}") from None
+        if not is_number(score):
+            raise _FieldError(f"{where}.score", f"expected a finite number, got {score!r}")
+        score = float(score)
+    return cid, text, title, score
+
+
+def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
+    """Check a canonical record's types and values; raise _FieldError naming the field."""
+    q = rec["question"]
+    if q is None:
+        raise _FieldError("question", "missing (expected one of: " + ", ".join(LOG_ALIASES["question"])
+                          + "; or use --map question=PATH)")
+    if not isinstance(q, str):
+        raise _FieldError("question", f"expected text, got {type(q).__name__}")
+    if not q.strip():
+        raise _FieldError("question", "is empty")
+    retrieved = rec["retrieved"]
+    if retrieved is None:
+        retrieved = []
+    if not isinstance(retrieved, list):
+        raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
+    columns = _chunks_fast(retrieved)
+    if columns is None:
+        columns = _columns([_chunk(raw, i) for i, raw in enumerate(retrieved)])
+    ids = columns[0]
+    if len(set(ids)) != len(ids):
+        seen: dict[str, int] = {}
+        for i, cid in enumerate(ids):
+            if cid in seen:
+                raise _FieldError(f"retrieved[{i}].id",
+                                  f"duplicate chunk id {cid!r} (also at retrieved[{seen[cid]}])")
+            seen[cid] = i
+    qid = rec["query_id"]
+    if qid is not None:
+        if isinstance(qid, bool) or not isinstance(qid, str | int):
+            raise _FieldError("query_id", f"expected a string id, got {type(qid).__name__}")
+        qid = str(qid).strip() or None
+    retriever = rec["retriever"] or DEFAULT_RETRIEVER
+    if not isinstance(retriever, str):
+        raise _FieldError("retriever", f"expected text, got {type(retriever).__name__}")
+    ts = rec["timestamp"]
+    if ts is not None and not isinstance(ts, str):
+        ts = str(ts)
+    return {
+        "query_id": qid,
+        "question": q.strip(),
+        # the retrieved chunks as columns: ids, texts and titles (None when no chunk has one), scores
+        "ids": ids,
+        "texts": columns[1],
+        "titles": columns[2],
+        "scores": columns[3],
+        "answer": _text_or_none(rec["answer"], "answer"),
+        "timestamp": ts,
+        "retriever": retriever,
+        "meta": rec.get("meta"),
+    }
+
+
+def normalize_question(question: str) -> str:
+    """Lower-case and collapse white space: the dedupe key of a question."""
+    return " ".join(question.lower().split())
+
+
+def _hash(*parts: Any) -> str:
+    return hashlib.sha1(_dumps_sorted(parts)).hexdigest()
+

@@ -1,0 +1,260 @@
+"""Writing validated log records: classify each against what is stored (new, merged, unchanged, a
+conflict) and insert queries, versions, retrievals, log lines and documents.
+
+Everything written is staged (``staging``): new rows carry the ingest's id and stay hidden until
+the ingest commits; a change to a row that was already visible (one more occurrence of a query,
+the text of a document logged without it) waits in ``ingest_occurrences`` / ``ingest_texts``.
+Rows this ingest staged itself are private to it and are changed in place."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import sqlite_utils
+
+from .. import db as store
+from .batches import _Row
+from .common import IngestResult, Problem
+from .validate import normalize_question
+
+
+class _LogWriter:
+    """Writes validated log records batch by batch, each inside a short transaction of the caller."""
+
+    def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult, ingest_id: int):
+        self.db, self.path, self.result, self.ingest_id = db, path, result, ingest_id
+        self.conn = db.conn
+        self.created = store.now()
+        # doc_id -> pk of the documents already resolved in this file, and the ones among them still
+        # without text; bounded so memory stays flat
+        self.doc_pk: dict[str, int] = {}
+        self.no_text: set[str] = set()
+        # given out by write() under the write lock, read again in each transaction (other writers
+        # insert between them), so they need not be read back after each insert
+        self.next_query_pk = self.next_doc_pk = 0
+        self.all_resolved = True  # every row so far had its chunks resolved into doc_pk
+
+    def _next_pk(self, table: str) -> int:
+        # table is one of two fixed names, never user text
+        return int(self.conn.execute(f"SELECT coalesce(max(pk), 0) + 1 FROM {table}").fetchone()[0])
+
+    def _resolve_docs(self, rows: list[_Row], candidates: list[str] | None) -> None:
+        """Make ``doc_pk`` know every chunk of ``rows``: look up the unknown ids, insert the new
+        documents (first seen first), and fill in the text of a document logged without it before.
+        ``candidates``: a list (in first-seen order) known to hold every chunk id of ``rows`` that
+        ``doc_pk`` may lack; None to check every id."""
+        doc_pk, no_text = self.doc_pk, self.no_text
+        if len(doc_pk) > 1_000_000:
+            doc_pk.clear()
+            no_text.clear()
+            self.all_resolved = False
+            candidates = None
+        if candidates is None:
+            candidates = dict.fromkeys(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
+        unknown = list(itertools.filterfalse(doc_pk.__contains__, candidates))
+        # a chunk logged with text in one line and without in another keeps its text
+        texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
+                 for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),
+                                                 strict=False)
+                 if text is not None}
+        if not unknown and not (texts and no_text):
+            return
+        # a chunk logged with a title but no text still names its new document
+        titles = {cid: title for r in rows if r.rec["titles"] is not None and unknown
+                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
+        lookup = unknown + [cid for cid in texts if cid in no_text]
+        found: dict[str, bool] = {}  # doc_id -> stored without text
+        staged: set[str] = set()  # found documents this ingest inserted (changed in place)
+        if lookup:
+            for pk, doc_id, missing, ingest_id in self.conn.execute(
+                "SELECT pk, doc_id, text IS NULL, ingest_id FROM documents "
+                "WHERE doc_id IN (SELECT value FROM json_each(?))",
+                [json.dumps(lookup)],
+            ):
+                doc_pk[doc_id] = pk
+                found[doc_id] = bool(missing)
+                if ingest_id == self.ingest_id:
+                    staged.add(doc_id)
+        new = []
+        for cid in unknown:
+            if cid in found:
+                continue
+            pk = self.next_doc_pk
+            self.next_doc_pk += 1
+            text, title = texts.get(cid, (None, None))
+            new.append((pk, cid, text, title if title is not None else titles.get(cid), self.created,
+                        self.ingest_id))
+            doc_pk[cid] = pk
+            if text is None:
+                no_text.add(cid)
+        fill = [(t, ti, doc_pk[cid]) for cid, (t, ti) in texts.items() if found.get(cid) and cid in staged]
+        later = [(self.ingest_id, doc_pk[cid], t, ti) for cid, (t, ti) in texts.items()
+                 if found.get(cid) and cid not in staged]
+        if new:
+            self.conn.executemany(
+                "INSERT INTO documents (pk, doc_id, text, title, created_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?)", new)
+            self.result.documents_new += len(new)
+        if fill:
+            self.conn.executemany(
+                "UPDATE documents SET text = ?, title = coalesce(title, ?) WHERE pk = ?", fill)
+        if later:
+            self.conn.executemany(
+                "INSERT INTO ingest_texts (ingest_id, doc_pk, text, title) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING", later)
+        self.result.documents_updated += len(fill) + len(later)
+        for cid, missing in found.items():
+            if missing and cid not in texts:
+                no_text.add(cid)
+            else:
+                no_text.discard(cid)
+        no_text.difference_update(texts)
+
+    def write(self, batch: list[_Row], problems: list[Problem], write: bool,
+              fresh_ids: list[str] | None = None) -> list[tuple[int, Problem]]:
+        """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true.
+        ``fresh_ids``: the chunk ids of ``batch`` that no earlier batch of the file had."""
+        conn = self.conn
+        if write:
+            self.next_query_pk = self._next_pk("queries")
+            self.next_doc_pk = self._next_pk("documents")
+        ids = list({r.query_id for r in batch})
+        existing: dict[str, tuple[int, str]] = {}
+        staged: set[int] = set()  # pks of the existing queries this ingest inserted
+        for pk, qid, q, ingest_id in conn.execute(
+                "SELECT pk, query_id, question, ingest_id FROM queries WHERE query_id IN (SELECT value FROM json_each(?))",
+                [json.dumps(ids)]):
+            existing[qid] = (pk, q)
+            if ingest_id == self.ingest_id:
+                staged.add(pk)
+        versions: dict[tuple[int, str], tuple[str, str]] = {}
+        if existing:
+            for pk, retriever, chash, source in conn.execute(
+                "SELECT query_pk, retriever, content_hash, source FROM query_versions "
+                "WHERE query_pk IN (SELECT value FROM json_each(?))",
+                [json.dumps([v[0] for v in existing.values()])],
+            ):
+                versions[(pk, retriever)] = (chash, source)
+        seen_keys: set[str] = set()
+        keyed = [r.line_key for r in batch if r.line_key]
+        if keyed:
+            seen_keys = {k for (k,) in conn.execute(
+                "SELECT line_key FROM log_lines WHERE line_key IN (SELECT value FROM json_each(?))",
+                [json.dumps(keyed)])}
+        rejected: list[tuple[int, Problem]] = []
+        pending_versions: dict[tuple[str, str], tuple[str, str]] = {}
+        batch_questions: dict[str, str] = {}
+        new_queries: list[_Row] = []
+        new_versions: list[_Row] = []
+        new_lines: list[_Row] = []
+        bumps: list[_Row] = []  # rows that add one occurrence to an existing query
+        for r in batch:
+            rec = r.rec
+            known = existing.get(r.query_id)
+            vkey = (r.query_id, rec["retriever"])
+            prior = pending_versions.get(vkey)
+            if prior is None and known is not None:
+                prior = versions.get((known[0], rec["retriever"]))
+            if prior is not None:
+                if prior[0] != r.content_hash:
+                    rejected.append((r.line, Problem(
+                        self.path, r.line, "query_id",
+                        f"{r.query_id!r} was already ingested from {prior[1]} with different content "
+                        "(question, answer or retrieved list); give it a new query_id")))
+                elif r.line_key is None or r.line_key in seen_keys:
+                    self.result.unchanged += 1
+                else:
+                    seen_keys.add(r.line_key)
+                    new_lines.append(r)
+                    bumps.append(r)
+                    self.result.merged += 1
+                continue
+            question = known[1] if known is not None else batch_questions.get(r.query_id)
+            if question is not None and question != rec["question"]:
+                rejected.append((r.line, Problem(self.path, r.line, "query_id",
+                                 f"{r.query_id!r} already exists with another question")))
+                continue
+            pending_versions[vkey] = (r.content_hash, f"{self.path}:{r.line}")
+            new_versions.append(r)
+            if r.line_key is not None:
+                seen_keys.add(r.line_key)
+                new_lines.append(r)
+            if question is None:
+                batch_questions[r.query_id] = rec["question"]
+                new_queries.append(r)
+                self.result.new += 1
+            else:
+                self.result.merged += 1
+                if r.line_key is not None:
+                    bumps.append(r)
+        if not write:
+            self.all_resolved = False
+            return rejected
+        first_new = self.next_query_pk
+        if new_queries:
+            first = self.next_query_pk
+            self.next_query_pk += len(new_queries)
+            conn.executemany(
+                "INSERT INTO queries (pk, query_id, question, norm_question, origin, answer, occurrences, "
+                "first_seen, last_seen, meta, source, created_at, ingest_id) "
+                "VALUES (?, ?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?, ?)",
+                [(pk, r.query_id, r.rec["question"], normalize_question(r.rec["question"]), r.rec["answer"],
+                  r.rec["timestamp"], r.rec["timestamp"],
+                  store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
+                  f"{self.path}:{r.line}", self.created, self.ingest_id) for pk, r in enumerate(new_queries, first)])
+            pks = {r.query_id: pk for pk, r in enumerate(new_queries, first)}
+        else:
+            pks = {}
+        pks.update((qid, v[0]) for qid, v in existing.items())
+        if new_versions:
+            # while every earlier row of the file had its chunks resolved, an id no earlier batch
+            # had is the only kind doc_pk can lack: check just those
+            self._resolve_docs(new_versions, fresh_ids if self.all_resolved else None)
+            docs = self.doc_pk
+        if len(new_versions) < len(batch):
+            self.all_resolved = False
+        if new_versions:
+            conn.executemany(
+                "INSERT INTO query_versions (query_pk, retriever, content_hash, source, ingest_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(pks[r.query_id], r.rec["retriever"], r.content_hash, f"{self.path}:{r.line}", self.ingest_id)
+                 for r in new_versions])
+            # the rows are zipped from columns in C rather than built one by one
+            lengths = [len(r.rec["ids"]) for r in new_versions]
+            chain, repeat = itertools.chain.from_iterable, itertools.repeat
+            retrievers = {r.rec["retriever"] for r in new_versions}
+            conn.executemany(
+                "INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score, ingest_id) VALUES (?, ?, ?, ?, ?, ?)",
+                zip(chain(map(repeat, [pks[r.query_id] for r in new_versions], lengths)),
+                    repeat(retrievers.pop()) if len(retrievers) == 1 else
+                    chain(map(repeat, [r.rec["retriever"] for r in new_versions], lengths)),
+                    chain(map(range, repeat(1), [n + 1 for n in lengths])),
+                    map(docs.__getitem__, chain(r.rec["ids"] for r in new_versions)),
+                    chain(r.rec["scores"] for r in new_versions), repeat(self.ingest_id),
+                    strict=False))  # a repeat() is endless
+            self.result.retrievals += sum(lengths)
+        if new_lines:
+            conn.executemany("INSERT INTO log_lines (line_key, query_pk, ingest_id) VALUES (?, ?, ?)",
+                             [(r.line_key, pks[r.query_id], self.ingest_id) for r in new_lines])
+        # one more occurrence: in place for this ingest's own queries, else waiting for the commit
+        # (min/max ignoring NULL and the first answer combine in any order, so the result is the same)
+        mine = [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id]) for r in bumps if pks[r.query_id] in staged
+                or pks[r.query_id] >= first_new]
+        if mine:
+            conn.executemany(
+                "UPDATE queries SET occurrences = occurrences + 1, "
+                "first_seen = CASE WHEN first_seen IS NULL OR ?1 < first_seen THEN ?1 ELSE first_seen END, "
+                "last_seen = CASE WHEN last_seen IS NULL OR ?1 > last_seen THEN ?1 ELSE last_seen END, "
+                "answer = coalesce(answer, ?2) WHERE pk = ?3", mine)
+        if len(mine) < len(bumps):
+            conn.executemany(
+                "INSERT INTO ingest_occurrences (ingest_id, query_pk, occurrences, first_seen, last_seen, answer) "
+                "VALUES (?4, ?3, 1, ?1, ?1, ?2) ON CONFLICT (ingest_id, query_pk) DO UPDATE SET "
+                "occurrences = occurrences + 1, "
+                "first_seen = CASE WHEN first_seen IS NULL OR ?1 < first_seen THEN ?1 ELSE first_seen END, "
+                "last_seen = CASE WHEN last_seen IS NULL OR ?1 > last_seen THEN ?1 ELSE last_seen END, "
+                "answer = coalesce(answer, ?2)",
+                [(r.rec["timestamp"], r.rec["answer"], pks[r.query_id], self.ingest_id) for r in bumps
+                 if not (pks[r.query_id] in staged or pks[r.query_id] >= first_new)])
+        return rejected
+

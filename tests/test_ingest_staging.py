@@ -1,0 +1,266 @@
+"""An ingest never blocks other writers for long and shows nothing before its final commit.
+
+Staged rows are invisible to every reader (stats, queue, Label page, reports, judge candidates)
+until the ingest commits; a strict error or a killed ingest leaves nothing visible and the next
+ingest cleans up; a second connection never waits long for the write lock during an ingest; a
+killed CLI ingest takes its parsing child with it; a busy database is retried, then one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import labeler
+from labeler import db as store
+from labeler import labels as L
+from labeler.errors import DatabaseBusyError, IngestError
+from labeler.ingest import staging
+
+CLI = "import sys; from labeler.cli import cli; cli(sys.argv[1:])"
+
+
+def make_log(path: Path, n: int, *, start: int = 0, seed: int = 1, chunks: int = 10) -> Path:
+    """``n`` logged queries ``r{start}..`` with ``chunks`` chunks each from a pool of 20k ids."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(start, start + n):
+            ids = rng.sample(range(20_000), chunks)
+            f.write(json.dumps({"request_id": f"r{i}", "question": f"question number {i}?",
+                                "answer": f"answer {i}", "timestamp": f"2026-11-{1 + i % 28:02d}T00:00:00Z",
+                                "retrieved": [{"id": f"doc-{d}", "score": round(1 - j / 20, 3)}
+                                              for j, d in enumerate(ids)]}) + "\n")
+    return path
+
+
+def cli_ingest(db_path: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CLI, "--db", str(db_path), "ingest", "logs", str(log), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def raw_count(db_path: Path, table: str) -> int:
+    conn = sqlite3.connect(db_path, timeout=10)
+    try:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    finally:
+        conn.close()
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def visible_state(db) -> dict:
+    stats = labeler.stats(db)
+    return {k: stats[k] for k in ("queries", "documents", "retrievals", "retrievers", "occurrences", "ingests")}
+
+
+def test_staged_rows_are_invisible_until_the_final_commit(tmp_path):
+    db_path = tmp_path / "t.db"
+    db = labeler.connect(db_path)
+    first = make_log(tmp_path / "a.jsonl", 20, chunks=3)
+    labeler.ingest_logs(db, first)
+    line = {"question": "no id here", "retrieved": [{"id": "doc-1", "score": 1.0}]}
+    labeler.ingest_logs(db, _write(tmp_path / "n.jsonl", [line]))
+    pk = L.next_item(db, "ann")
+    reader = labeler.connect(db_path)
+    before = visible_state(db)
+    # the second file: r0 again from another retriever, the line without id again at another time
+    # (one more occurrence of a stored query), then enough new queries for several batches
+    records = [{"request_id": "r0", "retriever": "bm25", "question": "question number 0?", "answer": "answer 0",
+                "retrieved": [{"id": "doc-7", "score": 3.0}]},
+               {**line, "timestamp": "2026-12-01"}]
+    second = _write(tmp_path / "b.jsonl", records)
+    with open(second, "a", encoding="utf-8") as f:
+        f.write(make_log(tmp_path / "more.jsonl", 5000, start=100).read_text())
+    seen: list[dict] = []
+
+    def during(done: int, total: int) -> None:
+        if done >= total:
+            return
+        assert raw_count(db_path, "queries") > before["queries"]  # rows were written, staged
+        seen.append(visible_state(reader))
+        assert L.sync_queue(reader).added == 0
+        assert L.next_item(reader, "other") is not None  # an old item, never a staged one
+        assert [c.doc_pk for c in L.get_item(reader, pk, "ann", retriever="bm25").chunks] == []
+        assert "bm25" not in labeler.stats(reader)["retrievers"]
+
+    result = labeler.ingest_logs(db, second, progress=during)
+    assert seen and all(s == before for s in seen)
+    assert (result.new, result.merged) == (5000, 2)
+    after = visible_state(reader)
+    assert after["queries"] == before["queries"] + 5000
+    assert after["occurrences"] == before["occurrences"] + 5001
+    assert after["ingests"] == before["ingests"] + 1 and "bm25" in after["retrievers"]
+    assert len(L.get_item(reader, pk, "ann", retriever="bm25").chunks) in (0, 1)
+    assert L.sync_queue(reader).added == 5000
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_a_strict_error_after_many_staged_batches_leaves_the_database_as_it_was(tmp_path):
+    db = labeler.connect(tmp_path / "t.db")
+    labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 50))
+    before = list(db.conn.iterdump())
+    log = make_log(tmp_path / "b.jsonl", 6000, start=1000)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write('{"question": "", "retrieved": []}\n')
+    with pytest.raises(IngestError, match=r"b.jsonl:6001: question: is empty"):
+        labeler.ingest_logs(db, log)
+    assert list(db.conn.iterdump()) == before
+
+
+def test_a_killed_cli_ingest_leaves_nothing_visible_and_the_next_one_cleans_up(tmp_path):
+    db_path = tmp_path / "t.db"
+    db = labeler.connect(db_path)
+    labeler.ingest_logs(db, make_log(tmp_path / "old.jsonl", 30))
+    before = visible_state(db)
+    log = make_log(tmp_path / "big.jsonl", 60_000, start=1000)  # 30 MB: parsed in a forked child
+    proc = cli_ingest(db_path, log)
+    wait_for(lambda: raw_count(db_path, "queries") > 30 + 5000, 120, "some batches to be staged")
+    children = _children(proc.pid)  # the forked parser (none on a one-core machine)
+    assert children or (os.cpu_count() or 1) == 1
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    wait_for(lambda: not any(Path(f"/proc/{c}").exists() and _state(c) != "Z" for c in children), 30,
+             "the parsing child to exit with its parent")
+    assert visible_state(labeler.connect(db_path)) == before  # staged rows exist but nothing shows
+    assert raw_count(db_path, "queries") > 30
+    L.sync_queue(db)
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 30
+
+    result = labeler.ingest_logs(db, log)  # cleans up after the killed one, then ingests
+    assert (result.new, result.unchanged) == (60_000, 0)
+    assert raw_count(db_path, "queries") == 60_030
+    assert db.execute("SELECT count(*) FROM ingests WHERE state = 'staging'").fetchone()[0] == 0
+    assert visible_state(db)["ingests"] == before["ingests"] + 1
+    assert db.execute("SELECT count(*) FROM retrievals").fetchone()[0] == 600_300
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out.extend(int(c) for c in text)
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat[stat.rindex(")") + 2]
+
+
+def test_a_second_connection_never_waits_long_for_the_lock_during_an_ingest(tmp_path):
+    db_path = tmp_path / "t.db"
+    labeler.connect(db_path).close()
+    log = make_log(tmp_path / "big.jsonl", 40_000)
+    proc = cli_ingest(db_path, log)
+    conn = store.connect(db_path).conn
+    waits = []
+    while proc.poll() is None:
+        waits.append(store.begin(conn, wait=2.0))  # raises DatabaseBusyError after 2 s
+        conn.execute("COMMIT")
+        time.sleep(0.005)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["new"] == 40_000
+    waits.sort()
+    report = {"attempts": len(waits), "max_wait_s": round(waits[-1], 3),
+              "p99_wait_s": round(waits[int(len(waits) * 0.99)], 3)}
+    print("lock waits during a 40k ingest:", report)
+    assert len(waits) > 50
+    assert report["max_wait_s"] < 1.0, report
+
+
+def test_a_busy_database_is_retried_then_reported_in_one_line(tmp_path):
+    db_path = tmp_path / "t.db"
+    db = labeler.connect(db_path)
+    labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 3, chunks=2))
+    pk = L.next_item(db, "ann")
+    doc = L.get_item(db, pk, "ann").chunks[0].doc_pk
+    holder = store.connect(db_path)
+    holder.conn.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    def release() -> None:
+        holder.conn.execute("COMMIT")
+        released.set()
+
+    threading.Timer(1.0, release).start()  # another writer holds the lock for 1 s
+    start = time.monotonic()
+    L.set_grade(db, pk, doc, "ann", 2)  # waits for the lock, then writes
+    assert released.is_set() and time.monotonic() - start >= 0.9
+    assert L.get_item(db, pk, "ann").chunks[0].grade == 2
+
+    holder.conn.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseBusyError, match=r"^the database is busy: .*try again$"):
+            with store.transaction(db, wait=0.3):
+                pass
+    finally:
+        holder.conn.execute("COMMIT")
+
+
+def test_a_second_ingest_waits_for_the_first(tmp_path):
+    db_path = tmp_path / "t.db"
+    db = labeler.connect(db_path)
+    proc = cli_ingest(db_path, make_log(tmp_path / "a.jsonl", 30_000))
+    wait_for(lambda: raw_count(db_path, "queries") > 0, 60, "the first ingest to stage rows")
+    result = labeler.ingest_logs(db, make_log(tmp_path / "b.jsonl", 100, start=50_000))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert result.new == 100 and json.loads(out)["new"] == 30_000
+    assert labeler.stats(db)["queries"] == 30_100
+    (first_done, second_started), = db.execute(
+        "SELECT a.finished_at, b.created_at FROM ingests a, ingests b WHERE a.path LIKE '%a.jsonl' "
+        "AND b.path LIKE '%b.jsonl'").fetchall()
+    assert first_done <= second_started  # the second one began only when the first had committed
+
+
+def test_an_orphaned_staging_row_of_this_process_is_cleaned_up(tmp_path):
+    db = labeler.connect(tmp_path / "t.db")
+    claimed = staging.claim(db, "logs", "x.jsonl", "jsonl")
+    staging.release(claimed)  # as if its clean-up had failed
+    result = labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 10))
+    assert result.new == 10
+    assert db.execute("SELECT count(*) FROM ingests").fetchone()[0] == 1
+
+
+def test_changes_left_by_an_ingest_killed_after_its_final_commit_are_finished_by_the_next(tmp_path):
+    db = labeler.connect(tmp_path / "t.db")
+    line = {"question": "asked again", "retrieved": [{"id": "d1"}], "timestamp": "2026-01-05"}
+    labeler.ingest_logs(db, _write(tmp_path / "a.jsonl", [line]))
+    pk = db.execute("SELECT pk FROM queries").fetchone()[0]
+    # as a killed process leaves it: committed (state done), one more occurrence not yet applied
+    claimed = staging.claim(db, "logs", "b.jsonl", "jsonl")
+    with store.transaction(db):
+        db.execute("INSERT INTO ingest_occurrences VALUES (?, ?, 2, '2026-01-01', '2026-01-09', NULL)",
+                   [claimed.id, pk])
+        db.execute("UPDATE ingests SET state = 'done' WHERE id = ?", [claimed.id])
+    staging.release(claimed)
+    labeler.ingest_logs(db, _write(tmp_path / "c.jsonl", [{"question": "other", "retrieved": []}]))
+    assert db.execute("SELECT occurrences, first_seen, last_seen FROM queries WHERE pk = ?", [pk]).fetchone() == (
+        3, "2026-01-01", "2026-01-09")
+    assert db.execute("SELECT count(*) FROM ingest_occurrences").fetchone()[0] == 0
