@@ -102,16 +102,36 @@ def sync_queue(db: sqlite_utils.Database, *, force: bool = False) -> QueueSync:
     """
     params = _params(store.get_settings(db))
     conn = db.conn
-    if not force and _meta(conn, "fingerprint") == _fingerprint(conn, params):
-        return QueueSync()
-    with store.transaction(db):
-        return _sync(conn, params, force=force)
-
-
-def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = False) -> QueueSync:
     fingerprint = _fingerprint(conn, params)
     if not force and _meta(conn, "fingerprint") == fingerprint:
         return QueueSync()
+    # planned outside the write lock and written in short transactions (a big ingest can bring
+    # 100k new items: one long transaction would make every annotator's write wait behind it)
+    prev = _meta(conn, "params") or {}
+    added, rekey, removed = _plan(conn, params)
+    for start in range(0, max(len(added), len(rekey)), SYNC_CHUNK):
+        with store.transaction(db):
+            conn.executemany("INSERT OR IGNORE INTO queue (query_pk, sort_key, overlap_key) VALUES (?, ?, ?)",
+                             added[start:start + SYNC_CHUNK])
+            conn.executemany("UPDATE queue SET sort_key = ?, overlap_key = ? WHERE query_pk = ?",
+                             rekey[start:start + SYNC_CHUNK])
+    with store.transaction(db):
+        if _fingerprint(conn, params) != fingerprint or (_meta(conn, "params") or {}) != prev:
+            return _sync(conn, params, force=True)  # changed meanwhile: plan again under the lock
+        # only unstarted items leave the queue
+        gone = sum(conn.execute("DELETE FROM queue WHERE query_pk = ? AND taken = 0", r).rowcount for r in removed)
+        retargeted = _retarget(conn, params, restart=not ("seed" in prev and prev["seed"] == params["seed"]))
+        _set_meta(conn, "items", conn.execute("SELECT count(*) FROM queue").fetchone()[0])
+        _set_meta(conn, "params", params)
+        _set_meta(conn, "fingerprint", fingerprint)
+    return QueueSync(len(added), gone, len(rekey), retargeted)
+
+
+SYNC_CHUNK = 5000  # queue rows added per transaction when many arrive at once
+
+
+def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list, list]:
+    """(added, rekey, removed): the queue rows to insert, re-key and delete (reads only)."""
     order, seed = params["order"], params["seed"]
     have = {r[0]: r[1:] for r in conn.execute(
         "SELECT query_pk, sort_key, overlap_key, overlap, needed, taken FROM queue")}
@@ -141,11 +161,22 @@ def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = Fal
              if pk in have and (have[pk][0], have[pk][1]) != (k, ok)]
     # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
     removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
+    return added, rekey, removed
+
+
+def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = False) -> QueueSync:
+    fingerprint = _fingerprint(conn, params)
+    if not force and _meta(conn, "fingerprint") == fingerprint:
+        return QueueSync()
+    prev = _meta(conn, "params") or {}
+    reuse_overlap = "seed" in prev and prev["seed"] == params["seed"]
+    added, rekey, removed = _plan(conn, params)
+    items = conn.execute("SELECT count(*) FROM queue").fetchone()[0]
     conn.executemany("INSERT INTO queue (query_pk, sort_key, overlap_key) VALUES (?, ?, ?)", added)
     conn.executemany("UPDATE queue SET sort_key = ?, overlap_key = ? WHERE query_pk = ?", rekey)
     conn.executemany("DELETE FROM queue WHERE query_pk = ?", removed)
     retargeted = _retarget(conn, params, restart=not reuse_overlap)
-    _set_meta(conn, "items", len(have) + len(added) - len(removed))
+    _set_meta(conn, "items", items + len(added) - len(removed))
     _set_meta(conn, "params", params)
     _set_meta(conn, "fingerprint", fingerprint)
     return QueueSync(len(added), len(removed), len(rekey), retargeted)
@@ -226,9 +257,10 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
     params = _params(settings)
     until = lease_until(at, settings)
     conn = db.conn
+    sync_queue(db)  # outside the lease's transaction: a big batch of new items goes in short ones
     with store.transaction(db):
         ensure_annotator(conn, annotator, at)
-        _sync(conn, params)
+        _sync(conn, params)  # only what arrived in between
         held = conn.execute("SELECT query_pk FROM assignments WHERE annotator = ? AND state = 'leased' "
                             "ORDER BY lease_expires DESC LIMIT 1", [annotator]).fetchone()
         if held:
