@@ -115,13 +115,25 @@ def sync_queue(db: sqlite_utils.Database, *, force: bool = False) -> QueueSync:
                              added[start:start + SYNC_CHUNK])
             conn.executemany("UPDATE queue SET sort_key = ?, overlap_key = ? WHERE query_pk = ?",
                              rekey[start:start + SYNC_CHUNK])
+    restart = not ("seed" in prev and prev["seed"] == params["seed"])
+    gone_pks = {pk for (pk,) in removed}
+    # the overlap targets too are worked out before taking the lock (reading 100k rows takes a while)
+    targets = [c for c in _retarget_changes(conn, params, restart=restart) if c[2] not in gone_pks] \
+        if not removed else None
+    for start in range(0, len(targets or ()), SYNC_CHUNK):
+        with store.transaction(db):
+            _apply_targets(conn, targets[start:start + SYNC_CHUNK])
+    items = conn.execute("SELECT count(*) FROM queue").fetchone()[0]
     with store.transaction(db):
-        if _fingerprint(conn, params) != fingerprint or (_meta(conn, "params") or {}) != prev:
+        if not force and _meta(conn, "fingerprint") == fingerprint:
+            return QueueSync(len(added), 0, len(rekey), 0)  # another process finished it meanwhile
+        if (_fingerprint(conn, params) != fingerprint or (_meta(conn, "params") or {}) != prev
+                or conn.execute("SELECT count(*) FROM queue").fetchone()[0] != items):
             return _sync(conn, params, force=True)  # changed meanwhile: plan again under the lock
         # only unstarted items leave the queue
         gone = sum(conn.execute("DELETE FROM queue WHERE query_pk = ? AND taken = 0", r).rowcount for r in removed)
-        retargeted = _retarget(conn, params, restart=not ("seed" in prev and prev["seed"] == params["seed"]))
-        _set_meta(conn, "items", conn.execute("SELECT count(*) FROM queue").fetchone()[0])
+        retargeted = len(targets) if targets is not None else _retarget(conn, params, restart=restart)
+        _set_meta(conn, "items", items - gone)
         _set_meta(conn, "params", params)
         _set_meta(conn, "fingerprint", fingerprint)
     return QueueSync(len(added), gone, len(rekey), retargeted)
@@ -182,8 +194,8 @@ def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = Fal
     return QueueSync(len(added), len(removed), len(rekey), retargeted)
 
 
-def _retarget(conn: sqlite3.Connection, params: dict[str, Any], *, restart: bool) -> int:
-    """Keep exactly k overlap items (see module doc); return how many targets changed."""
+def _retarget_changes(conn: sqlite3.Connection, params: dict[str, Any], *, restart: bool) -> list[tuple]:
+    """The (overlap, needed, query_pk) changes that keep exactly k overlap items (see module doc)."""
     rows = conn.execute("SELECT query_pk, overlap_key, overlap, needed, taken FROM queue "
                         "ORDER BY overlap_key, query_pk").fetchall()
     n_annotators = params["annotators"]
@@ -201,8 +213,18 @@ def _retarget(conn: sqlite3.Connection, params: dict[str, Any], *, restart: bool
         target = max(n_annotators if member else 1, taken)
         if (bool(overlap), needed) != (member, target):
             changes.append((int(member), target, pk))
-    conn.executemany("UPDATE queue SET overlap = ?, needed = ? WHERE query_pk = ?", changes)
+    return changes
+
+
+def _apply_targets(conn: sqlite3.Connection, changes: list[tuple]) -> int:
+    # never below what is taken: an annotator may have leased the item since the plan was made
+    conn.executemany("UPDATE queue SET overlap = ?, needed = max(?, taken) WHERE query_pk = ?", changes)
     return len(changes)
+
+
+def _retarget(conn: sqlite3.Connection, params: dict[str, Any], *, restart: bool) -> int:
+    """Keep exactly k overlap items; return how many targets changed."""
+    return _apply_targets(conn, _retarget_changes(conn, params, restart=restart))
 
 
 def recount(conn: sqlite3.Connection, query_pk: int) -> None:
