@@ -308,8 +308,21 @@ def test_cli_users_and_audit(db_path):
     r = run(db_path, "users", "add", "x", "--password-stdin", input="short\n")
     assert r.exit_code == 1 and "at least 8 characters" in r.output
     events = json.loads(run(db_path, "audit", "--json").output)
+    events = [e for e in events if e["action"] not in ("ingest_logs", "export")]
     assert [e["action"] for e in events] == ["account_add", "account_add", "password_set", "role", "may_run_llm",
                                             "password_set", "sign_in", "invite", "account_remove"]
     assert {e["actor"] for e in events} - {"bob"} == {accounts.local_operator()}
     text = run(db_path, "audit", "--annotator", "bob").output
     assert "password_set" in text and "sign-in link" in text
+
+
+def test_ingest_export_and_import_are_audited_with_who_did_them(team, tmp_path, write_log):
+    log = write_log([{"query_id": "a1", "question": "a?", "retrieved": [{"id": "d1", "text": "t"}]}])
+    labeler.ingest_logs(team, log, by="lena")
+    golden = write_log([{"question": "a?", "relevant_ids": ["d1"]}], name="golden.jsonl")
+    export.import_golden(team, golden, annotator="bob", by="lena")
+    export.export_golden(team, tmp_path / "out.jsonl")  # the local operator
+    rows = [(e.actor, e.action, e.target) for e in audit_log(team) if e.query_id is None
+            and e.action in ("ingest_logs", "import_golden", "export")]
+    assert rows == [("lena", "ingest_logs", str(log)), ("lena", "import_golden", "bob"),
+                    (accounts.local_operator(), "export", str(tmp_path / "out.jsonl"))]

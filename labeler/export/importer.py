@@ -297,4 +297,5 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
                 result.merged += 1
             else:
                 result.unchanged += 1
+        accounts.audit(conn, at, by, "import_golden", annotator, shown)
         return _finish(db, path, shown, fmt, result, lenient, rejects)

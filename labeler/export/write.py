@@ -77,8 +77,8 @@ def _build(db: sqlite_utils.Database, fmt: str, stem: str, **filters: Any) -> tu
 
 
 def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files: dict[str, bytes],
-            *, manifest_name: str | None = None) -> tuple[int, dict[str, Any]]:
-    """Insert the ``exports`` row and return (version, manifest)."""
+            *, manifest_name: str | None = None, by: str | None = None) -> tuple[int, dict[str, Any]]:
+    """Insert the ``exports`` row (and the audit row: who exported) and return (version, manifest)."""
     hashes = {name: _sha(data) for name, data in sorted(files.items())}
     digest = _sha("".join(f"{h}  {n}\n" for n, h in hashes.items()).encode())
     counts = g.counts()
@@ -87,6 +87,7 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
         version_no = db.execute(
             "INSERT INTO exports (format, path, sha256, filters, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             [fmt, path, digest, store.dumps(g.filters), store.dumps(counts), created]).lastrowid
+        accounts.audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
     manifest = {
         "manifest_version": MANIFEST_VERSION, "labeler_version": _version(), "version": version_no, "format": fmt,
         "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
@@ -133,7 +134,7 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
                 staged[-1][0].write_bytes(data)
         except OSError as e:
             raise ExportError(f"cannot write {path}: {e.strerror}") from None
-        version_no, manifest = _record(db, fmt, str(path), g, files)
+        version_no, manifest = _record(db, fmt, str(path), g, files, by=by)
         staged.append((manifest_path.with_name(manifest_path.name + token), manifest_path))
         staged[-1][0].write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         for temporary, target in staged:
@@ -175,7 +176,7 @@ def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str =
     g, files = _build(db, fmt, stem, origin=origin, min_annotators=min_annotators,
                       include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
     filename = stem if not spec.directory else f"{stem}.zip"
-    version_no, manifest = _record(db, fmt, f"download:{filename}", g, files)
+    version_no, manifest = _record(db, fmt, f"download:{filename}", g, files, by=by)
     if spec.directory:
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:

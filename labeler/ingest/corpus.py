@@ -113,7 +113,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
                 write(staging)
         if pending and (lenient or not result.problems):
             write(staging)
-        return _finish(staging, path, result, lenient, rejects, shown)
+        return _finish(staging, path, result, lenient, rejects, shown, by)
 
 
 def _write_documents(conn: Any, records: list[tuple], result: IngestResult, created: str, ingest_id: int) -> None:

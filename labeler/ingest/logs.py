@@ -12,6 +12,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import accounts
+from .. import db as store
 from ..readers import MAX_LINE_BYTES, detect_format
 from . import batches
 from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
@@ -46,11 +47,14 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
 
 
 def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
-            shown: str) -> IngestResult:
-    """Apply the strict/lenient rules, then the final commit that makes the staged rows visible."""
+            shown: str, by: str | None = None) -> IngestResult:
+    """Apply the strict/lenient rules, then the final commit that makes the staged rows visible;
+    the ingest is recorded in the audit trail under ``by``."""
     check_problems(path, shown, result, lenient, rejects)
     counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
     publish(staging, _sha256(path), counts)
+    with store.transaction(staging.db):
+        accounts.audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
     if result.records:
         result.documents_without_text = staging.db.execute(
             "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
@@ -160,4 +164,4 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 progress(done_bytes, total)
         if progress:
             progress(total, total)
-        return _finish(staging, path, result, lenient, rejects, shown)
+        return _finish(staging, path, result, lenient, rejects, shown, by)
