@@ -125,7 +125,7 @@ def browser_latency(path: Path, rounds: int) -> dict:
 
     from playwright.sync_api import sync_playwright
 
-    from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, AppServer
+    from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, AppServer, sign_in_by_name
 
     server = AppServer(path)
     conn = sqlite3.connect(path)
@@ -139,7 +139,7 @@ def browser_latency(path: Path, rounds: int) -> dict:
             b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = b.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(60_000)
-            page.goto(server.url + "/?annotator=bob")
+            sign_in_by_name(page, server.url, "bob")  # no accounts here: a name signs in
             page.locator(".lb-grader .lb-chunk").first.wait_for()
             page.evaluate(_PROBE)
             rng = random.Random(1)
