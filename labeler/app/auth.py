@@ -258,12 +258,6 @@ def current_annotator(db) -> str | None:
     return name
 
 
-def role() -> str | None:
-    """The signed-in account's role, read from the database on every call (never from the session)."""
-    name = st.session_state.get(state.ANNOTATOR)
-    return labels.get_role(state.get_db(), name) if name else None
-
-
 def me() -> str:
     """The signed-in account's name (the entry point has run the gate)."""
     return st.session_state[state.ANNOTATOR]

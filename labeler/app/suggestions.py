@@ -29,14 +29,6 @@ def accept(db, query_pk: int, doc_pk: int, annotator: str) -> int | None:
         return None
 
 
-def accept_focused(db, query_pk: int, doc_pk: int, annotator: str) -> int | None:
-    """Callback for a keyboard shortcut: accept the focused chunk's suggestion if there is one."""
-    if doc_pk in judge.suggestions_for(db, query_pk):
-        return accept(db, query_pk, doc_pk, annotator)
-    st.session_state[state.NOTICE] = "The judge has no suggestion for this chunk."
-    return None
-
-
 def render_suggestion(db, query_pk: int, doc_pk: int, annotator: str, *, current: int | None = None,
                       grade_names: list[str] | None = None) -> judge.Suggestion | None:
     """Show the judge's suggestion for the chunk (nothing when there is none) with an Accept button
