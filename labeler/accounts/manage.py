@@ -254,6 +254,19 @@ def new_invite(db: sqlite_utils.Database, name: str, *, by: str | None = None, h
     return token
 
 
+def _active_role(conn, name: str) -> str:
+    """The role of the active account ``name``, or a LabelerError saying how to add it."""
+    row = conn.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
+    if row is None:
+        raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
+    return row[0]
+
+
+def _keep_a_lead(conn, name: str, role: str) -> None:
+    if role == "lead" and _lead_count(conn) <= 1:
+        raise LabelerError(f"{name} is the only lead; make someone else lead first")
+
+
 def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None = None, now: When = None) -> Account:
     """Change ``name``'s role (a lead's action). The last lead cannot be demoted."""
     name = check_name(name)
@@ -262,14 +275,11 @@ def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None 
     with store.transaction(db):
         require(db, by, "lead", "changing roles")
         conn = db.conn
-        row = conn.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
-        if row is None:
-            raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
-        if row[0] != role:
-            if row[0] == "lead" and _lead_count(conn) <= 1:
-                raise LabelerError(f"{name} is the only lead; make someone else lead first")
+        old = _active_role(conn, name)
+        if old != role:
+            _keep_a_lead(conn, name, old)
             conn.execute("UPDATE annotators SET role = ? WHERE name = ?", [role, name])
-            audit(conn, at, by, "role", name, f"{row[0]} -> {role}")
+            audit(conn, at, by, "role", name, f"{old} -> {role}")
     return get_account(db, name)
 
 
@@ -296,11 +306,7 @@ def remove_user(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
     with store.transaction(db):
         require(db, by, "lead", "removing an account")
         conn = db.conn
-        row = conn.execute("SELECT role FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone()
-        if row is None:
-            raise LabelerError(f"no account {name}")
-        if row[0] == "lead" and _lead_count(conn) <= 1:
-            raise LabelerError(f"{name} is the only lead; make someone else lead first")
+        _keep_a_lead(conn, name, _active_role(conn, name))
         conn.execute("UPDATE annotators SET removed_at = ?, password_hash = NULL, invite_hash = NULL, "
                      "invite_expires = NULL, email = NULL, may_run_llm = 0 WHERE name = ?", [at, name])
         conn.execute("DELETE FROM sessions WHERE name = ?", [name])
