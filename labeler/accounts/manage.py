@@ -24,7 +24,7 @@ from typing import NamedTuple
 import sqlite_utils
 
 from .. import db as store
-from ..errors import LabelerError, RoleError
+from ..errors import LabelerError, LabelError, RoleError
 from ..labels._common import ROLES, When, check_name, parse_time, stamp
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def _active_role(conn, name: str) -> str:
 
 def _keep_a_lead(conn, name: str, role: str) -> None:
     if role == "lead" and _lead_count(conn) <= 1:
-        raise LabelerError(f"{name} is the only lead; make someone else lead first")
+        raise LabelError(f"{name} is the only lead; make someone else lead first")
 
 
 def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None = None, now: When = None) -> Account:

@@ -34,17 +34,12 @@ def add_annotator(db: sqlite_utils.Database, name: str, role: str | None = None,
         from ..accounts import require  # accounts builds on labels: imported here
 
         require(db, by, "lead", "changing roles")
-    at = stamp(None)
     with store.transaction(db):
-        conn = db.conn
-        ensure_annotator(conn, name, at)
-        current = role_of(db, name)
-        if role is not None and role != current:
-            if current == "lead":
-                leads = conn.execute("SELECT count(*) FROM annotators WHERE role = 'lead'").fetchone()[0]
-                if leads <= 1:
-                    raise LabelError(f"{name} is the only lead; make someone else lead first")
-            conn.execute("UPDATE annotators SET role = ? WHERE name = ?", [role, name])
+        ensure_annotator(db.conn, name, stamp(None))
+        if role is not None and role != role_of(db, name):
+            from ..accounts import set_role
+
+            set_role(db, name, role, by=by)  # the one place roles change (last lead kept, audited)
     row = db.execute("SELECT name, role, created_at FROM annotators WHERE name = ?", [name]).fetchone()
     return Annotator(*row)
 
