@@ -2,7 +2,7 @@
 
 from .db import connect, get_settings, set_setting, stats
 from .errors import DatabaseError, IngestError, LabelerError
-from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, parse_mapping
+from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, ingest_tools, parse_mapping
 
 __all__ = [
     "DatabaseError",
@@ -14,6 +14,7 @@ __all__ = [
     "get_settings",
     "ingest_corpus",
     "ingest_logs",
+    "ingest_tools",
     "parse_mapping",
     "set_setting",
     "stats",

@@ -739,6 +739,28 @@ def m009_ingest_staging(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
+@migrations()
+def m010_utc_timestamps(db: sqlite_utils.Database) -> None:
+    """Logged times were stored as the log wrote them (epoch ms, ``+00:00``, ``Z``) and compared as
+    text; they are now UTC ISO 8601 with microseconds (``labeler.ingest.times``), so text order is
+    time order. Values that cannot be read as a time are left as they were."""
+    from .ingest.common import FieldError
+    from .ingest.times import timestamp
+
+    def fixed(value: Any) -> Any:
+        try:
+            return timestamp(value)
+        except FieldError:
+            return value
+
+    for table, key in (("queries", "pk"), ("ingest_occurrences", "ingest_id || ' ' || query_pk")):
+        rows = db.execute(f"SELECT {key}, first_seen, last_seen FROM {table} "
+                          "WHERE first_seen IS NOT NULL OR last_seen IS NOT NULL").fetchall()
+        changes = [(fixed(first), fixed(last), k) for k, first, last in rows
+                   if (fixed(first), fixed(last)) != (first, last)]
+        db.conn.executemany(f"UPDATE {table} SET first_seen = ?, last_seen = ? WHERE {key} = ?", changes)
+
+
 def visible(alias: str) -> str:
     """SQL condition: the queries, documents or retrievals row aliased ``alias`` is visible, i.e.
     not part of an ingest that is still being written (its rows appear together when it commits)."""

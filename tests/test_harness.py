@@ -483,7 +483,7 @@ def test_read_output_shapes():
     logged = validate_log({"question": "q", "retrieved": ["some context"], "query_id": None, "answer": None,
                            "timestamp": None, "retriever": None, "meta": None})["ids"][0]
     assert read_output((["some context"], None))[0] == [logged]
-    for bad, message in [(("not a list", None), "docs must be a list"), (([{"text": "t"}], None), "docs[0].id"),
+    for bad, message in [(("not a list", None), "docs must be a list"), (([{"title": "t"}], None), "docs[0].id"),
                          (([object()], None), "no id attribute"), ({"answer": "a"}, "no retrieved chunks"),
                          (3.5, "got float")]:
         with pytest.raises(OutputError, match=message.replace("[", r"\[").replace("]", r"\]")):

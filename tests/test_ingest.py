@@ -147,7 +147,7 @@ def test_same_question_without_ids_merges_and_counts_occurrences(db, tmp_path):
     r = labeler.ingest_logs(db, write_jsonl(tmp_path / "b.jsonl", [c]))
     assert r.merged == 1
     assert rows(db, "SELECT occurrences, first_seen, last_seen, answer FROM queries") == [
-        (3, "2026-10-30T10:00:00Z", "2026-11-03T10:00:00Z", "Use Export.")]
+        (3, "2026-10-30T10:00:00.000000Z", "2026-11-03T10:00:00.000000Z", "Use Export.")]
     assert rows(db, "SELECT count(*) FROM retrievals") == [(2,)]
 
 
@@ -231,9 +231,10 @@ BAD_CASES = {
     "missing_question": (_line({"retrieved": []}), ":1: question: missing (expected one of: question, query"),
     "empty_question": (_line({"question": "   ", "retrieved": []}), ":1: question: is empty"),
     "retrieved_not_list": (_line({"question": "q", "retrieved": "d1,d2"}), ":1: retrieved: expected a list of chunks, got str"),
-    "chunk_without_id": (_line({"question": "q", "retrieved": [{"text": "t"}]}), ":1: retrieved[0].id: missing"),
+    "chunk_without_id_or_text": (_line({"question": "q", "retrieved": [{"score": 1}]}), ":1: retrieved[0].id: missing"),
     "non_string_id": (_line({"question": "q", "retrieved": [{"id": 1.5}]}), ":1: retrieved[0].id: expected a string id, got float"),
-    "null_id": (_line({"question": "q", "retrieved": [{"id": None, "text": "t"}]}), ":1: retrieved[0].id: missing"),
+    "null_id": (_line({"question": "q", "retrieved": [{"id": None, "text": None}]}), ":1: retrieved[0].id: missing"),
+    "missing_retrieved": (_line({"question": "q", "docs_here": []}), ":1: retrieved: missing (expected one of: retrieved,"),
     "nan_score": (b'{"question": "q", "retrieved": [{"id": "d", "score": NaN}]}\n', ":1: retrieved[0].score: expected a finite number, got nan"),
     "text_score": (_line({"question": "q", "retrieved": [{"id": "d", "score": "high"}]}), ":1: retrieved[0].score: expected a number, got 'high'"),
     "duplicate_chunk": (_line({"question": "q", "retrieved": [{"id": "d"}, {"id": "d"}]}), ":1: retrieved[1].id: duplicate chunk id 'd' (also at retrieved[0])"),

@@ -260,7 +260,7 @@ def test_changes_left_by_an_ingest_killed_after_its_final_commit_are_finished_by
                    [claimed.id, pk])
         db.execute("UPDATE ingests SET state = 'done' WHERE id = ?", [claimed.id])
     staging.release(claimed)
-    labeler.ingest_logs(db, _write(tmp_path / "c.jsonl", [{"question": "other", "retrieved": []}]))
+    labeler.ingest_logs(db, _write(tmp_path / "c.jsonl", [{"question": "other", "retrieved": [{"id": "d2"}]}]))
     assert db.execute("SELECT occurrences, first_seen, last_seen FROM queries WHERE pk = ?", [pk]).fetchone() == (
         3, "2026-01-01", "2026-01-09")
     assert db.execute("SELECT count(*) FROM ingest_occurrences").fetchone()[0] == 0

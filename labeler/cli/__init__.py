@@ -99,6 +99,8 @@ def _ingest_summary(r: dict[str, Any]) -> str:
         if r["documents_without_text"]:
             line += (f"; {r['documents_without_text']} documents have no text yet "
                      "(ingest a corpus file with their text)")
+        for note in r.get("notes") or []:
+            line += f"\n  {note}"
     if r.get("rejects_path"):
         line += f"\nrejected records and reasons: {r['rejects_path']}"
     return line
@@ -122,10 +124,15 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], as_json: bool, fn: C
         _print_json(results if len(results) > 1 else results[0])
 
 
+LOG_FORMATS = ["jsonl", "json", "csv", "tsv", "parquet", "phoenix", "otel", "otlp", "langsmith", "langchain",
+               "llamaindex", "ragas", "plain"]
+
+
 @ingest.command("logs", context_settings=CONTEXT_SETTINGS)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "csv", "tsv", "parquet"]),
-              help="File format (default: from the extension; .gz is decompressed).")
+@click.option("--format", "fmt", type=click.Choice(LOG_FORMATS),
+              help="File format (default: from the extension; .gz is decompressed), or the tool that "
+                   "wrote the file, to force its reader (default: recognised per record).")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=PATH",
               help="Read a field from a (dotted) path, e.g. --map question=inputs.query.")
 @click.option("--lenient", is_flag=True,
@@ -136,10 +143,14 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], as_json: bool, fn: C
 @click.pass_context
 def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
                     lenient: bool, max_line_mb: int, as_json: bool) -> None:
-    """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet, or OpenInference spans).
+    """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
+    OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
+    Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
 
-    Each record needs a question and the retrieved chunks (ids, optional text, score, title).
-    Strict by default: any invalid record means nothing from that file is written.
+    Each record needs a question and the retrieved chunks (ids, optional text, score, title); a
+    chunk without an id gets one made from its text. Spans and runs that are not retrievals are
+    skipped and counted. Strict by default: any invalid record means nothing from that file is
+    written. --map chunk.id=metadata.source reaches inside each chunk.
 
     Example:
 

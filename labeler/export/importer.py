@@ -14,10 +14,10 @@ from .. import accounts
 from .. import db as store
 from ..errors import IngestError
 from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
+from ..ingest.readers import BadRecord, detect_format, iter_records
 from ..labels import JUDGMENTS, sync_queue
 from ..labels._common import check_name, event, max_grade
 from ..labels.queue import recount
-from ..readers import BadRecord, detect_format, iter_records
 from ..report import ORIGINS
 
 
@@ -234,7 +234,7 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     settings = store.get_settings(db)
     top = max_grade(settings)
     result = ImportResult(shown, annotator)
-    records, _ = iter_records(path, fmt, gz)
+    records, _ = iter_records(path, fmt, gz, json_columns={"relevant_ids", "relevance", "meta"})
     lines: list[_Line] = []
     rejects: list[dict] = []
     raws: dict[int, Any] = {}

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import LabelerError
 from ..ingest import LOG_ALIASES, Problem, normalize_question
-from ..readers import BadRecord, iter_records
+from ..ingest.readers import BadRecord, iter_records
 
 DEFAULT_THRESHOLD = 2
 TOP_GRADE = 3  # an id in relevant_ids without a relevance map gets the top grade (manifest grade_names, else 0-3)

@@ -6,7 +6,8 @@ itself never fails because of one question.
 A pipeline's output is read like a production log record (``labeler.ingest`` aliases and ``--map``):
 ``(docs, answer)``, a list of docs, or a dict such as ``{"answer": ..., "contexts": [...]}``. A doc is
 a dict (``id``/``doc_id``/``chunk_id``..., or ``metadata.id``), an object with such attributes (a
-LangChain ``Document``), or a bare string (identified by its content, as ingest does).
+LangChain ``Document``, a LlamaIndex ``NodeWithScore``), or a bare string; a doc with no id is
+identified by its text, as ingest does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..errors import LabelerError
 from ..ingest import CHUNK_ALIASES, LOG_ALIASES, canonical, validate_log
+from ..ingest.validate import unwrap_chunk
 
 
 class Output(tuple):
@@ -83,6 +85,7 @@ def _doc_record(doc: Any) -> Any:
     if isinstance(doc, str):
         return doc
     if isinstance(doc, Mapping):
+        doc = unwrap_chunk(dict(doc))
         out = {k: doc[k] for k in _ID_NAMES if doc.get(k) is not None}
         if "document.id" in doc:
             out["document.id"] = doc["document.id"]
@@ -92,16 +95,19 @@ def _doc_record(doc: Any) -> Any:
         if text is not None:  # kept for judging the answer's faithfulness
             out["text"] = text
         return out
-    out = {k: getattr(doc, k) for k in _ID_NAMES if getattr(doc, k, None) is not None}
+    node = getattr(doc, "node", None)  # LlamaIndex NodeWithScore: the node holds the id and text
+    if node is not None and not isinstance(node, str | Mapping):
+        doc = node
+    out = {k: getattr(doc, k) for k in _ID_NAMES if isinstance(getattr(doc, k, None), str | int)}
     meta = getattr(doc, "metadata", None)
     if isinstance(meta, Mapping):
         out["metadata"] = dict(meta)
     text = next((getattr(doc, k) for k in _TEXT_NAMES if isinstance(getattr(doc, k, None), str)), None)
-    if text is not None and out:
+    if text is not None:  # identifies a doc without an id, as ingest does
         out["text"] = text
     if not out:
         raise OutputError(f"a doc of type {type(doc).__name__} has no id attribute "
-                          f"({', '.join(_ID_NAMES)}) and no metadata id")
+                          f"({', '.join(_ID_NAMES)}), no metadata id and no text")
     return out
 
 

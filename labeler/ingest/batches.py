@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import IngestError
-from ..readers import BadRecord, iter_records
+from . import formats
 from .common import FieldError as _FieldError
-from .mapping import canonical
+from .mapping import LOG_ALIASES
+from .readers import BadRecord, iter_records
 from .validate import _hash, normalize_question, validate_log
 
 BATCH = 2000
+# CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
+JSON_COLUMNS = (*LOG_ALIASES["retrieved"], "meta", "retrieved_context_ids", "reference_context_ids",
+                "reference_contexts")
 
 class _Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     line: int
@@ -52,11 +56,15 @@ class _Keyer:
 
 
 def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
-                    keep_raw: bool) -> Iterator[tuple[list[tuple], int, list[str]]]:
+                    keep_raw: bool, tool: str | None = None) -> Iterator[tuple[list[tuple], int, list[str]]]:
     """Read, map, validate and key the records of a file, in batches of
-    ``(line, row or None, (field, message) or None, raw or None)``, with the bytes read so far and
-    the chunk ids that no earlier batch of the file had (first seen first)."""
-    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes)
+    ``(line, row or None, (field, message) or None, raw or None)`` (a record skipped as not a
+    retrieval is ``(line, None, None, reason)``), with the bytes read so far and the chunk ids that
+    no earlier batch of the file had (first seen first)."""
+    json_columns = set(JSON_COLUMNS)
+    if mapping and "retrieved" in mapping:
+        json_columns.add(mapping["retrieved"].split(".", 1)[0])
+    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes, json_columns=json_columns)
     keyer = _Keyer()
     batch: list[tuple] = []
     seen: set[str] = set()
@@ -70,12 +78,16 @@ def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | No
         seen.update(fresh)
         return batch, bytes_read(), fresh
 
-    for line, raw in records:
-        if isinstance(raw, BadRecord):
-            batch.append((line, None, (raw.field, raw.message), raw.raw))
+    for line, item, raw in formats.Reader(tool, mapping).read(records):
+        if isinstance(item, formats.Skip):
+            batch.append((line, None, None, item.reason))
+        elif isinstance(item, BadRecord):
+            batch.append((line, None, (item.field, item.message), raw))
+        elif isinstance(item, _FieldError):
+            batch.append((line, None, (item.field, item.message), raw))
         else:
             try:
-                row = keyer.key(line, validate_log(canonical(raw, mapping)))
+                row = keyer.key(line, validate_log(item))
                 batch.append((line, row, None, raw if keep_raw else None))
             except _FieldError as e:
                 batch.append((line, None, (e.field, e.message), raw))

@@ -35,6 +35,8 @@ class ProblemList:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)  # type: ignore[call-overload]
         d["problems"] = [str(p) for p in self.problems]
+        if hasattr(self, "notes"):
+            d["notes"] = self.notes()
         return d
 
 
@@ -50,11 +52,15 @@ _FieldError = FieldError
 
 @dataclass
 class IngestResult(ProblemList):
-    """What one file did to the store. ``new + merged + unchanged + rejected == records``."""
+    """What one file did to the store. ``new + merged + unchanged + rejected == records``; records
+    that are not retrievals (a trace's chain and LLM spans) are not among them but ``skipped``, by
+    reason in ``skipped_reasons``; ``content_ids`` counts retrieved chunks that came without an id
+    and were given one made from their text."""
 
     path: str
     kind: str
     format: str
+    tool: str | None = None
     records: int = 0
     new: int = 0
     merged: int = 0
@@ -64,8 +70,19 @@ class IngestResult(ProblemList):
     documents_new: int = 0
     documents_updated: int = 0
     documents_without_text: int = 0
+    skipped: int = 0
+    content_ids: int = 0
     rejects_path: str | None = None
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """Plain sentences about what was skipped or made up, for the summary under the counts."""
+        out = [f"skipped {n} {reason}" for reason, n in sorted(self.skipped_reasons.items())]
+        if self.content_ids:
+            out.append(f"{self.content_ids} retrieved chunk(s) had no id and were given one made from "
+                       "their text (sha1:...)")
+        return out
 
 
 def _sha256(path: Path) -> str:

@@ -11,11 +11,11 @@ import sqlite_utils
 
 from .. import accounts
 from .. import db as store
-from ..readers import BadRecord, detect_format, iter_records
 from .common import FieldError as _FieldError
 from .common import IngestResult, Problem, _check_path
 from .logs import _finish, staged
 from .mapping import CHUNK_ALIASES, _first
+from .readers import BadRecord, detect_format, iter_records
 from .staging import LOCK_TARGET_S, Staging
 from .validate import _text_or_none
 
@@ -72,7 +72,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
     result = IngestResult(path=shown, kind="corpus", format=fmt)
-    records, bytes_read = iter_records(path, fmt, gz)
+    records, bytes_read = iter_records(path, fmt, gz, json_columns={"meta", "metadata"})
     total = path.stat().st_size
     rejects: list[dict] = []
     conn = db.conn

@@ -13,10 +13,12 @@ import sqlite_utils
 
 from .. import accounts
 from .. import db as store
-from ..readers import MAX_LINE_BYTES, detect_format
-from . import batches
+from ..errors import IngestError
+from . import batches, formats
 from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
 from .common import IngestResult, Problem, _check_path, _sha256, check_problems
+from .mapping import LOG_ALIASES
+from .readers import MAX_LINE_BYTES, detect_format
 from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
 from .writer import _LogWriter
 
@@ -93,11 +95,23 @@ class _Sizer:
             self.size = max(50, min(batches.BATCH, int(LOCK_TARGET_S / per_row), self.size * 2))
 
 
+def _check_found(result: IngestResult, shown: str, chunks: int) -> None:
+    """A file that gave no retrieved chunks at all is an error, not an empty success."""
+    if result.problems:
+        return  # the problems say what is wrong
+    if result.records == 0 and result.skipped:
+        raise IngestError(f"{shown}: no retrievals found: {'; '.join(result.notes())}; nothing was written")
+    if result.records and chunks == 0:
+        raise IngestError(
+            f"{shown}: no record had retrieved chunks (looked for: {', '.join(LOG_ALIASES['retrieved'])}; "
+            "use --map retrieved=PATH, or --format with the tool that wrote the file); nothing was written")
+
+
 def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                 mapping: dict[str, str] | None = None, lenient: bool = False,
                 progress: Callable[[int, int], None] | None = None,
                 max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
-                parallel: bool | None = None, by: str | None = None) -> IngestResult:
+                parallel: bool | None = None, by: str | None = None, tool: str | None = None) -> IngestResult:
     """Ingest one production log file; see the package docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
@@ -107,6 +121,8 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     ``parallel``: parse in a second process while this one writes (same result); by default
     when the file is 4 MiB or more and this process is single-threaded with a spare core.
     ``by``: the signed-in account (the app); ingesting is for leads (``None``: the local operator).
+    ``tool``: force a tool's reader (``phoenix``, ``otel``, ``otlp``, ``langsmith``, ``plain``...;
+    ``fmt`` may name one too) instead of recognising each record (see ``formats``).
 
     Other writers are never blocked for long: rows are written in short transactions and stay
     hidden until the final commit (see ``staging``); one ingest runs at a time (a second one waits).
@@ -114,9 +130,12 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     _check_path(path)
+    if fmt and fmt.lower() in formats.tool_names():
+        tool, fmt = fmt, None
+    tool = formats.resolve(tool)
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
-    result = IngestResult(path=shown, kind="logs", format=fmt)
+    result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool)
     total = path.stat().st_size
     rejects: list[dict] = []
 
@@ -131,17 +150,24 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
     parse = batches._parsed_batches_forked if parallel else batches._parsed_batches
     sizer = _Sizer()
+    chunks = 0
     with _bulk(db), staged(db, "logs", shown, fmt) as staging:
         writer = _LogWriter(db, shown, result, staging.id)
-        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient):
+        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool):
             rows: list[_Row] = []
             raws: dict[int, Any] = {}
             for line, row, problem, raw in items:
+                if row is None and problem is None:  # not a retrieval: raw is the reason
+                    result.skipped += 1
+                    result.skipped_reasons[raw] = result.skipped_reasons.get(raw, 0) + 1
+                    continue
                 result.records += 1
                 if problem is not None:
                     reject(line, Problem(shown, line, *problem), raw)
                     continue
                 rows.append(row)
+                chunks += len(row.rec["ids"])
+                result.content_ids += row.rec["content_ids"]
                 if lenient:
                     raws[line] = raw
             if result.problems and not lenient:
@@ -164,4 +190,5 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 progress(done_bytes, total)
         if progress:
             progress(total, total)
+        _check_found(result, shown, chunks)
         return _finish(staging, path, result, lenient, rejects, shown, by)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ..readers import dumps_sorted as _dumps_sorted
-from ..readers import is_number
 from .common import FieldError as _FieldError
-from .mapping import CHUNK_ALIASES, LOG_ALIASES, _first
+from .mapping import CHUNK_ALIASES, LOG_ALIASES
+from .readers import dumps_sorted as _dumps_sorted
+from .readers import is_number
+from .times import timestamp
 
 DEFAULT_RETRIEVER = "production"
 
@@ -87,37 +88,66 @@ def _unless_all_none(column: list) -> list | None:
     return None if column.count(None) == len(column) else column
 
 
-def _columns(chunks: list[tuple[str, str | None, str | None, float | None]]) -> Columns:
+def _columns(chunks: list[tuple[str, str | None, str | None, float | None, bool]]) -> tuple[Columns, int]:
+    """Columns of the chunks, and how many of them got an id made from their text."""
     if not chunks:
-        return [], None, None, []
-    ids, texts, titles, scores = (list(col) for col in zip(*chunks, strict=True))
-    return ids, _unless_all_none(texts), _unless_all_none(titles), scores
+        return ([], None, None, []), 0
+    ids, texts, titles, scores, made = (list(col) for col in zip(*chunks, strict=True))
+    return (ids, _unless_all_none(texts), _unless_all_none(titles), scores), sum(made)
 
 
-def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]:
+def content_id(text: str) -> str:
+    """The stable id of a chunk that came without one: ``sha1:`` and 16 hex digits of its text."""
+    return "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def unwrap_chunk(raw: dict) -> dict:
+    """The chunk inside the wrappers tools serialise: LangChain's ``dumpd`` constructor
+    (``{"lc": 1, "type": "constructor", "kwargs": {...}}``), LlamaIndex's ``NodeWithScore``
+    (``{"node": {...}, "score": ...}``) and a node's ``text_resource``."""
+    if raw.get("type") == "constructor" and "lc" in raw and isinstance(raw.get("kwargs"), dict):
+        raw = raw["kwargs"]
+    node = raw.get("node")
+    if isinstance(node, dict):
+        raw = {**node, "score": raw.get("score", node.get("score"))}
+    if "text" not in raw and isinstance(raw.get("text_resource"), dict):
+        raw = {**raw, "text": raw["text_resource"].get("text")}
+    return raw
+
+
+def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None, bool]:
+    """One chunk as ``(id, text, title, score, id made from the text)``."""
     fast = _chunk_fast(raw)
     if fast is not None:
-        return fast
+        return (*fast, False)
     where = f"retrieved[{i}]"
     if isinstance(raw, str):
         # a bare context string (Ragas style): identify it by its content
-        return "sha1:" + hashlib.sha1(raw.encode()).hexdigest()[:16], raw, None, None
+        return content_id(raw), raw, None, None, True
     if not isinstance(raw, dict):
         raise _FieldError(where, f"expected an object with an id, got {type(raw).__name__}")
-    _, cid = _first(raw, CHUNK_ALIASES["id"])
+    raw = unwrap_chunk(raw)
+    _, text = _first_set(raw, CHUNK_ALIASES["text"])
+    text = _text_or_none(text, f"{where}.text")
+    _, cid = _first_set(raw, CHUNK_ALIASES["id"])
     if cid is None and isinstance(raw.get("metadata"), dict):
-        _, cid = _first(raw["metadata"], CHUNK_ALIASES["id"])
+        _, cid = _first_set(raw["metadata"], CHUNK_ALIASES["id"])
+    made = False
     if cid is None:
-        raise _FieldError(f"{where}.id", "missing (a chunk needs an id, doc_id or chunk_id)")
+        if text is None:
+            raise _FieldError(f"{where}.id", "missing (a chunk needs an id, doc_id or chunk_id, or a text "
+                                             "to be identified by; or use --map chunk.id=PATH)")
+        cid, made = content_id(text), True
     if isinstance(cid, bool) or not isinstance(cid, str | int):
         raise _FieldError(f"{where}.id", f"expected a string id, got {type(cid).__name__} {cid!r}")
     cid = str(cid).strip()
     if not cid:
         raise _FieldError(f"{where}.id", "is empty")
-    _, text = _first(raw, CHUNK_ALIASES["text"])
-    _, title = _first(raw, CHUNK_ALIASES["title"])
-    _, score = _first(raw, CHUNK_ALIASES["score"])
-    text = _text_or_none(text, f"{where}.text")
+    _, title = _first_set(raw, CHUNK_ALIASES["title"])
+    if title is None and isinstance(raw.get("metadata"), dict):
+        _, title = _first_set(raw["metadata"], CHUNK_ALIASES["title"])
+        title = title if isinstance(title, str) else None
+    _, score = _first_set(raw, CHUNK_ALIASES["score"])
     title = _text_or_none(title, f"{where}.title")
     if score is not None:
         if isinstance(score, str):
@@ -128,7 +158,15 @@ def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None]
         if not is_number(score):
             raise _FieldError(f"{where}.score", f"expected a finite number, got {score!r}")
         score = float(score)
-    return cid, text, title, score
+    return cid, text, title, score, made
+
+
+def _first_set(record: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
+    """The first alias present with a value (tools write ``"id": null`` for a missing id)."""
+    for name in names:
+        if record.get(name) is not None:
+            return name, record[name]
+    return None, None
 
 
 def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
@@ -143,12 +181,14 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         raise _FieldError("question", "is empty")
     retrieved = rec["retrieved"]
     if retrieved is None:
-        retrieved = []
+        raise _FieldError("retrieved", "missing (expected one of: " + ", ".join(LOG_ALIASES["retrieved"])
+                          + "; or use --map retrieved=PATH)")
     if not isinstance(retrieved, list):
         raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
     columns = _chunks_fast(retrieved)
+    made = 0
     if columns is None:
-        columns = _columns([_chunk(raw, i) for i, raw in enumerate(retrieved)])
+        columns, made = _columns([_chunk(raw, i) for i, raw in enumerate(retrieved)])
     ids = columns[0]
     if len(set(ids)) != len(ids):
         seen: dict[str, int] = {}
@@ -165,9 +205,6 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
     retriever = rec["retriever"] or DEFAULT_RETRIEVER
     if not isinstance(retriever, str):
         raise _FieldError("retriever", f"expected text, got {type(retriever).__name__}")
-    ts = rec["timestamp"]
-    if ts is not None and not isinstance(ts, str):
-        ts = str(ts)
     return {
         "query_id": qid,
         "question": q.strip(),
@@ -177,9 +214,10 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         "titles": columns[2],
         "scores": columns[3],
         "answer": _text_or_none(rec["answer"], "answer"),
-        "timestamp": ts,
+        "timestamp": timestamp(rec["timestamp"]),
         "retriever": retriever,
         "meta": rec.get("meta"),
+        "content_ids": made,  # chunks whose id was made from their text
     }
 
 

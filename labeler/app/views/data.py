@@ -39,8 +39,12 @@ upload = st.file_uploader("JSONL, JSON, CSV/TSV or Parquet (optionally .gz)",
 with st.expander("Options"):
     lenient = st.checkbox("Lenient: write the valid records and list the rejected ones", key="upload_lenient")
     mapping_text = st.text_input("Field mapping (like --map), comma separated",
-                                 placeholder="question=inputs.query, retrieved=outputs.documents",
+                                 placeholder="question=inputs.query, retrieved=outputs.documents, "
+                                             "chunk.id=metadata.source",
                                  key="upload_map", disabled=kind != "Production logs")
+    tool = st.selectbox("Written by", ["recognise per record", *labeler.ingest_tools()], key="upload_tool",
+                        disabled=kind != "Production logs",
+                        help="Force the reader of the tool that wrote the file (Phoenix, OTLP, LangSmith...)")
 
 if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go"):
     bar = st.progress(0.0, text="Reading")
@@ -55,7 +59,8 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
             if kind == "Production logs":
                 pairs = [p for p in (x.strip() for x in mapping_text.split(",")) if p]
                 result = labeler.ingest_logs(db, path, mapping=labeler.parse_mapping(pairs), lenient=lenient,
-                                             progress=progress, name=upload.name, by=me)
+                                             progress=progress, name=upload.name, by=me,
+                                             tool=None if tool == "recognise per record" else tool)
             else:
                 result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name,
                                                by=me)
@@ -73,6 +78,8 @@ if result:
     st.success(f"{widgets.escape_markdown(result['path'])}: {result['records']} records: {result['new']} new, "
                f"{result['merged']} merged, {result['unchanged']} unchanged, {result['rejected']} rejected",
                icon=":material/check:")
+    for note in result.get("notes") or []:
+        st.caption(widgets.escape_markdown(note))
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)

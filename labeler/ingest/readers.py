@@ -8,6 +8,7 @@ never hold more than one batch of the file in memory.
 
 from __future__ import annotations
 
+import ast
 import csv
 import gzip
 import io
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import IngestError
+from ..errors import IngestError
 
 try:  # orjson is a dependency, but keep a pure-Python fallback for unusual platforms
     import orjson
@@ -262,8 +263,27 @@ def _csv_value(v: str) -> Any:
     return v if v != "" else None
 
 
-def read_csv(f: IO[bytes], delimiter: str) -> Iterator[tuple[int, dict | BadRecord]]:
-    """CSV/TSV with a header row; list-valued columns (retrieved chunks) hold JSON text."""
+def _csv_json(text: str) -> Any:
+    """A JSON cell, or a Python literal list/dict (what pandas' ``to_csv`` writes for a list)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise e from None
+        if not isinstance(value, list | dict):
+            raise e from None
+        return value
+
+
+def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[str] = frozenset(),
+             ) -> Iterator[tuple[int, dict | BadRecord]]:
+    """CSV/TSV with a header row. Only the columns in ``json_columns`` (the retrieved chunks, meta)
+    are read as JSON; every other cell is text, whatever it starts with. A field may be as long as
+    a record (16 MiB)."""
+    if csv.field_size_limit() < MAX_LINE_BYTES:
+        csv.field_size_limit(MAX_LINE_BYTES)
     bad: dict[int, BadRecord] = {}
 
     def decoded() -> Iterator[str]:
@@ -299,9 +319,9 @@ def read_csv(f: IO[bytes], delimiter: str) -> Iterator[tuple[int, dict | BadReco
         record: dict[str, Any] = {}
         for key, value in zip(header, row, strict=True):
             v = _csv_value(value)
-            if isinstance(v, str) and v[:1] in "[{":
+            if isinstance(v, str) and key in json_columns:
                 try:
-                    v = json.loads(v)
+                    v = _csv_json(v)
                 except json.JSONDecodeError as e:
                     yield line, BadRecord(key, f"is not valid JSON: {e}")
                     break
@@ -325,7 +345,7 @@ def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
 
 
 def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LINE_BYTES,
-                 ) -> tuple[Iterator[tuple[int, dict | BadRecord]], Callable[[], int]]:
+                 json_columns: frozenset[str] | set[str] = frozenset()) -> tuple[Iterator[tuple[int, dict | BadRecord]], Callable[[], int]]:
     """Open ``path`` and return (records, bytes_read) where bytes_read() reports progress."""
     if fmt == "parquet":
         size = path.stat().st_size
@@ -336,7 +356,7 @@ def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LI
     elif fmt == "json":
         it = read_json_array(f, max_line_bytes)
     else:
-        it = read_csv(f, "," if fmt == "csv" else "\t")
+        it = read_csv(f, "," if fmt == "csv" else "\t", json_columns)
 
     def closing() -> Iterator[tuple[int, dict | BadRecord]]:
         try:

@@ -1,0 +1,144 @@
+"""OpenInference spans (the attribute names Arize Phoenix and its instrumentors write), in every
+layout they are exported in: Phoenix's spans dataframe (flattened ``attributes.*`` columns, or an
+``attributes`` object, nested or with dotted keys), Phoenix's REST span JSON, the OpenTelemetry
+console exporter's JSON, and OTLP spans (``otlp`` turns them into the same shape first); plus
+Phoenix's ``get_retrieved_documents()`` rows, one per document, grouped back into their span.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from .spans import Span, norm_id
+
+_DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
+_ATTR = "attributes."
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested objects as one level of dotted keys; lists are kept as values."""
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _parse_json(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _document(fields: dict[str, Any]) -> dict[str, Any]:
+    """An OpenInference document (``document.id``, ``document.content``, ``document.score``,
+    ``document.metadata`` as JSON text) as a chunk object that validation reads."""
+    doc = {k.removeprefix("document."): v for k, v in fields.items()}
+    chunk: dict[str, Any] = {"id": doc.get("id"), "text": doc.get("content"), "score": doc.get("score")}
+    metadata = _parse_json(doc.get("metadata"))
+    if isinstance(metadata, dict):
+        chunk["metadata"] = metadata
+    return chunk
+
+
+def _documents(attrs: dict[str, Any]) -> list | None:
+    listed = attrs.get("retrieval.documents")
+    if isinstance(listed, list):
+        return [_document(flatten(d)) if isinstance(d, dict) else d for d in listed]
+    indexed: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        m = _DOC_KEY.match(key)
+        if m:
+            indexed.setdefault(int(m.group(1)), {})[m.group(2)] = value
+    if not indexed:
+        return None
+    return [_document(fields) for _, fields in sorted(indexed.items())]
+
+
+def is_span(record: dict) -> bool:
+    """A span in one of the layouts above (checked per record, never by key layout alone)."""
+    context = record.get("context")
+    if isinstance(context, dict) and "span_id" in context:
+        return True
+    if "context.span_id" in record or "span_kind" in record:
+        return True
+    return any(k.startswith("attributes.") for k in record) or isinstance(record.get("attributes"), dict) \
+        and ("openinference.span.kind" in record["attributes"] or "retrieval" in record["attributes"]
+             or "retrieval.documents" in record["attributes"] or "input.value" in record["attributes"]
+             or isinstance(record["attributes"].get("input"), dict))
+
+
+def span(record: dict) -> Span:
+    """The span a record holds (``attributes`` nested, dotted or flattened into columns)."""
+    flat = flatten(record)
+    attrs = {k[len(_ATTR):]: v for k, v in flat.items() if k.startswith(_ATTR)}
+    kind = attrs.get("openinference.span.kind") or flat.get("span_kind")
+    kind = str(kind).upper() if kind else None
+    docs = _documents(attrs)
+    if not docs:
+        docs = None
+    question = attrs.get("input.value")
+    answer = attrs.get("output.value")
+    return Span(
+        trace_id=norm_id(flat.get("context.trace_id", flat.get("trace_id"))),
+        span_id=norm_id(flat.get("context.span_id", flat.get("span_id"))),
+        parent_id=norm_id(flat.get("parent_id", flat.get("parent_span_id"))),
+        retrieval=docs is not None and kind in (None, "RETRIEVER"),
+        question=_text(question, attrs.get("input.mime_type"), input_side=True),
+        answer=_text(answer, attrs.get("output.mime_type"), input_side=False),
+        start=flat.get("start_time"),
+        docs=docs,
+        meta={"span_name": flat.get("name"), "kind": kind},
+    )
+
+
+def _text(value: Any, mime: Any, *, input_side: bool) -> str | None:
+    from .spans import _ANSWER_KEYS, _QUESTION_KEYS, text_of
+
+    return text_of(value, _QUESTION_KEYS if input_side else _ANSWER_KEYS, mime if isinstance(mime, str) else None)
+
+
+# --- Phoenix get_retrieved_documents(): one row per document -------------------------------
+
+def is_document_row(record: dict) -> bool:
+    return "document_position" in record and ("context.span_id" in record or "span_id" in record)
+
+
+class DocumentRows:
+    """Groups consecutive rows of one span (the dataframe is indexed by span, then position)."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.line = 0
+        self.rows: list[dict] = []
+
+    def feed(self, line: int, record: dict) -> Iterator[tuple[int, Span]]:
+        key = norm_id(record.get("context.span_id", record.get("span_id")))
+        if key != self.key:
+            yield from self.flush()
+            self.key, self.line = key, line
+        self.rows.append(record)
+
+    def flush(self) -> Iterator[tuple[int, Span]]:
+        if not self.rows:
+            return
+        rows = sorted(self.rows, key=lambda r: r.get("document_position") or 0)
+        first = rows[0]
+        docs = [{"id": r.get("document_id", r.get("document.id")),
+                 "text": r.get("reference", r.get("document_content")),
+                 "score": r.get("document_score")} for r in rows]
+        # no trace id on the Span: a documents file has no roots to wait for
+        yield self.line, Span(
+            trace_id=None, span_id=self.key, parent_id="(row)", retrieval=True,
+            question=first.get("input"), answer=None, start=None, docs=docs,
+            meta={"kind": "RETRIEVER", "trace_id": norm_id(first.get("context.trace_id"))})
+        self.rows = []

@@ -1,0 +1,179 @@
+"""Ingest of the record shapes real logs have: detection per record, chunks without ids, spans that
+are not retrievals, --map into chunks, CSV cells that only look like JSON, timestamps."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+import labeler
+from labeler.errors import IngestError
+from labeler.ingest.formats.spans import norm_id
+from labeler.ingest.times import timestamp
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def rows(db, sql, params=()):
+    return [tuple(r) for r in db.execute(sql, params).fetchall()]
+
+
+def chunks(db, question):
+    return rows(db, "SELECT d.doc_id, d.text, r.score FROM retrievals r JOIN queries q ON q.pk = r.query_pk "
+                    "JOIN documents d ON d.pk = r.doc_pk WHERE q.question = ? ORDER BY r.rank", [question])
+
+
+def span(span_id, kind, *, parent=None, trace="t1", docs=None, value="q", output=None):
+    attrs = {"openinference.span.kind": kind, "input.value": value}
+    if output is not None:
+        attrs["output.value"] = output
+    for i, (cid, text, score) in enumerate(docs or []):
+        if cid is not None:
+            attrs[f"retrieval.documents.{i}.document.id"] = cid
+        attrs[f"retrieval.documents.{i}.document.content"] = text
+        attrs[f"retrieval.documents.{i}.document.score"] = score
+    return {"name": kind.lower(), "context": {"trace_id": trace, "span_id": span_id}, "parent_id": parent,
+            "start_time": "2026-11-30T10:00:00+01:00", "attributes": attrs}
+
+
+def test_a_span_layout_seen_before_without_documents_does_not_decide_the_next(db, tmp_path):
+    # same top-level keys, first without documents: detection is per record, never cached by keys
+    inner = span("a1", "RETRIEVER", parent="r1", value='{"query_str": "x"}')
+    outer = span("a2", "RETRIEVER", parent="r1", docs=[("d1", "text one", 0.5)], value="how to pay")
+    root = span("r1", "CHAIN", value="how do I pay?", output="By card.")
+    for name in ("one.jsonl", "two.jsonl"):  # and a second file in the same process
+        path = write_jsonl(tmp_path / name, [inner, outer, root])
+        db = labeler.connect(tmp_path / f"{name}.db")
+        r = labeler.ingest_logs(db, path)
+        assert (r.new, r.skipped) == (1, 2), r
+        assert r.skipped_reasons == {"retriever spans without documents": 1, "spans that are not retrievals": 1}
+        assert rows(db, "SELECT query_id, question, answer, first_seen FROM queries") == [
+            ("a2", "how do I pay?", "By card.", "2026-11-30T09:00:00.000000Z")]
+        meta = json.loads(db.execute("SELECT meta FROM queries").fetchone()[0])
+        assert meta["retriever_input"] == "how to pay" and meta["trace_id"] == "t1"
+
+
+def test_chunks_without_ids_get_content_ids_and_the_summary_counts_them(db, tmp_path):
+    docs = [{"page_content": "Refunds take 5 days.", "metadata": {"source": "faq.md"}, "type": "Document", "id": None},
+            {"page_content": "Cards are charged monthly.", "metadata": {"source": "faq.md"}}]
+    path = write_jsonl(tmp_path / "lc.jsonl", [{"question": "refund?", "documents": docs}])
+    r = labeler.ingest_logs(db, path)
+    assert r.content_ids == 2
+    assert any("2 retrieved chunk(s) had no id" in n for n in r.notes())
+    got = chunks(db, "refund?")
+    assert [t for _, t, _ in got] == ["Refunds take 5 days.", "Cards are charged monthly."]
+    assert all(cid.startswith("sha1:") and len(cid) == 21 for cid, _, _ in got)
+    # the same text always gets the same id: a second log with it points at the same chunk
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "b.jsonl", [{"question": "other", "contexts": [docs[0]["page_content"]]}]))
+    assert chunks(db, "other")[0][0] == got[0][0]
+
+
+def test_langchain_dumpd_and_llamaindex_nodes_are_chunks(db, tmp_path):
+    dumpd = {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "document", "Document"],
+             "kwargs": {"page_content": "Helmets are free.", "metadata": {"id": "h-1"}, "type": "Document"}}
+    node = {"node": {"id_": "n-7", "text": "Bikes unlock by app.", "metadata": {}, "class_name": "TextNode"},
+            "score": 0.81, "class_name": "NodeWithScore"}
+    path = write_jsonl(tmp_path / "x.jsonl", [{"query": "helmets?", "documents": [dumpd]},
+                                              {"query": "unlock?", "response": "Use the app.", "source_nodes": [node]}])
+    labeler.ingest_logs(db, path)
+    assert chunks(db, "helmets?") == [("h-1", "Helmets are free.", None)]
+    assert chunks(db, "unlock?") == [("n-7", "Bikes unlock by app.", 0.81)]
+    assert rows(db, "SELECT answer FROM queries WHERE question = 'unlock?'") == [("Use the app.",)]
+
+
+def test_ragas_ids_are_kept(db, tmp_path):
+    rec = {"user_input": "late fee?", "retrieved_contexts": ["Late fees are 2 EUR.", "Returns close at 9."],
+           "retrieved_context_ids": ["fees#2", "hours#1"], "reference_context_ids": ["fees#2"], "response": "2 EUR"}
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "r.jsonl", [rec]))
+    assert [c[0] for c in chunks(db, "late fee?")] == ["fees#2", "hours#1"]
+    bad = {**rec, "retrieved_context_ids": ["only-one"]}
+    with pytest.raises(IngestError, match=r"r2.jsonl:1: retrieved_context_ids: expected a list as long as the contexts \(2\)"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "r2.jsonl", [bad]))
+
+
+def test_a_missing_retrieved_field_is_an_error_and_a_file_without_chunks_fails(db, tmp_path):
+    with pytest.raises(IngestError, match=r":1: retrieved: missing \(expected one of: retrieved, contexts"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "a.jsonl", [{"question": "q", "hits": [{"id": "d"}]}]))
+    with pytest.raises(IngestError, match="no record had retrieved chunks"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "b.jsonl", [{"question": "q", "retrieved": []}]))
+    only_chains = write_jsonl(tmp_path / "c.jsonl", [span("s1", "CHAIN"), span("s2", "LLM", parent="s1")])
+    with pytest.raises(IngestError, match="no retrievals found: skipped 2 spans that are not retrievals"):
+        labeler.ingest_logs(db, only_chains)
+    assert db.execute("SELECT count(*) FROM queries").fetchone()[0] == 0
+    # lenient: the record is a reject, the valid one is written
+    mixed = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "hits": []}, {"question": "ok", "retrieved": [{"id": "d"}]}])
+    r = labeler.ingest_logs(db, mixed, lenient=True)
+    assert (r.new, r.rejected) == (1, 1)
+
+
+def test_map_reaches_chunk_fields(db, tmp_path):
+    rec = {"question": "where?", "documents": [{"page_content": "At the station.", "metadata": {"source": "kb/where.md"}}]}
+    path = write_jsonl(tmp_path / "m.jsonl", [rec])
+    labeler.ingest_logs(db, path, mapping=labeler.parse_mapping(["chunk.id=metadata.source"]))
+    assert chunks(db, "where?") == [("kb/where.md", "At the station.", None)]
+    with pytest.raises(IngestError, match="unknown field 'chunk.colour'"):
+        labeler.parse_mapping(["chunk.colour=x"])
+
+
+def test_format_names_a_tool_to_force_its_reader(db, tmp_path):
+    path = write_jsonl(tmp_path / "s.jsonl", [span("s9", "RETRIEVER", docs=[("d1", "t", 1.0)], value="forced")])
+    r = labeler.ingest_logs(db, path, fmt="phoenix")
+    assert (r.tool, r.format, r.new) == ("phoenix", "jsonl", 1)
+    with pytest.raises(IngestError, match="s2.jsonl:1: run_type: missing"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "s2.jsonl", [{"question": "q", "retrieved": []}]), tool="langsmith")
+    with pytest.raises(IngestError, match="unknown tool format 'zipkin'"):
+        labeler.ingest_logs(db, path, tool="zipkin")
+
+
+def test_csv_cells_are_text_except_the_chunks(db, tmp_path):
+    path = tmp_path / "q.csv"
+    big = "x" * (200 * 1024)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["question", "retrieved", "note"])
+        w.writerow(["[beta] how do I export", json.dumps([{"id": "d1"}]), "{not json"])
+        w.writerow(["{curly} question", "['ctx one', 'ctx two']", big])  # pandas writes lists like this
+    r = labeler.ingest_logs(db, path)
+    assert r.new == 2
+    assert [c[1] for c in chunks(db, "{curly} question")] == ["ctx one", "ctx two"]
+    meta = json.loads(db.execute("SELECT meta FROM queries WHERE question LIKE '[beta]%'").fetchone()[0])
+    assert meta == {"note": "{not json"}
+    bad = tmp_path / "bad.csv"
+    bad.write_text('question,retrieved\nq,"[{""id"": oops}]"\n')
+    with pytest.raises(IngestError, match=r"bad.csv:2: retrieved: is not valid JSON"):
+        labeler.ingest_logs(db, bad)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("2026-11-30T10:00:00Z", "2026-11-30T10:00:00.000000Z"),
+    ("2026-11-30T11:00:00+01:00", "2026-11-30T10:00:00.000000Z"),
+    ("2026-11-30 10:00:00.5", "2026-11-30T10:00:00.500000Z"),
+    (1796032800, "2026-11-30T10:00:00.000000Z"),
+    (1796032800123, "2026-11-30T10:00:00.123000Z"),
+    (1796032800123456, "2026-11-30T10:00:00.123456Z"),
+    ("1796032800123456789", "2026-11-30T10:00:00.123456Z"),
+    (1796032800.25, "2026-11-30T10:00:00.250000Z"),
+])
+def test_timestamps_become_utc_iso(raw, expected):
+    assert timestamp(raw) == expected
+
+
+def test_timestamps_compare_as_times(db, tmp_path):
+    line = {"question": "q", "retrieved": [{"id": "d"}]}
+    # epoch ms and an offset time: as text "1796..." > "2026-..." though it is earlier
+    path = write_jsonl(tmp_path / "t.jsonl", [{**line, "ts": "2026-12-01T12:00:00+01:00"}, {**line, "ts": 1796032800000}])
+    labeler.ingest_logs(db, path)
+    assert rows(db, "SELECT first_seen, last_seen FROM queries") == [
+        ("2026-11-30T10:00:00.000000Z", "2026-12-01T11:00:00.000000Z")]
+    with pytest.raises(IngestError, match=r"bad.jsonl:1: timestamp: cannot read 'yesterday' as a time"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "bad.jsonl", [{**line, "ts": "yesterday"}]))
+
+
+@pytest.mark.parametrize("raw", ["0x5B8EFFF798038103", "5b8efff798038103", "W47/95gDgQM="])
+def test_span_ids_are_normalised(raw):
+    assert norm_id(raw) == "5b8efff798038103"
