@@ -165,7 +165,8 @@ def read_json_array(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[t
 
 
 def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict | BadRecord]]:
-    """Stream the objects of a top-level JSON array (or a single top-level object).
+    """Stream the objects of a top-level JSON array, or of objects written one after another (a
+    single object is the simplest case).
 
     Objects are decoded one at a time from a sliding buffer, so a large array never sits in
     memory whole; the line number is where each object starts.
@@ -202,20 +203,40 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if pos < len(buf) or not fill():
                 return
 
+    def next_object(start_line: int) -> tuple[Any, BadRecord | None]:
+        """Decode the value at ``pos`` (reading more of the file as needed)."""
+        nonlocal pos, line
+        while True:
+            try:
+                value, end = decoder.raw_decode(buf, pos)
+                break
+            except json.JSONDecodeError as e:
+                if len(buf) - pos > max_bytes:
+                    return None, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit")
+                if not fill():
+                    return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}")
+        line += buf.count("\n", pos, end)
+        pos = end
+        return value, None
+
     skip_ws()
     if pos >= len(buf):
         return
     if buf[pos] == "{":
-        # a single object: read it all (it is one record)
-        while fill():
-            pass
-        try:
-            value, _ = decoder.raw_decode(buf, pos)
-        except json.JSONDecodeError as e:
-            yield line, BadRecord("json", f"invalid JSON: {e}")
-            return
-        yield line, value
-        return
+        # one object, or objects one after another (as the OpenTelemetry console exporter writes)
+        while True:
+            skip_ws()
+            if pos >= len(buf):
+                return
+            start_line = line
+            if buf[pos] != "{":
+                yield start_line, BadRecord("json", "expected a JSON object")
+                return
+            value, bad = next_object(start_line)
+            if bad is not None:
+                yield start_line, bad
+                return
+            yield start_line, value
     if buf[pos] != "[":
         yield line, BadRecord("json", "expected a JSON array of objects")
         return
@@ -231,19 +252,10 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             pos += 1
             continue
         start_line = line
-        while True:
-            try:
-                value, end = decoder.raw_decode(buf, pos)
-                break
-            except json.JSONDecodeError as e:
-                if len(buf) - pos > max_bytes:
-                    yield start_line, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit")
-                    return
-                if not fill():
-                    yield start_line, BadRecord("json", f"truncated or invalid JSON: {e.msg}")
-                    return
-        line += buf.count("\n", pos, end)
-        pos = end
+        value, bad = next_object(start_line)
+        if bad is not None:
+            yield start_line, bad
+            return
         if not isinstance(value, dict):
             yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
             continue
@@ -344,6 +356,13 @@ def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
             yield row, record
 
 
+def _pretty_printed(f: IO[bytes]) -> bool:
+    """The file's first line is a lone ``{``: JSON objects written over several lines each."""
+    head = f.peek(64 * 1024)[:64 * 1024] if hasattr(f, "peek") else b""
+    first = head.lstrip().split(b"\n", 1)[0].strip()
+    return first == b"{"
+
+
 def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LINE_BYTES,
                  json_columns: frozenset[str] | set[str] = frozenset()) -> tuple[Iterator[tuple[int, dict | BadRecord]], Callable[[], int]]:
     """Open ``path`` and return (records, bytes_read) where bytes_read() reports progress."""
@@ -351,6 +370,8 @@ def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LI
         size = path.stat().st_size
         return read_parquet(path), lambda: size
     f, counter = open_binary(path, gz)
+    if fmt == "jsonl" and _pretty_printed(f):
+        fmt = "json"  # objects spread over lines (the OpenTelemetry console exporter's output)
     if fmt == "jsonl":
         it = read_jsonl(f, max_line_bytes)
     elif fmt == "json":
