@@ -18,6 +18,8 @@ from .common import FieldError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DIGITS = re.compile(r"^-?\d+(\.\d+)?$")
+# already UTC with a Z: only the fraction needs padding (the common case, done without datetime)
+_UTC_Z = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z")
 # epoch values below each bound are read in that unit: 1e11 s is the year 5138, 1e14 ms the same
 _UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (math.inf, 1e-9))
 
@@ -50,6 +52,9 @@ def timestamp(value: Any) -> str | None:
                 raise ValueError
             return _from_epoch(value)
         if isinstance(value, str):
+            m = _UTC_Z.fullmatch(value)
+            if m:
+                return f"{m.group(1)}.{(m.group(2) or '').ljust(6, '0')}Z"
             text = value.strip()
             if _DIGITS.match(text):
                 return _from_epoch(int(text) if "." not in text else float(text))
