@@ -177,3 +177,19 @@ def test_timestamps_compare_as_times(db, tmp_path):
 @pytest.mark.parametrize("raw", ["0x5B8EFFF798038103", "5b8efff798038103", "W47/95gDgQM="])
 def test_span_ids_are_normalised(raw):
     assert norm_id(raw) == "5b8efff798038103"
+
+
+def test_eval_reads_llamaindex_nodes_and_documents_without_ids():
+    from types import SimpleNamespace
+
+    from labeler.harness.pipeline import read_output
+
+    # the attribute shapes of llama_index NodeWithScore (node.id_, node.text) and of a LangChain
+    # Document from a splitter (no id): what a pipeline under `labeler eval` returns
+    node = SimpleNamespace(node=SimpleNamespace(id_="n-1", node_id="n-1", text="Bikes unlock by app.", metadata={}),
+                           score=0.7)
+    doc = SimpleNamespace(id=None, page_content="Refunds take 5 days.", metadata={"source": "faq.md"})
+    ids, answer = read_output(([node, doc], "ok"))
+    assert ids == ["n-1", "sha1:" + __import__("hashlib").sha1(b"Refunds take 5 days.").hexdigest()[:16]]
+    dumped = {"node": {"id_": "n-2", "text": "t"}, "score": 0.1}  # a NodeWithScore dump in an HTTP response
+    assert read_output({"response": "r", "source_nodes": [dumped]}) == (["n-2"], "r")

@@ -106,7 +106,7 @@ class Reader:
 
     def _join(self, tool: str) -> TraceJoin:
         if tool not in self.joins:
-            self.joins[tool] = TraceJoin(tool)
+            self.joins[tool] = TraceJoin(tool, "run" if tool == "langsmith" else "span")
         return self.joins[tool]
 
     def read(self, records: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any, Any]]:

@@ -25,8 +25,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-SKIP_NOT_RETRIEVAL = "spans that are not retrievals"
-SKIP_NO_DOCUMENTS = "retriever spans without documents"
+SKIP_NOT_RETRIEVAL = "{unit}s that are not retrievals"
+SKIP_NO_DOCUMENTS = "retriever {unit}s without documents"
 MAX_WAITING = 50_000
 _HEX = re.compile(r"^[0-9a-f]+$")
 # keys under which a structured input or output carries the text a person typed or read
@@ -107,8 +107,9 @@ class TraceJoin:
     """Turns spans into log records (or skip reasons), attaching each trace's root question and
     answer to its retrievals; ``flush()`` at the end of the file gives those still waiting."""
 
-    def __init__(self, tool: str):
+    def __init__(self, tool: str, unit: str = "span"):
         self.tool = tool
+        self.unit = unit  # what the tool calls a span, in skip reasons
         self.roots: dict[str, tuple[str | None, str | None]] = {}
         self.waiting: OrderedDict[str, list[tuple[int, Span]]] = OrderedDict()
         self.count = 0
@@ -123,8 +124,9 @@ class TraceJoin:
                 self.count -= 1
                 yield waiting_line, self._record(waiting)
         if not span.retrieval:
-            yield line, SKIP_NO_DOCUMENTS if span.docs is None and span.meta.get("kind") == "RETRIEVER" \
+            reason = SKIP_NO_DOCUMENTS if span.docs is None and span.meta.get("kind") == "RETRIEVER" \
                 else SKIP_NOT_RETRIEVAL
+            yield line, reason.format(unit=self.unit)
             return
         if root or span.trace_id is None or span.trace_id in self.roots:
             yield line, self._record(span)
