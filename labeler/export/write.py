@@ -102,7 +102,8 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
 
     Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
-    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv) write into the folder ``path``.
+    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv and qrels/test.graded.tsv) write
+    into the folder ``path``.
     The same database and options give the same bytes. Filters as in :func:`golden_set`.
     Exports hold every annotator's consolidated grades: leads only (``by``; ``None`` is the local
     operator).
