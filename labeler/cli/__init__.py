@@ -39,8 +39,11 @@ def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(f)
 
 
-def _open(ctx: click.Context):
-    return store.connect(ctx.obj["db_path"])
+def _open(ctx: click.Context, *, create: bool = False):
+    """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
+    app) may create it; for every other command a missing file is an error (``store.connect``),
+    so that a mistyped --db is not a new, empty database that reads as zeros."""
+    return store.connect(ctx.obj["db_path"], create=create)
 
 
 def _print_json(value: Any) -> None:
@@ -105,7 +108,7 @@ def _ingest_summary(r: dict[str, Any]) -> str:
 
 
 def _run_ingest(ctx: click.Context, files: tuple[str, ...], as_json: bool, fn: Callable, **kwargs: Any) -> None:
-    db = _open(ctx)
+    db = _open(ctx, create=True)
     results = []
     for f in files:
         update, close = _progress_bar(Path(f).name)
@@ -274,7 +277,10 @@ def app(ctx: click.Context, port: int | None, headless: bool, host: str) -> None
 
         labeler --db team.db app --port 8502
     """
-    store.connect(ctx.obj["db_path"]).conn.close()
+    if not Path(ctx.obj["db_path"]).exists():
+        click.echo(f"new database {ctx.obj['db_path']}: add data on the Data page or with labeler ingest logs",
+                   err=True)
+    _open(ctx, create=True).conn.close()
     _streamlit(ctx.obj["db_path"], port, headless, host)
 
 
@@ -662,7 +668,7 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
     """
     from ..export import import_golden
 
-    result = import_golden(_open(ctx), file, annotator=annotator, lenient=lenient)
+    result = import_golden(_open(ctx, create=True), file, annotator=annotator, lenient=lenient)
     if as_json:
         _print_json(result.to_dict())
         return
