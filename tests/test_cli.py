@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import re
 import subprocess
@@ -12,7 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import labeler
 from labeler.cli import cli
+from tests.test_report import build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,10 +150,169 @@ def test_app_creates_a_missing_database_and_says_so(tmp_path, monkeypatch):
     assert run("app", "--headless", db=tmp_path / "new.db").stderr == ""
 
 
+# --- - as standard input (ingest) and standard output (export) ----------------------------------------
+
+LOG = [{"query_id": "q1", "question": "how do I export?", "retrieved": [{"id": "a", "text": "A", "score": 0.5}]},
+       {"query_id": "q2", "question": "who can cancel?", "retrieved": [{"id": "b", "text": "B"}]}]
+
+
+def test_ingest_logs_reads_jsonl_from_stdin(tmp_path):
+    db = tmp_path / "x.db"
+    r = run("ingest", "logs", "-", db=db, input="".join(json.dumps(x) + "\n" for x in LOG))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("<stdin>: 2 records: 2 new, 0 merged, 0 unchanged, 0 rejected; 2 retrievals")
+    r = run("ingest", "logs", "-", "--json", db=db, input="".join(json.dumps(x) + "\n" for x in LOG))
+    out = json.loads(r.stdout)
+    assert (out["path"], out["format"], out["unchanged"]) == ("<stdin>", "jsonl", 2)  # the same data again
+
+
+@pytest.mark.parametrize("text, fmt", [
+    ("\n  " + json.dumps(LOG), "json"),                              # [ : a JSON array
+    (json.dumps(LOG, indent=2), "json"),                             # pretty-printed, as jq prints it
+    ("".join(json.dumps(x) + "\n" for x in LOG), "jsonl"),          # { and a whole JSON value on line 1
+])
+def test_ingest_stdin_format_from_its_first_bytes(tmp_path, text, fmt):
+    r = run("ingest", "logs", "-", "--json", db=tmp_path / "x.db", input=text.encode())
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["format"], json.loads(r.stdout)["new"]) == (fmt, 2)
+
+
+def test_ingest_stdin_pretty_single_object_and_gzip(tmp_path):
+    r = run("ingest", "logs", "-", "--json", db=tmp_path / "x.db", input=json.dumps(LOG[0], indent=2))
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["format"], json.loads(r.stdout)["new"]) == ("json", 1)
+    data = gzip.compress("".join(json.dumps(x) + "\n" for x in LOG).encode())
+    r = run("ingest", "logs", "-", "--json", db=tmp_path / "x.db", input=data)
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["format"], json.loads(r.stdout)["records"]) == ("jsonl", 2)
+
+
+def test_ingest_stdin_messages_name_stdin_lines(tmp_path):
+    text = json.dumps(LOG[0]) + "\n" + json.dumps({"question": ""}) + "\n"
+    r = run("ingest", "logs", "-", db=tmp_path / "x.db", input=text)
+    assert r.exit_code == 1
+    assert "<stdin>:2: question: is empty" in r.output and "Traceback" not in r.output
+
+
+def test_ingest_stdin_csv_needs_format(tmp_path):
+    text = 'question,retrieved\nhow?,"[{""id"": ""a""}]"\n'
+    r = run("ingest", "logs", "-", db=tmp_path / "x.db", input=text)
+    assert r.exit_code == 1
+    assert r.output == ("Error: <stdin>: cannot tell the format from its first character 'q' (JSON starts with "
+                        "[ or {); give --format csv, tsv, jsonl, json or parquet\n")
+    r = run("ingest", "logs", "-", "--format", "csv", "--json", db=tmp_path / "x.db", input=text)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["new"] == 1
+
+
+def test_ingest_stdin_empty_twice_and_lenient(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("ingest", "logs", "-", db=tmp_path / "x.db", input=" \n")
+    assert r.exit_code == 1 and r.output == "Error: <stdin>: standard input is empty; pipe a log file into it\n"
+    r = run("ingest", "logs", "-", "-", db=tmp_path / "x.db", input="")
+    assert r.exit_code == 2 and "can be given once" in r.output
+    text = json.dumps(LOG[0]) + "\n{oops\n"
+    r = run("ingest", "logs", "-", "--lenient", db=tmp_path / "x.db", input=text)
+    assert r.exit_code == 0, r.output
+    assert "1 new" in r.output and "1 rejected" in r.output
+    assert "rejected records and reasons: stdin.rejects.jsonl" in r.output
+    assert json.loads((tmp_path / "stdin.rejects.jsonl").read_text())["line"] == 2
+
+
+def test_ingest_corpus_reads_stdin(tmp_path):
+    db = tmp_path / "x.db"
+    run("ingest", "logs", "-", db=db, input="".join(json.dumps(x) + "\n" for x in LOG))
+    r = run("ingest", "corpus", "-", "--json", db=db, input=json.dumps({"id": "b", "text": "B, corpus"}) + "\n")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["path"] == "<stdin>"
+    assert json.loads(run("stats", "--json", db=db).stdout)["documents_without_text"] == 0
+
+
+@pytest.fixture
+def labeled_db(tmp_path):
+    db = labeler.connect(tmp_path / "labeled.db")
+    build(db, tmp_path)
+    db.close()
+    return tmp_path / "labeled.db"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "ragas", "csv"])
+def test_export_to_stdout_is_only_the_data(labeled_db, tmp_path, monkeypatch, fmt):
+    monkeypatch.chdir(tmp_path)
+    r = run("export", "--format", fmt, "-o", "-", db=labeled_db)
+    assert r.exit_code == 0, r.output
+    assert run("export", "--format", fmt, "-o", str(tmp_path / "file"), db=labeled_db).exit_code == 0
+    assert r.stdout_bytes == (tmp_path / "file").read_bytes()
+    assert r.stderr.startswith(f"stdout: 4 queries, 13 judged pairs (4 relevant) as {fmt}; export version 1, sha256 ")
+    assert not (tmp_path / "-").exists() and not (tmp_path / "-.manifest.json").exists()
+
+
+def test_export_to_stdout_json_goes_to_stderr(labeled_db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("export", "-o", "-", "--json", db=labeled_db)
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["query_id"] for x in r.stdout.splitlines()] == ["qa", "qb", "qc", "qd"]
+    result = json.loads(r.stderr)
+    assert (result["path"], result["manifest_path"], result["version"]) == ("stdout", None, 1)
+    assert result["manifest"]["files"] == {"stdout": hashlib.sha256(r.stdout_bytes).hexdigest()}
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("fmt", ["trec", "beir"])
+def test_export_folder_format_to_stdout_is_a_usage_error(labeled_db, tmp_path, monkeypatch, fmt):
+    monkeypatch.chdir(tmp_path)
+    r = run("export", "--format", fmt, "-o", "-", db=labeled_db)
+    assert r.exit_code == 2
+    assert f"the {fmt} format writes a folder" in r.output and not (tmp_path / "-").exists()
+
+
+def test_invalid_lines_listed_and_nothing_written(tmp_path):
+    log = tmp_path / "bad.jsonl"
+    log.write_text('{"question": "ok", "retrieved": []}\n{"question": ""}\n')
+    db = tmp_path / "x.db"
+    r = run("ingest", "logs", str(log), db=db)
+    assert r.exit_code == 1
+    assert f"{log}:2: question: is empty" in r.output
+    assert json.loads(run("stats", "--json", db=db).output)["queries"] == 0
+
+
+def test_usage_error_exit_2(tmp_path):
+    r = run("ingest", "logs", db=tmp_path / "x.db")
+    assert r.exit_code == 2
+    r = run("ingest", "logs", "x.jsonl", "--format", "xml", db=tmp_path / "x.db")
+    assert r.exit_code == 2
+
+
+def test_bad_map_is_a_user_error(tmp_path):
+    log = tmp_path / "a.jsonl"
+    log.write_text("{}\n")
+    r = run("ingest", "logs", str(log), "--map", "nonsense", db=tmp_path / "x.db")
+    assert r.exit_code == 1
+    assert "expected FIELD=PATH" in r.output
+
+
+def test_lenient_reports_rejects_file(tmp_path):
+    log = tmp_path / "a.jsonl"
+    log.write_text('{"question": "ok", "retrieved": []}\n{oops\n')
+    r = run("ingest", "logs", str(log), "--lenient", db=tmp_path / "x.db")
+    assert r.exit_code == 0
+    assert "1 new" in r.output and "1 rejected" in r.output
+    assert (tmp_path / "a.jsonl.rejects.jsonl").exists()
+
+
+def test_demo_builds_database_without_app(tmp_path):
+    db = tmp_path / "demo.db"
+    r = run("demo", "--no-app", db=db)
+    assert r.exit_code == 0, r.output
+    stats = json.loads(run("stats", "--json", db=db).output)
+    assert stats["queries"] >= 150 and stats["documents"] >= 80
+    again = run("demo", "--no-app", db=db)
+    assert "already built" in again.output
+
+
 def test_python_dash_m(tmp_path):
-    (tmp_path / "log.jsonl").write_text(json.dumps({"question": "q", "retrieved": [{"id": "a"}]}) + "\n")
-    out = subprocess.run([sys.executable, "-m", "labeler", "--db", str(tmp_path / "m.db"), "ingest", "logs",
-                          "log.jsonl", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "labeler", "--db", str(tmp_path / "m.db"), "ingest", "logs", "-",
+                          "--json"], input=json.dumps(LOG[0]) + "\n", capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["new"] == 1
     out = subprocess.run([sys.executable, "-m", "labeler", "--db", str(tmp_path / "typo.db"), "stats"],

@@ -132,6 +132,17 @@ def test_csv_one_row_per_judged_pair(small, tmp_path):
     assert [r["doc_id"] for r in rows if r["query_id"] == "qd"] == ["d1", "d2", "d3", "missed"]
 
 
+def test_export_data_gives_the_bytes_and_records_the_export(small, tmp_path):
+    data, result = E.export_data(small, "csv", target="stdout")
+    E.export_golden(small, tmp_path / "pairs.csv", "csv")
+    assert data == (tmp_path / "pairs.csv").read_bytes()
+    assert (result.path, result.manifest_path, result.files) == ("stdout", None, {
+        "stdout": hashlib.sha256(data).hexdigest()})
+    assert small.execute("SELECT path FROM exports WHERE version = ?", [result.version]).fetchone() == ("stdout",)
+    with pytest.raises(LabelerError, match="the trec format writes a folder of files, not one stream"):
+        E.export_data(small, "trec")
+
+
 def test_unknown_format_and_bad_paths(small, tmp_path):
     with pytest.raises(LabelerError, match="unknown export format 'xml'; use one of: jsonl, trec, beir, ragas, csv"):
         E.export_golden(small, tmp_path / "x", "xml")

@@ -22,7 +22,15 @@ built-in writers), ``write`` (files, manifest, the ``exports`` row, downloads), 
 from .formats import CSV_COLUMNS, FORMATS, ExportFormat, register_format, spreadsheet_safe
 from .golden import ExportError, GoldenSet, golden_set
 from .importer import ImportResult, import_golden
-from .write import MANIFEST_VERSION, ExportResult, archive_name, export_archive, export_counts, export_golden
+from .write import (
+    MANIFEST_VERSION,
+    ExportResult,
+    archive_name,
+    export_archive,
+    export_counts,
+    export_data,
+    export_golden,
+)
 
 __all__ = [
     "CSV_COLUMNS",
@@ -36,6 +44,7 @@ __all__ = [
     "archive_name",
     "export_archive",
     "export_counts",
+    "export_data",
     "export_golden",
     "golden_set",
     "import_golden",

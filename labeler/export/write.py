@@ -148,6 +148,23 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
                         manifest)
 
 
+def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = "stdout", origin: str | None = None,
+                min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
+                retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> tuple[bytes, ExportResult]:
+    """A single-file format's export as bytes, for the caller to send somewhere (``labeler export -o -``
+    writes them to standard output): (data, result). Recorded in ``exports`` with path ``target``;
+    no manifest file is written (``result.manifest`` is it). Folder formats raise ExportError.
+    Leads only (``by``; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "exporting the golden set")
+    spec = _format(fmt)
+    if spec.directory:
+        raise ExportError(f"the {fmt} format writes a folder of files, not one stream: give a folder path")
+    g, files = _build(db, fmt, target, origin=origin, min_annotators=min_annotators,
+                      include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    version_no, manifest = _record(db, fmt, target, g, files, by=by)
+    return files[target], ExportResult(fmt, target, None, version_no, manifest["files"], manifest["counts"], manifest)
+
+
 def export_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
                   include_unreviewed_synthetic: bool = False) -> dict[str, Any]:
     """What an export with these filters would contain (queries, pairs, ...), without writing."""
