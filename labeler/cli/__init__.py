@@ -115,7 +115,7 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
     db = _open(ctx, create=True)
     results = []
     for f in files:
-        with stdio.input_file(f, click.get_binary_stream("stdin"), fmt) as (path, name, file_fmt):
+        with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
             update, close = _progress_bar(name or Path(f).name)
             try:
                 result = fn(db, path, fmt=file_fmt, name=name, progress=update if sys.stderr.isatty() else None,
@@ -654,7 +654,7 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
     db = _open(ctx)
     if to_stdout:
         data, result = export_data(db, fmt, target="stdout", **filters)
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         out.write(data)
         out.flush()
     else:
