@@ -211,9 +211,11 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def connect(path: str | Path = "labeler.db", *, migrate: bool = True) -> sqlite_utils.Database:
+def connect(path: str | Path = "labeler.db", *, migrate: bool = True, create: bool = True) -> sqlite_utils.Database:
     """Open (creating if needed) the labeler database at ``path`` and bring its schema up to date.
 
+    ``create=False`` opens only a database that exists (``DatabaseError`` otherwise): for readers,
+    so that a mistyped path is an error instead of a new, empty database that reads as zeros.
     ``":memory:"`` gives a private in-memory database (handy in tests). The connection may be
     shared across threads (Streamlit runs each session in its own thread); each write goes
     through ``transaction()`` which takes the write lock up front.
@@ -221,6 +223,8 @@ def connect(path: str | Path = "labeler.db", *, migrate: bool = True) -> sqlite_
     path_str = str(path)
     if path_str != ":memory:":
         p = Path(path_str)
+        if not create and not p.exists():
+            raise DatabaseError(f"no database at {path_str}; run labeler ingest or labeler demo first")
         if not p.parent.exists():
             raise DatabaseError(
                 f"cannot create database {path_str}: folder {p.parent} does not exist "

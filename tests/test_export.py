@@ -91,25 +91,33 @@ def test_beir_layout(small, tmp_path):
     E.export_golden(small, tmp_path / "beir", "beir")
     root = tmp_path / "beir"
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
-        "corpus.jsonl", "qrels/test.tsv", "queries.jsonl"]
+        "corpus.jsonl", "qrels/test.graded.tsv", "qrels/test.tsv", "queries.jsonl"]
     corpus = read_lines(root / "corpus.jsonl")
     assert corpus[0] == {"_id": "a1", "title": "", "text": "chunk a1"}
     assert len(corpus) == 19 and {"_id": "missed", "title": "", "text": "the chunk the retriever missed"} in corpus
     assert read_lines(root / "queries.jsonl")[0] == {"_id": "qa", "text": "question qa?"}
-    tsv = (root / "qrels" / "test.tsv").read_text().splitlines()
-    assert tsv[0] == "query-id\tcorpus-id\tscore" and tsv[1] == "qa\ta1\t3" and len(tsv) == 14
+    # test.tsv: only grades >= the threshold (2), with their grade; qb's grade-1 chunk b1 is left out
+    assert (root / "qrels" / "test.tsv").read_text().splitlines() == [
+        "query-id\tcorpus-id\tscore", "qa\ta1\t3", "qa\ta3\t2", "qb\tb2\t2", "qd\tmissed\t3"]
+    # test.graded.tsv: every judged grade of the queries that have a relevant chunk (not qc)
+    graded = (root / "qrels" / "test.graded.tsv").read_text().splitlines()
+    assert graded[0] == "query-id\tcorpus-id\tscore" and graded[1:4] == ["qa\ta1\t3", "qa\ta2\t0", "qa\ta3\t2"]
+    assert "qb\tb1\t1" in graded and not any(x.startswith("qc\t") for x in graded) and len(graded) == 11
 
 
 def test_ragas_columns(small, tmp_path):
     E.export_golden(small, tmp_path / "ragas.jsonl", "ragas")
     rows = read_lines(tmp_path / "ragas.jsonl")
     assert len(rows) == 4
-    assert all(list(r) == ["user_input", "retrieved_contexts", "response", "reference", "reference_contexts"]
-               for r in rows)
+    assert all(list(r) == ["user_input", "retrieved_contexts", "retrieved_context_ids", "response", "reference",
+                           "reference_contexts", "reference_context_ids"] for r in rows)
     assert rows[0] == {"user_input": "question qa?", "retrieved_contexts": ["chunk a1", "chunk a2", "chunk a3"],
-                       "response": "answer qa", "reference": "A is the answer.",
-                       "reference_contexts": ["chunk a1", "chunk a3"]}
+                       "retrieved_context_ids": ["a1", "a2", "a3"], "response": "answer qa",
+                       "reference": "A is the answer.", "reference_contexts": ["chunk a1", "chunk a3"],
+                       "reference_context_ids": ["a1", "a3"]}
+    assert rows[2]["reference_contexts"] == rows[2]["reference_context_ids"] == []  # qc: nothing relevant
     assert rows[3]["reference_contexts"] == ["the chunk the retriever missed"]
+    assert rows[3]["reference_context_ids"] == ["missed"]
 
 
 def test_csv_one_row_per_judged_pair(small, tmp_path):
@@ -122,6 +130,17 @@ def test_csv_one_row_per_judged_pair(small, tmp_path):
     missed = [r for r in rows if r["doc_id"] == "missed"][0]
     assert (missed["rank"], missed["score"], missed["relevant"]) == ("", "", "1")
     assert [r["doc_id"] for r in rows if r["query_id"] == "qd"] == ["d1", "d2", "d3", "missed"]
+
+
+def test_export_data_gives_the_bytes_and_records_the_export(small, tmp_path):
+    data, result = E.export_data(small, "csv", target="stdout")
+    E.export_golden(small, tmp_path / "pairs.csv", "csv")
+    assert data == (tmp_path / "pairs.csv").read_bytes()
+    assert (result.path, result.manifest_path, result.files) == ("stdout", None, {
+        "stdout": hashlib.sha256(data).hexdigest()})
+    assert small.execute("SELECT path FROM exports WHERE version = ?", [result.version]).fetchone() == ("stdout",)
+    with pytest.raises(LabelerError, match="the trec format writes a folder of files, not one stream"):
+        E.export_data(small, "trec")
 
 
 def test_unknown_format_and_bad_paths(small, tmp_path):
@@ -207,7 +226,8 @@ def test_download_archive_is_a_deterministic_zip(small):
     assert name == "golden-beir.zip"
     z = zipfile.ZipFile(io.BytesIO(data))
     assert sorted(z.namelist()) == ["golden-beir.manifest.json", "golden-beir/corpus.jsonl",
-                                    "golden-beir/qrels/test.tsv", "golden-beir/queries.jsonl"]
+                                    "golden-beir/qrels/test.graded.tsv", "golden-beir/qrels/test.tsv",
+                                    "golden-beir/queries.jsonl"]
     manifest = json.loads(z.read("golden-beir.manifest.json"))
     assert manifest["version"] == result.version and result.path == "download:golden-beir.zip"
     _, again, _ = E.export_archive(small, "beir")

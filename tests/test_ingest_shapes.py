@@ -193,3 +193,24 @@ def test_eval_reads_llamaindex_nodes_and_documents_without_ids():
     assert ids == ["n-1", "sha1:" + __import__("hashlib").sha1(b"Refunds take 5 days.").hexdigest()[:16]]
     dumped = {"node": {"id_": "n-2", "text": "t"}, "score": 0.1}  # a NodeWithScore dump in an HTTP response
     assert read_output({"response": "r", "source_nodes": [dumped]}) == (["n-2"], "r")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_record(db, tmp_path):
+    rec = {"question": "bom?", "retrieved": [{"id": "d1"}]}
+    (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps(rec).encode() + b"\n")
+    (tmp_path / "b.json").write_bytes(b"\xef\xbb\xbf" + json.dumps([{**rec, "question": "bom 2?"}]).encode())
+    assert labeler.ingest_logs(db, tmp_path / "a.jsonl").new == 1
+    assert labeler.ingest_logs(db, tmp_path / "b.json").new == 1
+
+
+def test_cli_format_tool_with_standard_input(tmp_path):
+    from click.testing import CliRunner
+
+    from labeler.cli import cli
+
+    run = json.dumps(span("s1", "RETRIEVER", docs=[("d1", "t", 1.0)], value="from a pipe")) + "\n"
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "ingest", "logs", "-", "--format", "phoenix", "--json"],
+                           input=run)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["tool"], out["format"], out["new"]) == ("phoenix", "jsonl", 1)

@@ -17,6 +17,7 @@ import click
 
 from .. import db as store
 from ..errors import IngestError, LabelerError
+from . import stdio
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -39,12 +40,15 @@ def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(f)
 
 
-def _open(ctx: click.Context):
-    return store.connect(ctx.obj["db_path"])
+def _open(ctx: click.Context, *, create: bool = False):
+    """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
+    app) may create it; for every other command a missing file is an error (``store.connect``),
+    so that a mistyped --db is not a new, empty database that reads as zeros."""
+    return store.connect(ctx.obj["db_path"], create=create)
 
 
-def _print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+def _print_json(value: Any, *, err: bool = False) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str), err=err)
 
 
 @click.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -106,15 +110,22 @@ def _ingest_summary(r: dict[str, Any]) -> str:
     return line
 
 
-def _run_ingest(ctx: click.Context, files: tuple[str, ...], as_json: bool, fn: Callable, **kwargs: Any) -> None:
-    db = _open(ctx)
+def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_json: bool, fn: Callable,
+                **kwargs: Any) -> None:
+    if files.count(stdio.DASH) > 1:
+        raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
+    db = _open(ctx, create=True)
     results = []
     for f in files:
-        update, close = _progress_bar(Path(f).name)
-        try:
-            result = fn(db, f, progress=update if sys.stderr.isatty() else None, **kwargs)
-        finally:
-            close()
+        with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
+            update, close = _progress_bar(name or Path(f).name)
+            try:
+                result = fn(db, path, fmt=file_fmt, name=name, progress=update if sys.stderr.isatty() else None,
+                            **kwargs)
+            finally:
+                close()
+            if name and result.rejects_path:
+                result.rejects_path = stdio.keep_rejects(result.rejects_path)
         results.append(result.to_dict())
         if not as_json:
             click.echo(_ingest_summary(results[-1]))
@@ -131,8 +142,9 @@ LOG_FORMATS = ["jsonl", "json", "csv", "tsv", "parquet", "phoenix", "otel", "otl
 @ingest.command("logs", context_settings=CONTEXT_SETTINGS)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
 @click.option("--format", "fmt", type=click.Choice(LOG_FORMATS),
-              help="File format (default: from the extension; .gz is decompressed), or the tool that "
-                   "wrote the file, to force its reader (default: recognised per record).")
+              help="File format (default: from the extension; .gz is decompressed; for - from the first "
+                   "bytes), or the tool that wrote the file, to force its reader (default: recognised "
+                   "per record).")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=PATH",
               help="Read a field from a (dotted) path, e.g. --map question=inputs.query.")
 @click.option("--lenient", is_flag=True,
@@ -150,23 +162,26 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
     Each record needs a question and the retrieved chunks (ids, optional text, score, title); a
     chunk without an id gets one made from its text. Spans and runs that are not retrievals are
     skipped and counted. Strict by default: any invalid record means nothing from that file is
-    written. --map chunk.id=metadata.source reaches inside each chunk.
+    written. --map chunk.id=metadata.source reaches inside each chunk. FILE - reads standard input
+    (named <stdin> in messages; format from --format, else from its first bytes: [ JSON array,
+    { JSON lines, PAR1 Parquet; gzip is decompressed).
 
     Example:
 
         labeler ingest logs logs.jsonl --map question=inputs.query --map retrieved=outputs.documents
     """
-    from ..ingest import ingest_logs, parse_mapping
+    from ..ingest import ingest_logs, ingest_tools, parse_mapping
 
     mapping = parse_mapping(maps)
-    _run_ingest(ctx, files, as_json, ingest_logs, fmt=fmt, mapping=mapping, lenient=lenient,
+    tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
+    _run_ingest(ctx, files, None if tool else fmt, as_json, ingest_logs, mapping=mapping, lenient=lenient, tool=tool,
                 max_line_bytes=max_line_mb * 1024 * 1024)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "csv", "tsv", "parquet"]),
-              help="File format (default: from the extension).")
+              help="File format (default: from the extension; for - from the first bytes).")
 @click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
 @json_option
 @click.pass_context
@@ -174,13 +189,15 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
                       as_json: bool) -> None:
     """Ingest the corpus: chunk records with id, text and optional title and source.
 
+    FILE - reads standard input, as for labeler ingest logs.
+
     Example:
 
         labeler ingest corpus chunks.jsonl
     """
     from ..ingest import ingest_corpus
 
-    _run_ingest(ctx, files, as_json, ingest_corpus, fmt=fmt, lenient=lenient)
+    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -285,7 +302,10 @@ def app(ctx: click.Context, port: int | None, headless: bool, host: str) -> None
 
         labeler --db team.db app --port 8502
     """
-    store.connect(ctx.obj["db_path"]).conn.close()
+    if not Path(ctx.obj["db_path"]).exists():
+        click.echo(f"new database {ctx.obj['db_path']}: add data on the Data page or with labeler ingest logs",
+                   err=True)
+    _open(ctx, create=True).conn.close()
     _streamlit(ctx.obj["db_path"], port, headless, host)
 
 
@@ -614,8 +634,9 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
 @cli.command("export", context_settings=CONTEXT_SETTINGS)
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="jsonl", show_default=True,
               help="jsonl (golden set), trec (qrels + run), beir, ragas, csv.")
-@click.option("-o", "--output", "path", required=True, type=click.Path(),
-              help="The file to write (a folder for trec and beir); PATH.manifest.json goes next to it.")
+@click.option("-o", "--output", "path", required=True, type=click.Path(allow_dash=True),
+              help="The file to write (a folder for trec and beir); PATH.manifest.json goes next to it. "
+                   "- writes jsonl, ragas or csv to standard output (the summary goes to stderr).")
 @click.option("--origin", type=ORIGIN_CHOICE, help="Only queries of this origin.")
 @click.option("--min-annotators", type=click.IntRange(1), default=1, show_default=True,
               help="Only queries submitted by at least N annotators.")
@@ -628,21 +649,37 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
                include_unreviewed_synthetic: bool, retriever: str, as_json: bool) -> None:
     """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
 
+    With -o - the data goes to standard output and only it (the summary, or --json's document with
+    the manifest, goes to stderr); the folder formats trec and beir need a folder.
+
     Example:
 
         labeler export --format trec -o golden-trec --origin log
     """
-    from ..export import export_golden
+    from ..export import FORMATS, export_data, export_golden
 
-    result = export_golden(_open(ctx), path, fmt, origin=origin, min_annotators=min_annotators,
-                           include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    filters = {"origin": origin, "min_annotators": min_annotators,
+               "include_unreviewed_synthetic": include_unreviewed_synthetic, "retriever": retriever}
+    to_stdout = path == stdio.DASH
+    if to_stdout and FORMATS[fmt].directory:
+        raise click.BadParameter(f"- (standard output) takes one file; the {fmt} format writes a folder: "
+                                 "give a folder path", param_hint="'-o'")
+    db = _open(ctx)
+    if to_stdout:
+        data, result = export_data(db, fmt, target="stdout", **filters)
+        out = sys.stdout.buffer
+        out.write(data)
+        out.flush()
+    else:
+        result = export_golden(db, path, fmt, **filters)
     if as_json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict(), err=to_stdout)
         return
     c = result.counts
+    where = f"manifest {result.manifest_path}" if result.manifest_path else f"sha256 {result.manifest['sha256']}"
     click.echo(f"{result.path}: {c['queries']} queries, {c['judged_pairs']} judged pairs "
-               f"({c['relevant_pairs']} relevant) as {fmt}; export version {result.version}, "
-               f"manifest {result.manifest_path}")
+               f"({c['relevant_pairs']} relevant) as {fmt}; export version {result.version}, {where}",
+               err=to_stdout)
 
 
 @cli.group("import", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -673,7 +710,7 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
     """
     from ..export import import_golden
 
-    result = import_golden(_open(ctx), file, annotator=annotator, lenient=lenient)
+    result = import_golden(_open(ctx, create=True), file, annotator=annotator, lenient=lenient)
     if as_json:
         _print_json(result.to_dict())
         return

@@ -62,7 +62,7 @@ def users_add(ctx: click.Context, name: str, role: str, email: str | None, passw
     from ..accounts import add_user
 
     password = _read_password(True) if password_stdin else None
-    made = add_user(_open(ctx), name, role, password=password, email=email)
+    made = add_user(_open(ctx, create=True), name, role, password=password, email=email)
     link = _link(url, made.token) if made.token else None
     if as_json:
         _print_json({**made.account._asdict(), "signin_link": link})

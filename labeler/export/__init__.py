@@ -19,10 +19,18 @@ Modules: ``golden`` (what is exported: :class:`GoldenSet`), ``formats`` (the reg
 built-in writers), ``write`` (files, manifest, the ``exports`` row, downloads), ``importer``.
 """
 
-from .formats import CSV_COLUMNS, FORMATS, ExportFormat, register_format
+from .formats import CSV_COLUMNS, FORMATS, ExportFormat, register_format, spreadsheet_safe
 from .golden import ExportError, GoldenSet, golden_set
 from .importer import ImportResult, import_golden
-from .write import MANIFEST_VERSION, ExportResult, archive_name, export_archive, export_counts, export_golden
+from .write import (
+    MANIFEST_VERSION,
+    ExportResult,
+    archive_name,
+    export_archive,
+    export_counts,
+    export_data,
+    export_golden,
+)
 
 __all__ = [
     "CSV_COLUMNS",
@@ -36,8 +44,10 @@ __all__ = [
     "archive_name",
     "export_archive",
     "export_counts",
+    "export_data",
     "export_golden",
     "golden_set",
     "import_golden",
     "register_format",
+    "spreadsheet_safe",
 ]

@@ -97,7 +97,14 @@ def _write_trec(g: GoldenSet, stem: str) -> dict[str, bytes]:
 
 
 def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
-    """BEIR layout: corpus.jsonl (every chunk with text, and every judged one), queries.jsonl, qrels/test.tsv."""
+    """BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv (relevant pairs) and qrels/test.graded.tsv.
+
+    BEIR's evaluator (pytrec_eval at relevance level 1) counts every grade > 0 as relevant, so
+    ``test.tsv`` holds only the pairs with grade >= threshold (with their grades): its recall,
+    precision, MAP and hit rate are then ``labeler metrics``'. Its nDCG misses the gain of grades
+    below the threshold, which ``labeler metrics`` counts (as trec_eval does): ``test.graded.tsv``
+    holds every judged grade, zeros included, of the same queries (those with a relevant chunk),
+    and BEIR's nDCG on it is ours."""
     _check_ids(g.pairs["query_id"], "query_id", "BEIR", r"[\t\r\n]")
     _check_ids(g.pairs["doc_id"], "doc_id", "BEIR", r"[\t\r\n]")
     judged = _in_json(g.pairs["doc_pk"])
@@ -106,29 +113,56 @@ def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
     corpus = "".join(_json_line({"_id": d, "title": t or "", "text": x or ""}) for d, t, x in docs)
     queries = "".join(_json_line({"_id": q, "text": t}) for q, t in zip(*_cols(g.queries, "query_id", "question"),
                                                                         strict=True))
-    qrels = "query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{gr}\n" for q, d, gr in zip(*_cols(g.pairs, "query_id", "doc_id", "grade"), strict=True))
+    # queries without a relevant chunk are left out of both files, as of labeler's means (BEIR's
+    # loader keeps only the queries that have qrels, and pytrec_eval would score them 0)
+    relevant = g.pairs["grade"] >= g.threshold
+    graded = g.pairs[g.pairs["query_pk"].isin(set(g.pairs.loc[relevant, "query_pk"].tolist()))]
+    header = "query-id\tcorpus-id\tscore\n"
+
+    def tsv(pairs: pd.DataFrame) -> bytes:
+        return (header + "".join(f"{q}\t{d}\t{gr}\n" for q, d, gr in zip(
+            *_cols(pairs, "query_id", "doc_id", "grade"), strict=True))).encode()
+
     return {f"{stem}/corpus.jsonl": corpus.encode(), f"{stem}/queries.jsonl": queries.encode(),
-            f"{stem}/qrels/test.tsv": qrels.encode()}
+            f"{stem}/qrels/test.tsv": tsv(g.pairs[relevant]), f"{stem}/qrels/test.graded.tsv": tsv(graded)}
 
 
 def _write_ragas(g: GoldenSet, stem: str) -> dict[str, bytes]:
-    """Ragas EvaluationDataset rows (JSONL): user_input, retrieved_contexts, response, reference, reference_contexts."""
+    """Ragas EvaluationDataset rows (JSONL): user_input, retrieved_contexts, retrieved_context_ids, response,
+    reference, reference_contexts, reference_context_ids.
+
+    The ids are Ragas' SingleTurnSample fields read by IDBasedContextRecall and
+    IDBasedContextPrecision: the retrieved chunk ids in rank order (as retrieved_contexts) and the
+    golden relevant ids (grade >= threshold, highest grade first, as reference_contexts)."""
     rel = g.relevant()
     texts = g.texts(list(rel["doc_pk"]) + list(g.run["doc_pk"]))
-    retrieved: dict[int, list[str]] = {}
-    for pk, doc in zip(*_cols(g.run, "query_pk", "doc_pk"), strict=True):
-        retrieved.setdefault(pk, []).append(texts.get(doc, (None, None))[1] or "")
-    reference: dict[int, list[str]] = {}
-    for pk, doc in zip(*_cols(rel, "query_pk", "doc_pk"), strict=True):
-        reference.setdefault(pk, []).append(texts.get(doc, (None, None))[1] or "")
+    retrieved: dict[int, list[tuple[str, str]]] = {}
+    for pk, doc_pk, doc in zip(*_cols(g.run, "query_pk", "doc_pk", "doc_id"), strict=True):
+        retrieved.setdefault(pk, []).append((doc, texts.get(doc_pk, (None, None))[1] or ""))
+    reference: dict[int, list[tuple[str, str]]] = {}
+    for pk, doc_pk, doc in zip(*_cols(rel, "query_pk", "doc_pk", "doc_id"), strict=True):
+        reference.setdefault(pk, []).append((doc, texts.get(doc_pk, (None, None))[1] or ""))
     out = io.StringIO()
     for pk, question, answer, expected in zip(*_cols(g.queries, "query_pk", "question", "answer", "expected_answer"),
                                               strict=True):
-        out.write(_json_line({"user_input": question, "retrieved_contexts": retrieved.get(pk, []),
-                              "response": _none(answer), "reference": _none(expected),
-                              "reference_contexts": reference.get(pk, [])}))
+        got, ref = retrieved.get(pk, []), reference.get(pk, [])
+        out.write(_json_line({"user_input": question, "retrieved_contexts": [t for _, t in got],
+                              "retrieved_context_ids": [d for d, _ in got], "response": _none(answer),
+                              "reference": _none(expected), "reference_contexts": [t for _, t in ref],
+                              "reference_context_ids": [d for d, _ in ref]}))
     return {stem: out.getvalue().encode()}
+
+
+# OWASP's CSV injection advice: a spreadsheet runs a cell that starts with one of these as a formula
+# (=HYPERLINK(...) sends data away, =cmd|... runs programs); a leading ' makes it text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` with a leading ``'`` when it starts with ``= + - @``, a tab or a carriage return, so that
+    a spreadsheet shows it as text instead of running it (OWASP's advice on CSV injection). Only
+    for text cells: numbers are written as numbers (a score of -0.5 stays -0.5)."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 CSV_COLUMNS = ("query_id", "question", "doc_id", "grade", "relevant", "rank", "score", "n_annotators", "conflict",
@@ -136,7 +170,10 @@ CSV_COLUMNS = ("query_id", "question", "doc_id", "grade", "relevant", "rank", "s
 
 
 def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
-    """One row per judged (query, chunk) pair, retrieved chunks first in rank order."""
+    """One row per judged (query, chunk) pair, retrieved chunks first in rank order.
+
+    Text cells (query_id, question, doc_id, origin) go through :func:`spreadsheet_safe`."""
+    safe = spreadsheet_safe
     question = dict(zip(*_cols(g.queries, "query_pk", "question"), strict=True))
     origin = dict(zip(*_cols(g.queries, "query_pk", "origin"), strict=True))
     pairs = g.pairs.assign(unranked=g.pairs["rank"].isna()).sort_values(
@@ -145,8 +182,9 @@ def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     w.writerows(
-        [qid, question[pk], doc, grade, int(grade >= g.threshold), "" if rank != rank else int(rank),
-         "" if score is None or score != score else repr(float(score)), n, int(conflict), int(adjudicated), origin[pk]]
+        [safe(qid), safe(question[pk]), safe(doc), grade, int(grade >= g.threshold), "" if rank != rank else int(rank),
+         "" if score is None or score != score else repr(float(score)), n, int(conflict), int(adjudicated),
+         safe(origin[pk])]
         for pk, qid, doc, grade, rank, score, n, conflict, adjudicated in zip(*_cols(
             pairs, "query_pk", "query_id", "doc_id", "grade", "rank", "score", "n_annotators", "conflict",
             "adjudicated"), strict=True))

@@ -102,7 +102,8 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
 
     Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
-    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv) write into the folder ``path``.
+    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv and qrels/test.graded.tsv) write
+    into the folder ``path``.
     The same database and options give the same bytes. Filters as in :func:`golden_set`.
     Exports hold every annotator's consolidated grades: leads only (``by``; ``None`` is the local
     operator).
@@ -145,6 +146,23 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
                 temporary.unlink()
     return ExportResult(fmt, str(path), str(manifest_path), version_no, manifest["files"], manifest["counts"],
                         manifest)
+
+
+def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = "stdout", origin: str | None = None,
+                min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
+                retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> tuple[bytes, ExportResult]:
+    """A single-file format's export as bytes, for the caller to send somewhere (``labeler export -o -``
+    writes them to standard output): (data, result). Recorded in ``exports`` with path ``target``;
+    no manifest file is written (``result.manifest`` is it). Folder formats raise ExportError.
+    Leads only (``by``; ``None`` is the local operator)."""
+    accounts.require(db, by, "lead", "exporting the golden set")
+    spec = _format(fmt)
+    if spec.directory:
+        raise ExportError(f"the {fmt} format writes a folder of files, not one stream: give a folder path")
+    g, files = _build(db, fmt, target, origin=origin, min_annotators=min_annotators,
+                      include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)
+    version_no, manifest = _record(db, fmt, target, g, files, by=by)
+    return files[target], ExportResult(fmt, target, None, version_no, manifest["files"], manifest["counts"], manifest)
 
 
 def export_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,

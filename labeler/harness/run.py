@@ -138,16 +138,18 @@ def _pipeline(pipeline: str | Pipeline | Callable | None, endpoint: str | None, 
     raise PipelineError(f"pipeline must be 'module:function', a function or a Pipeline; got {type(pipeline).__name__}")
 
 
-def _open_db(db: sqlite_utils.Database | str | Path | None) -> tuple[sqlite_utils.Database, str]:
+def _open_db(db: sqlite_utils.Database | str | Path | None, *,
+             logged: bool = False) -> tuple[sqlite_utils.Database, str]:
+    """Open ``db`` (never creating it); ``logged``: it is read for its logged retrievals (no pipeline)."""
     if isinstance(db, sqlite_utils.Database):
         return db, "database"
     if db is None:
         raise LabelerError("no pipeline: give --pipeline MODULE:FUNCTION or --endpoint URL, or --db with the "
                            "production logs to evaluate")
-    if str(db) != ":memory:" and not Path(db).exists():
+    if logged and str(db) != ":memory:" and not Path(db).exists():
         raise DatabaseError(f"no pipeline given and database {db} does not exist: pass --pipeline or --endpoint, "
                             "or --db pointing at the database the golden set came from")
-    return store.connect(db), str(db)
+    return store.connect(db, create=False), str(db)
 
 
 def _none(v: Any) -> Any:
@@ -236,7 +238,7 @@ def evaluate(
     loaded_at = time.perf_counter()
 
     if runner is None:
-        database, where = _open_db(db)
+        database, where = _open_db(db, logged=True)
         try:
             answers = stored_run(database, loaded, retriever=retriever)
         finally:

@@ -44,6 +44,7 @@ _EXTENSIONS = {
     ".parquet": "parquet", ".pq": "parquet",
 }
 MAX_LINE_BYTES = 16 * 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,8 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
         if isinstance(line, BadRecord):
             yield n, line
             continue
+        if n == 1 and line.startswith(_BOM):  # Windows editors start UTF-8 files with a byte order mark
+            line = line[len(_BOM):]
         if not line.strip():
             continue
         text = _decode(line)
@@ -172,7 +175,7 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
     memory whole; the line number is where each object starts.
     """
     decoder = json.JSONDecoder()
-    reader = io.TextIOWrapper(f, encoding="utf-8", errors="strict")
+    reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="strict")
     buf = ""
     line = 1
     pos = 0
