@@ -304,7 +304,7 @@ def test_parquet_with_wrong_column_types(db, tmp_path):
 
 def test_unknown_extension(db, tmp_path):
     path = _bad(tmp_path, "logs.xml", b"<x/>")
-    with pytest.raises(IngestError, match=r"unknown file extension .xml; use .jsonl, .json, .csv, .tsv or .parquet"):
+    with pytest.raises(IngestError, match=r"unknown file extension .xml and cannot tell the format from its first character '<'.*use .jsonl, .json, .csv, .tsv or .parquet"):
         labeler.ingest_logs(db, path)
 
 

@@ -45,6 +45,8 @@ _EXTENSIONS = {
 }
 MAX_LINE_BYTES = 16 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+_FIRST_LINE_MAX = 1 << 20  # a first line longer than this is taken for JSON lines without parsing it
+_WHITE = b" \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,60 @@ def detect_format(path: Path, fmt: str | None = None) -> tuple[str, bool]:
             raise IngestError(f"{path}: unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         return fmt, gz
     suffix = Path(path.stem).suffix.lower() if gz else path.suffix.lower()
-    if suffix not in _EXTENSIONS:
-        shown = suffix or "(none)"
-        raise IngestError(
-            f"{path}: unknown file extension {shown}; use .jsonl, .json, .csv, .tsv or .parquet "
-            f"(optionally .gz), or pass --format {'|'.join(FORMATS)}"
-        )
+    if suffix not in _EXTENSIONS:  # .txt, .log, no extension: JSON and Parquet tell by their first bytes
+        return sniff_format(path, gz, str(path)), gz
     return _EXTENSIONS[suffix], gz
+
+
+def _head(f: IO[bytes]) -> tuple[bytes, bytes]:
+    """(the first non-white-space bytes, the rest of their line), reading no more than needed."""
+    chunk = f.read(1 << 16)
+    if chunk.startswith(_BOM):
+        chunk = chunk[len(_BOM):]
+    while chunk and not chunk.lstrip(_WHITE):
+        chunk = f.read(1 << 16)
+    chunk = chunk.lstrip(_WHITE)
+    line = chunk
+    while b"\n" not in line and len(line) < _FIRST_LINE_MAX:
+        more = f.read(1 << 16)
+        if not more:
+            break
+        line += more
+    return chunk[:4], line.split(b"\n", 1)[0]
+
+
+def sniff_format(path: Path, gz: bool, shown: str) -> str:
+    """The format of a file from its first bytes (standard input, a file with an unknown extension):
+    ``PAR1`` Parquet, ``[`` a JSON array, ``{`` JSON lines, unless the first line is not a whole
+    JSON value (objects written over several lines, as ``jq`` or the OTel console exporter print
+    them: read as JSON)."""
+    opener = gzip.open if gz else open
+    try:
+        with opener(path, "rb") as f:
+            start, line = _head(f)
+    except (OSError, EOFError) as e:
+        raise IngestError(f"{shown}: cannot read: {e}") from None
+    stdin = shown == "<stdin>"
+    if not start:
+        raise IngestError(f"{shown}: standard input is empty; pipe a log file into it" if stdin
+                          else f"{shown}: empty file: no records found")
+    if start.startswith(b"PAR1"):
+        return "parquet"
+    if start.startswith(b"["):
+        return "json"
+    if start.startswith(b"{"):
+        if len(line) >= _FIRST_LINE_MAX:
+            return "jsonl"
+        try:
+            json.loads(line)
+        except ValueError:
+            return "json"  # an object over several lines
+        return "jsonl"
+    ext = "" if stdin else f"unknown file extension {path.suffix or '(none)'} and "
+    names = "" if stdin else "use .jsonl, .json, .csv, .tsv or .parquet (optionally .gz), or "
+    raise IngestError(f"{shown}: {ext}cannot tell the format from its first character "
+                      f"{start[:1].decode(errors='replace')!r} (JSON starts with [ or {{); "
+                      f"{names}give --format csv, tsv, jsonl, json or parquet")
 
 
 class _Counting(io.RawIOBase):

@@ -64,6 +64,22 @@ def _documents(attrs: dict[str, Any]) -> list | None:
     return [_document(fields) for _, fields in sorted(indexed.items())]
 
 
+def _ids_from_output(docs: list, output: Any) -> None:
+    """The LangChain instrumentor writes no ``document.id``, but the Documents it returned, ids
+    included, are in the span's ``output.value`` JSON: take each id from the Document at the same
+    position when its text is the same."""
+    if all(not isinstance(d, dict) or d.get("id") is not None for d in docs):
+        return
+    parsed = _parse_json(output)
+    listed = parsed.get("documents") if isinstance(parsed, dict) else None
+    if not isinstance(listed, list) or len(listed) != len(docs):
+        return
+    for doc, returned in zip(docs, listed, strict=True):
+        if (isinstance(doc, dict) and doc.get("id") is None and isinstance(returned, dict)
+                and returned.get("id") and returned.get("page_content") == doc.get("text")):
+            doc["id"] = returned["id"]
+
+
 def is_span(record: dict) -> bool:
     """A span in one of the layouts above (checked per record, never by key layout alone)."""
     context = record.get("context")
@@ -88,6 +104,9 @@ def span(record: dict) -> Span:
         docs = None
     question = attrs.get("input.value")
     answer = attrs.get("output.value")
+    if docs is not None and kind == "RETRIEVER":
+        _ids_from_output(docs, answer)
+        answer = None  # a retriever's output is its documents, not an answer
     return Span(
         trace_id=norm_id(flat.get("context.trace_id", flat.get("trace_id"))),
         span_id=norm_id(flat.get("context.span_id", flat.get("span_id"))),
@@ -134,8 +153,10 @@ class DocumentRows:
         rows = sorted(self.rows, key=lambda r: r.get("document_position") or 0)
         first = rows[0]
         docs = [{"id": r.get("document_id", r.get("document.id")),
-                 "text": r.get("reference", r.get("document_content")),
-                 "score": r.get("document_score")} for r in rows]
+                 "text": next((r[k] for k in ("document", "reference", "document_content") if r.get(k) is not None),
+                              None),
+                 "score": r.get("document_score"),
+                 "metadata": _parse_json(r.get("document_metadata"))} for r in rows]
         # no trace id on the Span: a documents file has no roots to wait for
         yield self.line, Span(
             trace_id=None, span_id=self.key, parent_id="(row)", retrieval=True,
