@@ -214,3 +214,20 @@ def test_cli_format_tool_with_standard_input(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert (out["tool"], out["format"], out["new"]) == ("phoenix", "jsonl", 1)
+
+
+def test_float_noise_in_scores_is_the_same_content_and_old_hashes_still_match(db, tmp_path):
+    from labeler.ingest.batches import content_hash
+    from labeler.ingest.validate import validate_log
+
+    rec = {"query_id": "s1", "question": "q", "retrieved": [{"id": "d", "score": 0.2895190638}]}
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "a.jsonl", [rec]))
+    noisy = {**rec, "retrieved": [{"id": "d", "score": 0.28951906380000003}]}  # the same span from Parquet
+    assert labeler.ingest_logs(db, write_jsonl(tmp_path / "b.jsonl", [noisy])).unchanged == 1
+    with pytest.raises(IngestError, match="different content"):
+        labeler.ingest_logs(db, write_jsonl(tmp_path / "c.jsonl", [{**rec, "retrieved": [{"id": "d", "score": 0.29}]}]))
+    # a database written before rounding holds the exact hash: re-ingesting the file still changes nothing
+    exact = content_hash(validate_log({**labeler.ingest.canonical(noisy), "content_ids": 0}), exact=True)
+    db.execute("UPDATE query_versions SET content_hash = ?", [exact])
+    db.conn.commit()
+    assert labeler.ingest_logs(db, write_jsonl(tmp_path / "d.jsonl", [noisy])).unchanged == 1

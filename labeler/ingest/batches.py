@@ -35,6 +35,15 @@ class _Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     line_key: str | None
 
 
+def content_hash(rec: dict[str, Any], *, exact: bool = False) -> str:
+    """What makes two records with one query id the same: question, answer, chunk ids and scores.
+    Scores are rounded to 9 decimals, so that the same span exported as JSON (10 significant
+    digits) and as Parquet (full doubles) is the same; ``exact`` gives the hash of earlier
+    versions, which used the scores as logged."""
+    scores = rec["scores"] if exact else [None if v is None else round(v, 9) for v in rec["scores"]]
+    return _hash(rec["question"], rec["answer"], list(zip(rec["ids"], scores, strict=True)))
+
+
 class _Keyer:
     """Gives each validated record its query id, content hash and (without an id) line key."""
 
@@ -42,7 +51,7 @@ class _Keyer:
         self.ordinals: dict[str, int] = {}
 
     def key(self, line: int, rec: dict[str, Any]) -> _Row:
-        content = _hash(rec["question"], rec["answer"], list(zip(rec["ids"], rec["scores"], strict=True)))
+        content = content_hash(rec)
         if rec["query_id"] is not None:
             return _Row(line, rec, rec["query_id"], content, None)
         norm = normalize_question(rec["question"])

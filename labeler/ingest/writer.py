@@ -14,7 +14,7 @@ import json
 import sqlite_utils
 
 from .. import db as store
-from .batches import _Row
+from .batches import _Row, content_hash
 from .common import IngestResult, Problem
 from .validate import normalize_question
 
@@ -156,7 +156,7 @@ class _LogWriter:
             if prior is None and known is not None:
                 prior = versions.get((known[0], rec["retriever"]))
             if prior is not None:
-                if prior[0] != r.content_hash:
+                if prior[0] != r.content_hash and prior[0] != content_hash(rec, exact=True):
                     rejected.append((r.line, Problem(
                         self.path, r.line, "query_id",
                         f"{r.query_id!r} was already ingested from {prior[1]} with different content "
