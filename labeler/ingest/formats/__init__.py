@@ -102,7 +102,6 @@ class Reader:
         self.mapping = mapping or None
         self.joins: dict[str, TraceJoin] = {}
         self.rows = openinference.DocumentRows()
-        self._was_plain = False
 
     def _join(self, tool: str) -> TraceJoin:
         if tool not in self.joins:
@@ -117,8 +116,12 @@ class Reader:
                 yield line, raw, raw.raw
                 continue
             try:
-                for at, item in self._one(line, raw):
-                    yield at, item, raw if item.__class__ is dict and at == line and self._was_plain else item
+                tool = self.tool or detect(raw)
+                if tool == "plain":
+                    yield line, self._plain(raw), raw
+                    continue
+                for at, item in self._one(tool, line, raw):
+                    yield at, item, item
             except FieldError as e:
                 yield line, e, raw
         for at, item in self._finish():
@@ -129,12 +132,8 @@ class Reader:
         for join in self.joins.values():
             yield from self._out(join.flush())
 
-    def _one(self, line: int, raw: dict) -> Iterator[tuple[int, Any]]:
-        tool = self.tool or detect(raw)
-        self._was_plain = tool == "plain"
-        if tool == "plain":
-            yield line, self._plain(raw)
-        elif tool == "otlp":
+    def _one(self, tool: str, line: int, raw: dict) -> Iterator[tuple[int, Any]]:
+        if tool == "otlp":
             if not otlp.is_envelope(raw):
                 raise FieldError("resourceSpans", "missing (not an OTLP/JSON request)")
             yield from self._spans("otlp", ((line, openinference.span(s)) for s in otlp.spans(raw)))
