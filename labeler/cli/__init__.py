@@ -241,17 +241,12 @@ def queue(ctx: click.Context, as_json: bool) -> None:
 
 def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
     from ..accounts import check_exposure
+    from ..app.launch import streamlit_command
 
     secrets = _secrets_toml()
     check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
                    oidc=bool(secrets.get("auth")))
-    app = Path(__file__).parent.parent / "app" / "streamlit_app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false",
-           "--server.address", host, "--client.showErrorDetails", "type"]
-    if port:
-        cmd += ["--server.port", str(port)]
-    if headless:
-        cmd += ["--server.headless", "true"]
+    cmd = streamlit_command(host=host, port=port, headless=headless)
     env = dict(os.environ, LABELER_DB=str(Path(db_path).resolve()))
     raise SystemExit(subprocess.call(cmd, env=env))
 
