@@ -1,6 +1,6 @@
 """What an installed labeler needs besides its code: the demo data and the app's Streamlit defaults
-inside the package, and the user's own Streamlit config winning over those defaults (the wheel
-itself: test_wheel.py)."""
+inside the package, the user's own Streamlit config winning over those defaults, and the names
+(distribution rag-labeler, import package and command labeler). The wheel itself: test_wheel.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from labeler import version as V
 from labeler.app import launch
+from labeler.cli import cli
 from labeler.demo import DEMO_FILES, demo_files
 from labeler.errors import LabelerError
 
@@ -93,3 +96,12 @@ def test_the_checkouts_streamlit_config_agrees_with_the_packaged_defaults():
     for option, value in launch.packaged_defaults().items():
         section, key = option.split(".")
         assert checkout[section][key] == value, option
+
+
+def test_names_distribution_rag_labeler_package_and_command_labeler(monkeypatch):
+    assert PYPROJECT["project"]["name"] == V.DISTRIBUTION == "rag-labeler"
+    assert PYPROJECT["project"]["scripts"] == {"labeler": "labeler.cli:cli"}
+    monkeypatch.setattr(V, "DISTRIBUTION", "rag-labeler-not-installed")
+    assert V.version() == "0"  # never another project's version, never an exception
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.output == "labeler, version 0\n"

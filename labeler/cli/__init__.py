@@ -43,6 +43,15 @@ def _open(ctx: click.Context):
     return store.connect(ctx.obj["db_path"])
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from ..version import version  # importlib.metadata costs ~40 ms: only when asked
+
+    click.echo(f"labeler, version {version()}")
+    ctx.exit()
+
+
 def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
@@ -50,7 +59,8 @@ def _print_json(value: Any) -> None:
 @click.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", envvar="LABELER_DB", default="labeler.db", show_default=True,
               type=click.Path(dir_okay=False), help="The SQLite database file (env LABELER_DB).")
-@click.version_option(package_name="labeler")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version of rag-labeler and exit.")
 @click.pass_context
 def cli(ctx: click.Context, db_path: str) -> None:
     """labeler: turn RAG production logs into a golden dataset with honest numbers.
