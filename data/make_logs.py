@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Build the bundled demo retrieval logs and golden set for labeler.
 
-Reads (next to this script):
+The data set lives inside the package, in ``labeler/demo_data/``, so that it ships in the wheel and
+``labeler demo`` finds it wherever labeler is installed; this script stays out of the package.
+
+Reads (from labeler/demo_data/):
     corpus.jsonl     help-center chunks  {"id", "title", "text", "source"}
     questions.jsonl  logged questions    {"question", "timestamp", "answer"?, "relevant",
                                           "grades", "expected_answer"?}
@@ -28,11 +31,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-HERE = Path(__file__).resolve().parent
-CORPUS = HERE / "corpus.jsonl"
-QUESTIONS = HERE / "questions.jsonl"
-LOGS = HERE / "logs.jsonl"
-GOLDEN = HERE / "golden.jsonl"
+DATA = Path(__file__).resolve().parent.parent / "labeler" / "demo_data"
+CORPUS = DATA / "corpus.jsonl"
+QUESTIONS = DATA / "questions.jsonl"
+LOGS = DATA / "logs.jsonl"
+GOLDEN = DATA / "golden.jsonl"
 
 TOP_K = 8
 GOLDEN_SIZE = 50

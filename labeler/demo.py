@@ -1,7 +1,10 @@
-"""Build the demo database from the bundled data set in ``data/``."""
+"""Build the demo database from the data set bundled in the package (``labeler/demo_data/``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 from . import db as store
@@ -9,13 +12,21 @@ from .errors import LabelerError
 from .export import import_golden
 from .ingest import ingest_corpus, ingest_logs
 
+DEMO_FILES = ("corpus.jsonl", "logs.jsonl", "golden.jsonl")
 
-def data_dir() -> Path:
-    """The bundled ``data/`` folder (next to the package in a checkout, or in the current folder)."""
-    for candidate in (Path(__file__).resolve().parent.parent / "data", Path.cwd() / "data"):
-        if (candidate / "corpus.jsonl").exists():
-            return candidate
-    raise LabelerError("cannot find the demo data folder data/ (run from a checkout of labeler)")
+
+@contextlib.contextmanager
+def demo_files() -> Iterator[dict[str, Path]]:
+    """The demo files as paths on disk, by name, wherever labeler is installed (a checkout, an
+    editable install or a wheel; a zipped install gets temporary copies for the duration)."""
+    folder = resources.files("labeler.demo_data")
+    with contextlib.ExitStack() as stack:
+        paths = {name: stack.enter_context(resources.as_file(folder / name)) for name in DEMO_FILES}
+        missing = [name for name, path in paths.items() if not path.is_file()]
+        if missing:
+            raise LabelerError(f"the demo data file {missing[0]} is missing from the installed labeler package "
+                               f"({folder}); reinstall it: pip install --force-reinstall rag-labeler")
+        yield paths
 
 
 def build_demo(db_path: str | Path) -> str:
@@ -23,10 +34,10 @@ def build_demo(db_path: str | Path) -> str:
     db = store.connect(db_path)
     if db.execute("SELECT count(*) FROM queries").fetchone()[0]:
         return f"{db_path}: demo database already built"
-    data = data_dir()
-    corpus = ingest_corpus(db, data / "corpus.jsonl")
-    logs = ingest_logs(db, data / "logs.jsonl")
-    # labels the project wrote for 50 of the questions, so the Metrics page has numbers at once
-    golden = import_golden(db, data / "golden.jsonl", annotator="demo")
+    with demo_files() as data:
+        corpus = ingest_corpus(db, data["corpus.jsonl"])
+        logs = ingest_logs(db, data["logs.jsonl"])
+        # labels the project wrote for 50 of the questions, so the Metrics page has numbers at once
+        golden = import_golden(db, data["golden.jsonl"], annotator="demo")
     return (f"{db_path}: demo database built: {corpus.new} chunks, {logs.new} queries "
             f"({logs.records} log lines), {golden.records} labeled by annotator demo")

@@ -47,6 +47,15 @@ def _open(ctx: click.Context, *, create: bool = False):
     return store.connect(ctx.obj["db_path"], create=create)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from ..version import version  # importlib.metadata costs ~40 ms: only when asked
+
+    click.echo(f"labeler, version {version()}")
+    ctx.exit()
+
+
 def _print_json(value: Any, *, err: bool = False) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str), err=err)
 
@@ -54,7 +63,8 @@ def _print_json(value: Any, *, err: bool = False) -> None:
 @click.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", envvar="LABELER_DB", default="labeler.db", show_default=True,
               type=click.Path(dir_okay=False), help="The SQLite database file (env LABELER_DB).")
-@click.version_option(package_name="labeler")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version of rag-labeler and exit.")
 @click.pass_context
 def cli(ctx: click.Context, db_path: str) -> None:
     """labeler: turn RAG production logs into a golden dataset with honest numbers.
@@ -269,17 +279,12 @@ def queue(ctx: click.Context, as_json: bool) -> None:
 
 def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
     from ..accounts import check_exposure
+    from ..app.launch import streamlit_command
 
     secrets = _secrets_toml()
     check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
                    oidc=bool(secrets.get("auth")))
-    app = Path(__file__).parent.parent / "app" / "streamlit_app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--browser.gatherUsageStats", "false",
-           "--server.address", host, "--client.showErrorDetails", "type"]
-    if port:
-        cmd += ["--server.port", str(port)]
-    if headless:
-        cmd += ["--server.headless", "true"]
+    cmd = streamlit_command(host=host, port=port, headless=headless)
     env = dict(os.environ, LABELER_DB=str(Path(db_path).resolve()))
     raise SystemExit(subprocess.call(cmd, env=env))
 

@@ -10,7 +10,6 @@ import os
 import time
 import zipfile
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,12 @@ from .. import accounts
 from .. import db as store
 from .. import metrics as m
 from ..report import DEFAULT_KS, DEFAULT_METRICS, DEFAULT_RETRIEVER, expand_specs
+from ..version import version
 from .formats import _format
 from .golden import ExportError, GoldenSet, golden_set
 
 MANIFEST_VERSION = 1
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-def _version() -> str:
-    try:
-        return version("labeler")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0"
 
 
 @dataclass
@@ -89,7 +82,7 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
             [fmt, path, digest, store.dumps(g.filters), store.dumps(counts), created]).lastrowid
         accounts.audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
     manifest = {
-        "manifest_version": MANIFEST_VERSION, "labeler_version": _version(), "version": version_no, "format": fmt,
+        "manifest_version": MANIFEST_VERSION, "labeler_version": version(), "version": version_no, "format": fmt,
         "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
         "grade_names": store.get_setting(db, "grade_names"), "counts": counts, "metrics": _metrics(g),
     }
