@@ -160,7 +160,7 @@ def _order(db, order: str) -> list[str]:
 
 
 def test_order_oldest(db, ingest_tiny):
-    records = [{"query_id": qid, "question": qid, "timestamp": ts, "retrieved": []}
+    records = [{"query_id": qid, "question": qid, "timestamp": ts, "retrieved": [{"id": f"d-{qid}"}]}
                for qid, ts in (("x", "2026-02-01"), ("y", "2025-12-31"), ("z", "2026-01-15"))]
     ingest_tiny(db, records=records)
     assert _order(db, "oldest") == ["y", "z", "x"]

@@ -201,8 +201,11 @@ def test_queries_the_retriever_never_ran_are_left_out(small, tmp_path):
     assert (rep.n_queries, rep.n_not_run, rep.metrics["mrr"]["mean"]) == (4, 1, 0.5)
     assert R.retrieval_report(small, ["mrr"], origin="import").n_not_run == 1
     # a logged empty list is a ranking: the query counts (and scores 0)
+    # (a file in which no record has a chunk is refused as a mistake: this one has another record)
     ingest_logs(small, write(tmp_path / "empty.jsonl", [{"query_id": "qz", "question": "nothing found?",
-                                                           "retrieved": []}]))
+                                                           "retrieved": []},
+                                                          {"query_id": "qy", "question": "unlabeled",
+                                                           "retrieved": [{"id": "d-y"}]}]))
     import_golden(small, write(tmp_path / "z.jsonl", [{"query_id": "qz", "question": "x", "relevant_ids": ["missed"]}]),
                   annotator="carol")
     rep = R.retrieval_report(small, ["mrr"])
