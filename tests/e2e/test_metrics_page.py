@@ -28,6 +28,7 @@ def test_metrics_page_shows_the_demo_numbers(tmp_path, start_app, page):
         page.get_by_text(f"95% CI [{v['ci_low']:.3f}, {v['ci_high']:.3f}] · n = 50").first.wait_for()
     page.get_by_text("50 labeled queries").wait_for()
     page.get_by_text("Retrieval is the bottleneck").wait_for()
+    page.get_by_test_id("stVegaLiteChart").nth(1).wait_for()  # the charts render after the tiles
     assert page.get_by_test_id("stVegaLiteChart").count() == 2  # metric vs k, histogram
 
     worst = R.worst_queries(db, report, "recall@1", limit=1)
