@@ -50,3 +50,22 @@ def test_a_bad_upload_shows_the_error_and_writes_nothing(tmp_path, start_app, pa
     page.get_by_text("bad.jsonl:2: question: missing").wait_for()
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT count(*) FROM queries").fetchone() == (166,)
+
+
+def test_upload_a_trace_written_by_the_otel_console_exporter(tmp_path, start_app, page):
+    # what the OpenTelemetry console exporter wrote (tests/fixtures/tools): .txt, spans of a whole trace
+    from pathlib import Path
+
+    spans = Path(__file__).parent.parent / "fixtures" / "tools" / "otel" / "llamaindex_console.txt"
+    db_path = tmp_path / "demo.db"
+    build_demo(db_path)
+    server = start_app(db_path)
+    sign_in_by_name(page, server.url, "alice", "/data")
+    page.locator("input[type=file]").set_input_files(str(spans))
+    page.get_by_role("button", name="Ingest").click()
+    page.get_by_text("llamaindex_console.txt: 2 records: 2 new").wait_for()
+    page.get_by_text("skipped 24 spans that are not retrievals").wait_for()
+    assert tile(page, "Queries") == "168"
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT count(*) FROM queries WHERE query_id IN ('2b491044d5e34124', 'defc044a09325626') "
+                        "AND answer IS NOT NULL").fetchone() == (2,)

@@ -34,8 +34,10 @@ me = auth.me()
 st.subheader("Upload")
 kind = st.radio("What is in the file?", ["Production logs", "Corpus (chunks with id and text)"],
                 horizontal=True, key="upload_kind")
-upload = st.file_uploader("JSONL, JSON, CSV/TSV or Parquet (optionally .gz)",
-                          type=["jsonl", "ndjson", "json", "csv", "tsv", "parquet", "pq", "gz"], key="upload_file")
+upload = st.file_uploader("JSONL, JSON, CSV/TSV or Parquet (optionally .gz); exports of Phoenix, OpenTelemetry, "
+                          "LangSmith, LangChain, LlamaIndex, Ragas",
+                          type=["jsonl", "ndjson", "json", "csv", "tsv", "parquet", "pq", "gz", "txt", "log"],
+                          key="upload_file")
 with st.expander("Options"):
     lenient = st.checkbox("Lenient: write the valid records and list the rejected ones", key="upload_lenient")
     mapping_text = st.text_input("Field mapping (like --map), comma separated",
