@@ -231,3 +231,20 @@ def test_float_noise_in_scores_is_the_same_content_and_old_hashes_still_match(db
     db.execute("UPDATE query_versions SET content_hash = ?", [exact])
     db.conn.commit()
     assert labeler.ingest_logs(db, write_jsonl(tmp_path / "d.jsonl", [noisy])).unchanged == 1
+
+
+def test_the_default_retriever(db, tmp_path):
+    from labeler.retrievers import RetrieverError, default_retriever
+
+    with pytest.raises(RetrieverError, match="no retriever logged any rankings yet"):
+        default_retriever(db)
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "a.jsonl", [{"question": "q", "retriever": "tfidf", "retrieved": [{"id": "d"}]}]))
+    assert default_retriever(db) == "tfidf"
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "b.jsonl", [{"question": "q", "retriever": "bm25", "retrieved": [{"id": "d"}]}]))
+    with pytest.raises(RetrieverError, match=r"several retrievers logged rankings \(bm25, tfidf\) and none is called 'production'"):
+        default_retriever(db)
+    assert default_retriever(db, "bm25") == "bm25"
+    with pytest.raises(RetrieverError, match="retriever 'dense' logged no rankings; logged: bm25, tfidf"):
+        default_retriever(db, "dense")
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "c.jsonl", [{"question": "q", "retrieved": [{"id": "d"}]}]))
+    assert default_retriever(db) == "production"
