@@ -20,7 +20,7 @@ from . import formats
 from .common import FieldError as _FieldError
 from .mapping import LOG_ALIASES
 from .readers import BadRecord, iter_records
-from .validate import _hash, normalize_question, validate_log
+from .validate import DEFAULT_RETRIEVER, _hash, normalize_question, validate_log
 
 BATCH = 2000
 # CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
@@ -57,6 +57,9 @@ class _Keyer:
         norm = normalize_question(rec["question"])
         qid = "q-" + _hash(norm, rec["retriever"], rec["ids"])[:16]
         raw = _hash(content, rec["timestamp"], rec["meta"])
+        if rec["retriever"] != DEFAULT_RETRIEVER:
+            # the same line logged by another retriever is another line (the default's keys are as before)
+            raw = _hash(raw, rec["retriever"])
         n = self.ordinals.get(raw, 0)
         self.ordinals[raw] = n + 1
         # without an id, a different answer or score is another occurrence, never a conflict
