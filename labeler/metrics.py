@@ -555,13 +555,19 @@ def aggregate(
     return {c: result[c] for c in metric_columns}
 
 
-def paired_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 10000, seed: int = 0) -> float:
+EXACT_MAX = 16  # most differences for which paired_test may enumerate every sign flip (65,536)
+
+
+def paired_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 10000, seed: int = 0,
+                exact: bool = False) -> float:
     """Two-sided paired randomization (sign-flip) test of mean(a - b) = 0; returns the p-value.
 
     ``a`` and ``b`` are per-query values of two systems on the same queries; pairs where either is NaN
     are dropped. Each resample flips the sign of every difference with probability 1/2 (seeded);
     p = (count of |resampled mean| >= |observed mean| + 1) / (n_resamples + 1). Identical inputs give
-    p = 1; no pairs give NaN.
+    p = 1; no pairs give NaN. ``exact``: when the n pairs have at most :data:`EXACT_MAX` and 2^n <=
+    ``n_resamples``, enumerate all 2^n sign assignments instead (the identity included) and return
+    the exact p = (count of |flipped mean| >= |observed mean|) / 2^n; no randomness is involved.
     """
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
@@ -576,6 +582,10 @@ def paired_test(a: np.ndarray, b: np.ndarray, *, n_resamples: int = 10000, seed:
     observed = abs(total)
     # Sums differ from the observed one by rounding only when the signs change nothing.
     tolerance = 1e-9 * np.abs(diff).sum()
+    if exact and n <= EXACT_MAX and 2 ** n <= n_resamples:
+        # row i keeps difference j when bit j of i is set: every assignment exactly once
+        kept = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(float) @ diff
+        return int(np.count_nonzero(np.abs(2 * kept - total) >= observed - tolerance)) / 2 ** n
     rng = np.random.default_rng(seed)
     chunk = max(1, _CHUNK // n)
     count = 0

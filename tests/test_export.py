@@ -69,7 +69,7 @@ def test_jsonl_golden_set(small, tmp_path):
 def test_trec_files(small, tmp_path):
     E.export_golden(small, tmp_path / "trec", "trec")
     qrels = (tmp_path / "trec" / "qrels.txt").read_text().splitlines()
-    run = (tmp_path / "trec" / "run.txt").read_text().splitlines()
+    run = (tmp_path / "trec" / "run.production.txt").read_text().splitlines()
     # qc has no relevant chunk: trec_eval would score it, labeler leaves it out; so it is not written
     assert qrels[:3] == ["qa 0 a1 3", "qa 0 a2 0", "qa 0 a3 2"] and not any(x.startswith("qc ") for x in qrels)
     assert len(qrels) == 10 and "qd 0 missed 3" in qrels
@@ -78,11 +78,13 @@ def test_trec_files(small, tmp_path):
 
 
 
-def test_trec_leaves_out_queries_the_retriever_never_ran(small, tmp_path):
+def test_trec_run_leaves_out_queries_the_retriever_never_ran(small, tmp_path):
     E.import_golden(small, write(tmp_path / "g.jsonl", [{"query_id": "new", "question": "new?",
                                                            "relevant_ids": ["missed"]}]), annotator="carol")
     result = E.export_golden(small, tmp_path / "trec", "trec")
-    assert not any(x.startswith("new ") for x in (tmp_path / "trec" / "qrels.txt").read_text().splitlines())
+    # the qrels belong to no retriever: they hold it; the run of a retriever that never ran it does not
+    assert "new 0 missed 3" in (tmp_path / "trec" / "qrels.txt").read_text().splitlines()
+    assert not any(x.startswith("new ") for x in (tmp_path / "trec" / "run.production.txt").read_text().splitlines())
     assert result.counts["queries"] == 5 and result.counts["queries_not_run"] == 1
     assert result.manifest["metrics"] == R.retrieval_report(small).to_dict()
 
@@ -168,14 +170,15 @@ def test_manifest_and_exports_table(small, tmp_path):
     manifest = json.loads((tmp_path / "trec.manifest.json").read_text())
     assert manifest == result.manifest
     assert set(manifest) == {"manifest_version", "labeler_version", "version", "format", "created_at", "sha256", "files",
-                             "filters", "threshold", "grade_names", "counts", "metrics"}
+                             "filters", "threshold", "grade_names", "counts", "metrics", "run_metrics"}
     for name, sha in manifest["files"].items():
         assert hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == sha
-    assert sorted(manifest["files"]) == ["trec/qrels.txt", "trec/run.txt"]
+    assert sorted(manifest["files"]) == ["trec/qrels.txt", "trec/run.production.txt"]
     assert manifest["filters"] == {"origin": "log", "min_annotators": 1, "include_unreviewed_synthetic": False,
                                    "retriever": "production"}
     assert manifest["threshold"] == 2 and manifest["counts"]["queries"] == 4 and manifest["format"] == "trec"
-    assert manifest["metrics"] == R.retrieval_report(small, origin="log").to_dict()
+    metrics = R.retrieval_report(small, origin="log").to_dict()
+    assert manifest["metrics"] == metrics and manifest["run_metrics"] == {"production": metrics}
     row = small.execute("SELECT version, format, path, sha256, filters, counts FROM exports").fetchall()
     assert row == [(manifest["version"], "trec", str(tmp_path / "trec"), manifest["sha256"],
                     labeler.db.dumps(manifest["filters"]), labeler.db.dumps(manifest["counts"]))]
@@ -412,7 +415,7 @@ def test_cisi_trec_export_reproduces_labeler_metrics(tmp_path):
         q, _, d, g = line.split()
         qrels.setdefault(q, {})[d] = int(g)
     run: dict[str, dict[str, float]] = {}
-    for line in (tmp_path / "trec" / "run.txt").read_text().splitlines():
+    for line in (tmp_path / "trec" / "run.production.txt").read_text().splitlines():
         q, _, d, _, score, _ = line.split()
         run.setdefault(q, {})[d] = float(score)
     assert len(qrels) == 76  # the two labeled queries without a relevant document are left out

@@ -134,16 +134,21 @@ def test_per_query_records_and_file(small, tmp_path):
 
 
 def test_unknown_retriever_and_origin_are_clear_errors(small):
-    with pytest.raises(LabelerError, match="retriever 'bm99' logged no rankings; known retrievers: production"):
+    with pytest.raises(LabelerError, match="retriever 'bm99' logged no rankings; logged: production"):
         R.retrieval_report(small, retriever="bm99")
     with pytest.raises(LabelerError, match="origin 'web' is unknown"):
         R.retrieval_report(small, origin="web")
 
 
-def test_empty_database_gives_an_empty_report(db):
+def test_empty_database_is_an_error_not_an_empty_report(db, tmp_path):
+    with pytest.raises(LabelerError, match="no retriever logged any rankings yet"):
+        R.retrieval_report(db, ["recall@5"])
+    # logged but nothing labeled: an empty report of the retriever that logged
+    ingest_logs(db, write(tmp_path / "logs.jsonl", RECORDS[:1]))
     rep = R.retrieval_report(db, ["recall@5"])
     assert rep.to_dict() == {"n_queries": 0, "n_without_relevant": 0, "threshold": 2, "retriever": "production",
-                             "metrics": {"recall@5": {"mean": None, "ci_low": None, "ci_high": None, "n": 0}}}
+                             "metrics": {"recall@5": {"mean": None, "ci_low": None, "ci_high": None, "n": 0}},
+                             "judged": {"judged@5": None}}
     assert rep.diagnosis().verdict == "not_enough_data"
     assert rep.curve().empty
 
@@ -355,7 +360,9 @@ def test_compare_retrievers_with_a_paired_test(small, tmp_path):
 def test_cli_json_document_is_exactly_the_issue_shape(small_file, db_path, tmp_path):
     out = cli_json(db_path, "--k", "1,3", "--metric", "recall", "--metric", "mrr", "--per-query",
                    str(tmp_path / "pq.jsonl"))
-    assert list(out) == ["n_queries", "n_without_relevant", "threshold", "retriever", "metrics"]
+    assert list(out) == ["n_queries", "n_without_relevant", "threshold", "retriever", "metrics", "judged"]
+    # judged@k for the cutoffs reported: qa-qd all fully graded in their top 3, judged@1 too
+    assert out["judged"] == {"judged@1": 1.0, "judged@3": 1.0}
     assert (out["n_queries"], out["n_without_relevant"], out["threshold"], out["retriever"]) == (4, 1, 2, "production")
     assert list(out["metrics"]) == ["recall@1", "recall@3", "mrr"]
     for v in out["metrics"].values():

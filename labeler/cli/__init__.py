@@ -495,8 +495,8 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
               help="Read the endpoint's response from (dotted) paths, as in ingest: --map retrieved=result.docs.")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
               help="An HTTP header for --endpoint (repeatable), e.g. 'Authorization: Bearer $TOKEN'.")
-@click.option("--retriever", default="production", show_default=True,
-              help="Without --pipeline/--endpoint: the logged retriever in --db to evaluate.")
+@click.option("--retriever", help="Without --pipeline/--endpoint: the logged retriever in --db to evaluate "
+              "(default: the only one, else production).")
 @click.option("-k", "k", type=click.IntRange(1), help="Cutoff of the default metrics recall@k, precision@k, "
               "hit@k, mrr, ndcg@k (default 10).")
 @click.option("--metric", "metric_specs", multiple=True, metavar="SPEC", help="Another metric, e.g. ndcg@10.")
@@ -526,15 +526,15 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
-             headers: tuple[str, ...], retriever: str, k: int | None, metric_specs: tuple[str, ...],
+             headers: tuple[str, ...], retriever: str | None, k: int | None, metric_specs: tuple[str, ...],
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
              save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
              as_json: bool) -> None:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
-    Without --pipeline or --endpoint, evaluates the production retrieval logged in --db (to seed a
-    first baseline). Prints a markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).
+    Without --pipeline or --endpoint, evaluates the retrieval logged in --db by --retriever (default:
+    the only retriever, else production) to seed a first baseline. Prints a markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).
     Exit 0: no regression; 3: a metric dropped by more than its --max-drop with p < --alpha (the
     questions that got worse are listed); 1: a user error.
 
@@ -589,7 +589,9 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
               help="Cutoffs for the default metrics and for --metric names given without @k.")
 @click.option("--metric", "metric_specs", multiple=True, metavar="SPEC",
               help="A metric spec (recall@5, P@10, mrr, ndcg...); repeatable. Default: recall, ndcg, mrr.")
-@click.option("--retriever", default="production", show_default=True, help="Whose logged ranking to score.")
+@click.option("--retriever", help="Whose logged ranking to score (default: the only retriever, else production).")
+@click.option("--compare", metavar="A,B", help="Compare two retrievers on the queries both ran: means, the paired "
+              "difference with a bootstrap CI, a sign-flip p-value, judged@k.")
 @click.option("--origin", type=ORIGIN_CHOICE, help="Only queries of this origin.")
 @click.option("--annotator", help="Only this annotator's submitted grades.")
 @click.option("--since", metavar="TIME", help="Only labels submitted at or after TIME (ISO 8601).")
@@ -599,21 +601,31 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap CIs.")
 @json_option
 @click.pass_context
-def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str,
-                origin: str | None, annotator: str | None, since: str | None, until: str | None,
-                per_query: str | None, seed: int, as_json: bool) -> None:
+def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str | None,
+                compare: str | None, origin: str | None, annotator: str | None, since: str | None,
+                until: str | None, per_query: str | None, seed: int, as_json: bool) -> None:
     """Retrieval metrics of the labeled queries, identical to trec_eval, with 95% bootstrap CIs.
 
     Scores the logged ranking of --retriever against the consolidated human labels of submitted
     queries; relevant = grade >= the project's threshold. Queries without a relevant chunk are
-    left out of the means and counted.
+    left out of the means and counted. judged@k (the share of the top k with a label) under 0.9
+    prints a warning: the metrics then count unjudged chunks as irrelevant.
 
     Example:
 
         labeler metrics --k 5,10 --metric recall --metric mrr --origin log --json
+
+    \b
+        labeler metrics --compare production,bm25 --k 10 --json
     """
     from ..report import retrieval_report
 
+    if compare is not None:
+        if retriever is not None or per_query:
+            raise click.UsageError("--compare names both retrievers; it takes neither --retriever nor --per-query")
+        _compare(ctx, compare, list(metric_specs) or None, ks=ks, origin=origin, annotator=annotator, since=since,
+                 until=until, seed=seed, as_json=as_json)
+        return
     report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
                               annotator=annotator, since=since, until=until, seed=seed)
     if per_query:
@@ -634,6 +646,38 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
     for spec, v in report.judged.items():
         if v["mean"] is not None:
             click.echo(f"{spec:<14}{v['mean']:>8.3f}  (share of the top k with a human label)")
+    for line in report.judged_warnings():
+        click.echo(f"Warning: {line}", err=True)
+
+
+def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tuple[int, ...], origin: str | None,
+             annotator: str | None, since: str | None, until: str | None, seed: int, as_json: bool) -> None:
+    from ..report import compare_retrievers
+
+    pair = [n.strip() for n in names.split(",")]
+    if len(pair) != 2 or not all(pair):
+        raise click.BadParameter(f"{names!r}: give two retrievers separated by a comma, e.g. production,bm25",
+                                 param_hint="'--compare'")
+    c = compare_retrievers(_open(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
+                           since=since, until=until, seed=seed)
+    if as_json:
+        _print_json(c.to_dict())
+    else:
+        click.echo(f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
+                   f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
+                   f"difference (seed {c.seed}), paired sign-flip p-value")
+        click.echo(f"{'metric':<14}{c.a[:10]:>10}{c.b[:10]:>10}{'diff':>9}  {'95% CI':<18}{'p':>7}{'n':>6}")
+        for spec, v in c.metrics.items():
+            if v["n"] == 0:
+                click.echo(f"{spec:<14}{'-':>10}{'-':>10}{'-':>9}  {'':<18}{'-':>7}{0:>6}")
+                continue
+            ci = f"[{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+            click.echo(f"{spec:<14}{v['a']:>10.3f}{v['b']:>10.3f}{v['diff']:>+9.3f}  {ci:<18}{v['p_value']:>7.4f}"
+                       f"{v['n']:>6}")
+        for r, judged in c.judged.items():
+            click.echo(f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items()))
+        for line in c.warnings:  # --json carries them in "warnings"
+            click.echo(f"Warning: {line}", err=True)
 
 
 @cli.command("export", context_settings=CONTEXT_SETTINGS)
@@ -647,11 +691,12 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
               help="Only queries submitted by at least N annotators.")
 @click.option("--include-unreviewed-synthetic", is_flag=True,
               help="Also export synthetic questions still pending review.")
-@click.option("--retriever", default="production", show_default=True, help="The run in trec, ragas and csv.")
+@click.option("--retriever", help="The ranking in ragas and csv (default: the only retriever, else production); "
+              "trec writes run.<retriever>.txt for every retriever, or only this one's.")
 @json_option
 @click.pass_context
 def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_annotators: int,
-               include_unreviewed_synthetic: bool, retriever: str, as_json: bool) -> None:
+               include_unreviewed_synthetic: bool, retriever: str | None, as_json: bool) -> None:
     """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
 
     With -o - the data goes to standard output and only it (the summary, or --json's document with

@@ -19,7 +19,7 @@ Modules: ``golden`` (what is exported: :class:`GoldenSet`), ``formats`` (the reg
 built-in writers), ``write`` (files, manifest, the ``exports`` row, downloads), ``importer``.
 """
 
-from .formats import CSV_COLUMNS, FORMATS, ExportFormat, register_format, spreadsheet_safe
+from .formats import CSV_COLUMNS, FORMATS, ExportFormat, register_format, run_file_name, spreadsheet_safe
 from .golden import ExportError, GoldenSet, golden_set
 from .importer import ImportResult, import_golden
 from .write import (
@@ -49,5 +49,6 @@ __all__ = [
     "golden_set",
     "import_golden",
     "register_format",
+    "run_file_name",
     "spreadsheet_safe",
 ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,22 +22,31 @@ Writer = Callable[[GoldenSet, str], dict[str, bytes]]
 @dataclass(frozen=True)
 class ExportFormat:
     """A registered export format: ``write(golden, stem)`` returns {relative name: bytes};
-    ``directory`` formats write several files into the folder PATH, the others one file at PATH."""
+    ``directory`` formats write several files into the folder PATH, the others one file at PATH.
+    ``runs``: which logged rankings it embeds: ``none``, ``one`` (the named or default retriever's:
+    several retrievers without a default are then an error) or ``each`` (every retriever's, or
+    only the named one's)."""
 
     name: str
     write: Writer
     directory: bool
     description: str
+    runs: str = "none"
 
 
 FORMATS: dict[str, ExportFormat] = {}
 
 
-def register_format(name: str, write: Writer, *, directory: bool = False, description: str = "") -> ExportFormat:
-    """Register an export format under ``name`` (an existing name raises ExportError)."""
+def register_format(name: str, write: Writer, *, directory: bool = False, description: str = "",
+                    runs: str = "none") -> ExportFormat:
+    """Register an export format under ``name`` (an existing name raises ExportError); ``runs``: see
+    :class:`ExportFormat`."""
     if name in FORMATS:
         raise ExportError(f"export format {name!r} is already registered; pick another name")
-    FORMATS[name] = ExportFormat(name, write, directory, description or (write.__doc__ or "").strip().split("\n")[0])
+    if runs not in ("none", "one", "each"):
+        raise ExportError(f"runs={runs!r} is unknown; use one of: none, one, each")
+    FORMATS[name] = ExportFormat(name, write, directory, description or (write.__doc__ or "").strip().split("\n")[0],
+                                 runs)
     return FORMATS[name]
 
 
@@ -75,25 +86,44 @@ def _check_ids(values: pd.Series, what: str, fmt: str, pattern: str) -> None:
                           "export jsonl or csv instead")
 
 
+def run_file_name(retriever: str) -> str:
+    """The trec run file of ``retriever``: ``run.<retriever>.txt``, the name kept when it is made of
+    letters, digits, ``.``, ``_`` and ``-``; otherwise every other character becomes ``_`` and 8
+    hex digits of its sha256 are appended, so two names never share a file."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", retriever)
+    if safe != retriever or not safe.strip("."):
+        safe = f"{safe}-{hashlib.sha256(retriever.encode()).hexdigest()[:8]}"
+    return f"run.{safe}.txt"
+
+
 def _write_trec(g: GoldenSet, stem: str) -> dict[str, bytes]:
-    """TREC qrels (qid 0 docid grade) and the retriever's run (qid Q0 docid rank score tag)."""
-    # Queries without a relevant chunk, or that the retriever never ran, are left out: trec_eval
-    # would score them 0, labeler leaves them out of the means, so `trec_eval -c -l<threshold>`
-    # reproduces `labeler metrics` exactly.
-    with_rel = set(g.pairs.loc[g.pairs["grade"] >= g.threshold, "query_pk"].tolist()) & g.ran
+    """TREC qrels (qid 0 docid grade) and one run per retriever (qid Q0 docid rank score tag).
+
+    ``qrels.txt`` holds every judged pair of the queries that have a relevant chunk, whatever
+    retriever ran them; ``run.<retriever>.txt`` (see :func:`run_file_name`) each retriever's
+    ranking of those it ran (the named one only, when one is named)."""
+    # Queries without a relevant chunk are left out (trec_eval would score them 0, labeler leaves
+    # them out of the means), and a run holds only the queries its retriever ran, so
+    # `trec_eval -l<threshold> qrels.txt run.X.txt` (no -c) reproduces `labeler metrics --retriever X`.
+    with_rel = set(g.pairs.loc[g.pairs["grade"] >= g.threshold, "query_pk"].tolist())
     pairs = g.pairs[g.pairs["query_pk"].isin(with_rel)]
-    run = g.run[g.run["query_pk"].isin(with_rel)]
     _check_ids(pairs["query_id"], "query_id", "TREC", r"\s")
     _check_ids(pairs["doc_id"], "doc_id", "TREC", r"\s")
-    _check_ids(run["doc_id"], "doc_id", "TREC", r"\s")
-    _check_ids(pd.Series([g.retriever]), "retriever", "TREC", r"\s")
     qrels = "".join(f"{q} 0 {d} {gr}\n" for q, d, gr in zip(*_cols(pairs, "query_id", "doc_id", "grade"), strict=True))
-    # trec_eval orders by score (ties: doc id descending) and ignores the rank column, so the score
-    # is the position counted from the bottom: distinct and descending in the logged rank order.
-    depth = run.groupby("query_pk")["rank"].transform("max") if len(run) else run["rank"]
-    lines = [f"{q} Q0 {d} {int(r)} {int(top) + 1 - int(r)} {g.retriever}\n"
-             for q, d, r, top in zip(*_cols(run, "query_id", "doc_id", "rank"), depth.tolist(), strict=True)]
-    return {f"{stem}/qrels.txt": qrels.encode(), f"{stem}/run.txt": "".join(lines).encode()}
+    files = {f"{stem}/qrels.txt": qrels.encode()}
+    for retriever in g.run_names:
+        whole, ran = g.run_of(retriever)
+        run = whole[whole["query_pk"].isin(with_rel & ran)]
+        _check_ids(run["doc_id"], "doc_id", "TREC", r"\s")
+        name = run_file_name(retriever)
+        tag = name.removeprefix("run.").removesuffix(".txt")
+        # trec_eval orders by score (ties: doc id descending) and ignores the rank column, so the score
+        # is the position counted from the bottom: distinct and descending in the logged rank order.
+        depth = run.groupby("query_pk")["rank"].transform("max") if len(run) else run["rank"]
+        lines = [f"{q} Q0 {d} {int(r)} {int(top) + 1 - int(r)} {tag}\n"
+                 for q, d, r, top in zip(*_cols(run, "query_id", "doc_id", "rank"), depth.tolist(), strict=True)]
+        files[f"{stem}/{name}"] = "".join(lines).encode()
+    return files
 
 
 def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
@@ -192,10 +222,10 @@ def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
 
 
 register_format("jsonl", _write_jsonl)
-register_format("trec", _write_trec, directory=True)
+register_format("trec", _write_trec, directory=True, runs="each")
 register_format("beir", _write_beir, directory=True)
-register_format("ragas", _write_ragas)
-register_format("csv", _write_csv)
+register_format("ragas", _write_ragas, runs="one")
+register_format("csv", _write_csv, runs="one")
 
 
 def _format(fmt: str) -> ExportFormat:

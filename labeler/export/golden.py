@@ -13,7 +13,8 @@ import sqlite_utils
 from .. import db as store
 from ..errors import LabelerError
 from ..labels import golden_labels
-from ..report import DEFAULT_RETRIEVER, ORIGINS, logged_queries
+from ..report import ORIGINS, logged_queries
+from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 
 
 class ExportError(LabelerError):
@@ -35,19 +36,33 @@ class GoldenSet:
     answer (production), expected_answer, answer_faithful, answer_relevant, annotators (list),
     conflict. ``pairs``: one row per judged (query, chunk) sorted by query_id then doc_id:
     query_pk, query_id, doc_pk, doc_id, grade, n_annotators, conflict, adjudicated, rank, score
-    (``retriever``'s rank and score, NaN if it did not return the chunk). ``run``: the retriever's
-    ranking of the exported queries (query_pk, query_id, rank, doc_pk, doc_id, score). ``ran``: the
-    exported queries the retriever ran (the others are left out of the trec files and the metrics).
+    (``retriever``'s rank and score, NaN if it did not return the chunk). ``retriever``: the named
+    retriever, else the default one (None when none can be chosen and the format embeds no single
+    ranking). ``run``: its ranking of the exported queries (query_pk, query_id, rank, doc_pk,
+    doc_id, score; empty without one). ``ran``: the exported queries it ran (the others are left
+    out of its run file and metrics). ``run_names``: the retrievers whose rankings a format that
+    writes one run per retriever (trec) writes: the named one, else every one that logged
+    rankings; :meth:`run_of` reads each.
     """
 
     threshold: int
-    retriever: str
+    retriever: str | None
     filters: dict[str, Any]
     queries: pd.DataFrame
     pairs: pd.DataFrame
     run: pd.DataFrame
     ran: set[int]
     db: sqlite_utils.Database = field(repr=False)
+    run_names: list[str] = field(default_factory=list)
+    _runs: dict[str, tuple[pd.DataFrame, set[int]]] = field(default_factory=dict, repr=False)
+
+    def run_of(self, retriever: str) -> tuple[pd.DataFrame, set[int]]:
+        """(ranking, queries it ran) of ``retriever`` over the exported queries, as ``run``/``ran``."""
+        if retriever == self.retriever:
+            return self.run, self.ran
+        if retriever not in self._runs:
+            self._runs[retriever] = _read_run(self.db, self.queries, retriever)
+        return self._runs[retriever]
 
     def relevant(self) -> pd.DataFrame:
         """Pairs with grade >= threshold, per query highest grade first, then doc_id."""
@@ -86,19 +101,54 @@ def _latest(rows: list[tuple], column: int) -> Any:
     return None
 
 
+def _read_run(db: sqlite_utils.Database, queries: pd.DataFrame, retriever: str | None
+              ) -> tuple[pd.DataFrame, set[int]]:
+    """``retriever``'s ranking of ``queries`` (query_pk, query_id, rank, doc_pk, doc_id, score) and the
+    queries it ran (empty for None)."""
+    keep = set(queries["query_pk"].tolist())
+    run = pd.DataFrame(db.execute(
+        "SELECT r.query_pk, r.rank, r.doc_pk, d.doc_id, r.score FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
+        f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
+        "ORDER BY r.query_pk, r.rank",
+        [_in_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
+    qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
+    run.insert(1, "query_id", run["query_pk"].map(qid))
+    run = run.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
+    ran = set() if retriever is None else set(logged_queries(db, retriever, keep).tolist())
+    return run, ran
+
+
+def _choose(db: sqlite_utils.Database, retriever: str | None, required: bool) -> tuple[str | None, list[str]]:
+    """(the retriever whose ranking is embedded, the retrievers whose runs are written)."""
+    names = logged_retrievers(db)
+    if retriever is not None or (required and names):
+        chosen = default_retriever(db, retriever, known=names)  # RetrieverError: one line naming them
+        return chosen, [chosen] if retriever is not None else names
+    try:
+        return default_retriever(db, None, known=names), names
+    except RetrieverError:
+        return None, names  # nothing embeds a single ranking: no default is needed
+
+
 def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
-               include_unreviewed_synthetic: bool = False, retriever: str = DEFAULT_RETRIEVER) -> GoldenSet:
+               include_unreviewed_synthetic: bool = False, retriever: str | None = None,
+               required: bool = False) -> GoldenSet:
     """Read what an export writes; see :class:`GoldenSet`.
 
     Queries: those with consolidated labels, of ``origin`` if given, submitted by at least
     ``min_annotators`` annotators; synthetic questions only once accepted in review unless
     ``include_unreviewed_synthetic`` (then pending ones are included too, with whatever human labels
     they have and their proposed expected answer; rejected ones never are).
+
+    ``retriever``: whose ranking is embedded (one that logged nothing raises RetrieverError); None =
+    the default retriever. ``required``: the caller embeds one ranking (ragas, csv), so several
+    retrievers without a default raise RetrieverError; otherwise ``retriever`` is then None.
     """
     if origin is not None and origin not in ORIGINS:
         raise ExportError(f"origin {origin!r} is unknown; use one of: {', '.join(ORIGINS)}")
     if isinstance(min_annotators, bool) or not isinstance(min_annotators, int) or min_annotators < 1:
         raise ExportError(f"min_annotators must be a whole number >= 1; got {min_annotators!r}")
+    retriever, run_names = _choose(db, retriever, required)
     threshold = int(store.get_setting(db, "threshold"))
     golden = golden_labels(db, origin=origin)
     pks = set(golden["query_pk"].tolist())
@@ -136,14 +186,8 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
     pairs = golden[golden["query_pk"].isin(keep)].copy()
     doc_ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
                               [_in_json(pairs["doc_pk"])]).fetchall())
-    run = pd.DataFrame(db.execute(
-        "SELECT r.query_pk, r.rank, r.doc_pk, d.doc_id, r.score FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
-        f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
-        "ORDER BY r.query_pk, r.rank",
-        [_in_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
+    run, ran = _read_run(db, queries, retriever)
     qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
-    run.insert(1, "query_id", run["query_pk"].map(qid))
-    run = run.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
     pairs["query_id"] = pairs["query_pk"].map(qid)
     pairs["doc_id"] = pairs["doc_pk"].map(doc_ids)
     pairs = pairs.merge(run[["query_pk", "doc_pk", "rank", "score"]], on=["query_pk", "doc_pk"], how="left")
@@ -154,5 +198,4 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
     queries["conflict"] = queries["query_pk"].isin(conflicted)
     filters = {"origin": origin, "min_annotators": min_annotators,
                "include_unreviewed_synthetic": bool(include_unreviewed_synthetic), "retriever": retriever}
-    ran = set(logged_queries(db, retriever, keep).tolist())
-    return GoldenSet(threshold, retriever, filters, queries, pairs, run, ran, db)
+    return GoldenSet(threshold, retriever, filters, queries, pairs, run, ran, db, run_names)

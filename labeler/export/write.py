@@ -20,7 +20,7 @@ import sqlite_utils
 from .. import accounts
 from .. import db as store
 from .. import metrics as m
-from ..report import DEFAULT_KS, DEFAULT_METRICS, DEFAULT_RETRIEVER, expand_specs
+from ..report import DEFAULT_KS, DEFAULT_METRICS, expand_specs
 from ..version import version
 from .formats import _format
 from .golden import ExportError, GoldenSet, golden_set
@@ -46,17 +46,24 @@ class ExportResult:
         return asdict(self)
 
 
-def _metrics(g: GoldenSet) -> dict[str, Any]:
-    """The retrieval metrics of the exported queries, as ``labeler metrics --json`` prints them."""
+def _metrics(g: GoldenSet, retriever: str | None = None) -> dict[str, Any] | None:
+    """The retrieval metrics of the exported queries for ``retriever`` (default: the golden set's),
+    as ``labeler metrics --json`` prints them; None without a retriever."""
+    retriever = retriever or g.retriever
+    if retriever is None:
+        return None
     specs = expand_specs(DEFAULT_METRICS, DEFAULT_KS)
-    pairs = g.pairs[g.pairs["query_pk"].isin(g.ran)]
+    whole, ran = g.run_of(retriever)
+    pairs = g.pairs[g.pairs["query_pk"].isin(ran)]
     qrels = pd.DataFrame({"query": pairs["query_pk"].to_numpy(np.int64), "doc": pairs["doc_pk"].to_numpy(np.int64),
                           "grade": pairs["grade"].to_numpy(np.int64)})
-    run = pd.DataFrame({"query": g.run["query_pk"].to_numpy(np.int64), "doc": g.run["doc_pk"].to_numpy(np.int64),
-                        "rank": g.run["rank"].to_numpy(np.int64)})
-    per_q = m.per_query(run, qrels, specs, threshold=g.threshold)
+    run = pd.DataFrame({"query": whole["query_pk"].to_numpy(np.int64), "doc": whole["doc_pk"].to_numpy(np.int64),
+                        "rank": whole["rank"].to_numpy(np.int64)})
+    judged = [f"judged@{k}" for k in DEFAULT_KS]
+    per_q = m.per_query(run, qrels, [*specs, *judged], threshold=g.threshold)
     return {"n_queries": len(per_q), "n_without_relevant": m.n_without_relevant(per_q), "threshold": g.threshold,
-            "retriever": g.retriever, "metrics": m.aggregate(per_q, n_resamples=1000, seed=0)}
+            "retriever": retriever, "metrics": m.aggregate(per_q[[*specs, *m.COUNT_COLUMNS]], n_resamples=1000, seed=0),
+            "judged": {s: float(per_q[s].mean()) if len(per_q) else None for s in judged}}
 
 
 def _sha(data: bytes) -> str:
@@ -65,7 +72,7 @@ def _sha(data: bytes) -> str:
 
 def _build(db: sqlite_utils.Database, fmt: str, stem: str, **filters: Any) -> tuple[GoldenSet, dict[str, bytes]]:
     spec = _format(fmt)
-    g = golden_set(db, **filters)
+    g = golden_set(db, required=spec.runs == "one", **filters)
     return g, spec.write(g, stem)
 
 
@@ -86,18 +93,22 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
         "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
         "grade_names": store.get_setting(db, "grade_names"), "counts": counts, "metrics": _metrics(g),
     }
+    if _format(fmt).runs == "each":  # the metrics of every run file written
+        manifest["run_metrics"] = {r: _metrics(g, r) for r in g.run_names}
     return version_no, manifest
 
 
 def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl", *, origin: str | None = None,
                   min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                  retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> ExportResult:
+                  retriever: str | None = None, by: str | None = None) -> ExportResult:
     """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
 
     Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
-    and run.txt; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv and qrels/test.graded.tsv) write
+    and one run.<retriever>.txt per retriever, or only ``retriever``'s; beir: corpus.jsonl, queries.jsonl, qrels/test.tsv and qrels/test.graded.tsv) write
     into the folder ``path``.
     The same database and options give the same bytes. Filters as in :func:`golden_set`.
+    ``retriever``: None = the default retriever (ragas and csv embed its ranking: several retrievers
+    without a default raise RetrieverError, as does a named one that logged nothing).
     Exports hold every annotator's consolidated grades: leads only (``by``; ``None`` is the local
     operator).
     """
@@ -143,7 +154,7 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
 
 def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = "stdout", origin: str | None = None,
                 min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> tuple[bytes, ExportResult]:
+                retriever: str | None = None, by: str | None = None) -> tuple[bytes, ExportResult]:
     """A single-file format's export as bytes, for the caller to send somewhere (``labeler export -o -``
     writes them to standard output): (data, result). Recorded in ``exports`` with path ``target``;
     no manifest file is written (``result.manifest`` is it). Folder formats raise ExportError.
@@ -176,7 +187,7 @@ def archive_name(fmt: str, name: str = "golden") -> str:
 
 def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str = "golden",
                    origin: str | None = None, min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                   retriever: str = DEFAULT_RETRIEVER, by: str | None = None) -> tuple[str, bytes, ExportResult]:
+                   retriever: str | None = None, by: str | None = None) -> tuple[str, bytes, ExportResult]:
     """The export as one download: (file name, bytes, result). Single-file formats give the file
     itself; folder formats a zip of the folder plus its manifest (fixed timestamps, so the same
     database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``.

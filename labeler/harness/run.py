@@ -1,4 +1,4 @@
-"""``evaluate``: one evaluation of a pipeline (or of the stored production retrieval) on a golden set,
+"""``evaluate``: one evaluation of a pipeline (or of a retrieval stored in the database) on a golden set,
 with its report, per-question records, markdown summary, optional baseline comparison, and files.
 """
 
@@ -19,6 +19,7 @@ import sqlite_utils
 from .. import db as store
 from .. import metrics as m
 from ..errors import DatabaseError, LabelerError
+from ..retrievers import default_retriever
 from .gate import (
     DEFAULT_K,
     Baseline,
@@ -77,13 +78,16 @@ class EvalResult:
 
 # --- the stored production run -------------------------------------------------------------
 
-def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str = "production") -> list[Answer]:
-    """The retrieval logged for each golden question under ``retriever``, as answers: the query is
+def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str | None = None) -> list[Answer]:
+    """The retrieval logged for each golden question under ``retriever`` (None: the default retriever,
+    see :func:`labeler.retrievers.default_retriever`; RetrieverError when none can be chosen or the
+    named one logged nothing), as answers: the query is
     found by query id, else by normalized question. A question the database does not hold, or holds
     without a logged ``retriever`` list, is ``skipped`` (not scored), so a first baseline reflects what
     production actually did."""
     from ..ingest import normalize_question
 
+    retriever = default_retriever(db, retriever)
     ids = sorted({q.query_id for q in golden.queries if q.query_id is not None})
     texts = sorted({normalize_question(q.question) for q in golden.queries})
     by_id = dict(db.execute(
@@ -174,7 +178,7 @@ def evaluate(
     mapping: dict[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
     db: sqlite_utils.Database | str | Path | None = None,
-    retriever: str = "production",
+    retriever: str | None = None,
     k: int | None = None,
     metrics: Sequence[str] = (),
     threshold: int | None = None,
@@ -198,7 +202,8 @@ def evaluate(
 
     The pipeline is ``pipeline`` (``"module:function"``, a function, or a :class:`Pipeline`), or the
     HTTP ``endpoint`` (``mapping``/``headers`` as in :func:`http_pipeline`); with neither, the
-    retrieval stored in ``db`` under ``retriever`` is evaluated (see :func:`stored_run`). Questions
+    retrieval stored in ``db`` under ``retriever`` is evaluated (see :func:`stored_run`; None = the
+    default retriever: the only one, else ``production``, else a one-line error naming them). Questions
     run ``concurrency`` at a time with ``timeout`` seconds each; errors and timeouts are misses.
     Metrics: the default set at ``k`` plus ``metrics`` (see :func:`metric_set`) plus every metric
     named in ``max_drop``, each with a seeded 95% bootstrap CI.
@@ -240,6 +245,7 @@ def evaluate(
     if runner is None:
         database, where = _open_db(db, logged=True)
         try:
+            retriever = default_retriever(database, retriever)
             answers = stored_run(database, loaded, retriever=retriever)
         finally:
             if database is not db:  # opened here from a path: close it here

@@ -13,6 +13,9 @@ synthetic questions only once accepted in review. A query without any relevant c
 the threshold) is left out of the means and counted in ``n_without_relevant``; a labeled query the
 retriever never ran is left out too (``n_not_run``).
 
+Which retriever: the one named, else the default one (:mod:`labeler.retrievers`: the only one,
+else ``production``, else a one-line error naming them); never one that logged nothing.
+
 Modules: ``specs`` (spec expansion, constants), ``load`` (the small SQL helpers and the reuse of
 loaded inputs while the database is unchanged), ``core`` (:class:`Report`,
 :func:`retrieval_report`, the diagnosis), ``compare`` (two retrievers, paired test).
@@ -29,23 +32,24 @@ from .core import (
     retrieval_report,
     worst_queries,
 )
-from .load import clear_cache, data_token, logged_queries, retrievers
+from .load import clear_cache, data_token, logged_queries, resolve_retriever, retrievers
 from .specs import (
     DEFAULT_KS,
     DEFAULT_METRICS,
-    DEFAULT_RETRIEVER,
     HALF_WIDTH,
+    JUDGED_MINIMUM,
     ORIGINS,
     Z95,
     ReportError,
     expand_specs,
+    judged_warning,
 )
 
 __all__ = [
     "DEFAULT_KS",
     "DEFAULT_METRICS",
-    "DEFAULT_RETRIEVER",
     "HALF_WIDTH",
+    "JUDGED_MINIMUM",
     "PAGE_FAMILIES",
     "ORIGINS",
     "Z95",
@@ -59,8 +63,10 @@ __all__ = [
     "curve_families",
     "data_token",
     "expand_specs",
+    "judged_warning",
     "logged_queries",
     "prepare",
+    "resolve_retriever",
     "retrieval_report",
     "retrievers",
     "worst_queries",

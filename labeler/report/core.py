@@ -21,13 +21,22 @@ from .load import (
     _REPORTS,
     _answer_judgments,
     _check_origin,
-    _check_retriever,
     _json_ints,
     _loaded_inputs,
     data_token,
+    resolve_retriever,
     retrievers,
 )
-from .specs import DEFAULT_KS, DEFAULT_RETRIEVER, HALF_WIDTH, ORIGINS, Z95, ReportError, expand_specs
+from .specs import (
+    DEFAULT_KS,
+    HALF_WIDTH,
+    JUDGED_MINIMUM,
+    ORIGINS,
+    Z95,
+    ReportError,
+    expand_specs,
+    judged_warning,
+)
 from .state import Measured
 
 
@@ -117,10 +126,18 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``labeler metrics --json`` document: n_queries, n_without_relevant, threshold,
-        retriever, metrics (one key per spec, spelled as the spec)."""
+        retriever, metrics (one key per spec, spelled as the spec), judged ({"judged@k": mean share
+        of the top k with a consolidated label} for the report's cutoffs, None without queries)."""
         return {"n_queries": self.n_queries, "n_without_relevant": self.n_without_relevant,
                 "threshold": self.threshold, "retriever": self.retriever,
-                "metrics": {s: dict(self.metrics[s]) for s in self.specs}}
+                "metrics": {s: dict(self.metrics[s]) for s in self.specs},
+                "judged": {s: v["mean"] for s, v in self.judged.items()}}
+
+    def judged_warnings(self, minimum: float = JUDGED_MINIMUM) -> list[str]:
+        """One line per judged@k below ``minimum``: the metrics then count unjudged chunks as
+        irrelevant (label the pool, or read them as lower bounds)."""
+        return [judged_warning(self.retriever, spec, v["mean"], minimum) for spec, v in self.judged.items()
+                if v["mean"] is not None and v["mean"] < minimum]
 
     def per_query_records(self) -> list[dict[str, Any]]:
         """``{"query_id", "metric", "value"}`` for every query (by query_id) and spec; value None
@@ -259,7 +276,7 @@ def retrieval_report(
     specs: Sequence[str] | None = None,
     *,
     ks: Sequence[int] = DEFAULT_KS,
-    retriever: str = DEFAULT_RETRIEVER,
+    retriever: str | None = None,
     origin: str | None = None,
     annotator: str | None = None,
     since: When = None,
@@ -275,12 +292,14 @@ def retrieval_report(
     10, and mrr. Filters: ``origin`` of the query, ``annotator`` (only that person's submitted
     grades), ``since``/``until`` (submission time, inclusive/exclusive). The relevance threshold is
     the project's setting. Labeled queries the retriever never ran are left out (``n_not_run``).
+    ``retriever``: whose logged ranking; None = the default retriever (the only one, else
+    ``production``; several others raise RetrieverError naming them, as does one that logged nothing).
     ``reuse=True`` keeps what was read from a database file in memory and
     reuses it while nothing was committed to the file (the app); the result is the same.
     """
     specs = expand_specs(specs, ks)
     origin = _check_origin(origin)
-    retriever = _check_retriever(db, retriever)
+    retriever = resolve_retriever(db, retriever, reuse=reuse)
     threshold = int(store.get_setting(db, "threshold"))
     token = data_token(db) if reuse else None
     filters = {"retriever": retriever, "origin": origin, "annotator": annotator,
@@ -328,10 +347,11 @@ def curve_families(families: Sequence[str]) -> list[str]:
 
 
 def prepare(db: sqlite_utils.Database, families: Sequence[str] = PAGE_FAMILIES, *, ks: Sequence[int] = DEFAULT_KS,
-            retriever: str = DEFAULT_RETRIEVER) -> Report:
+            retriever: str | None = None) -> Report:
     """Compute and keep in memory (``reuse=True``) the report the Metrics page opens with, with its
     segments, curve and diagnosis: run in the background when the app starts, so that the first
-    visit to the page finds the numbers ready instead of reading every label. Returns the report."""
+    visit to the page finds the numbers ready instead of reading every label. ``retriever``: None =
+    the default retriever. Returns the report."""
     retrievers(db, reuse=True)  # the page's retriever list
     rep = retrieval_report(db, list(families), ks=sorted(ks), retriever=retriever, reuse=True)
     rep.segments("origin")

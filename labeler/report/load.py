@@ -21,6 +21,7 @@ import sqlite_utils
 from .. import db as store
 from ..labels import golden_labels
 from ..labels._common import When, stamp
+from ..retrievers import default_retriever, logged_retrievers
 from .specs import ORIGINS, ReportError
 from .state import Measured
 
@@ -62,28 +63,24 @@ def _read_queries(db: sqlite_utils.Database, query_pks: np.ndarray) -> pd.DataFr
 
 
 def retrievers(db: sqlite_utils.Database, *, reuse: bool = False) -> list[str]:
-    """The retrievers that logged rankings, sorted (``production`` is the default one). ``reuse``:
-    answer from memory while no file was ingested and no synthetic question generated (the only
-    writes that add rankings; a full scan otherwise)."""
+    """The retrievers that logged rankings, sorted (:func:`labeler.retrievers.logged_retrievers`).
+    ``reuse``: answer from memory while no file was ingested and no synthetic question generated
+    (the only writes that add rankings; a full scan otherwise)."""
     token = data_token(db) if reuse else None
     key = None
     if token is not None:
         synth = db.execute("SELECT count(*), max(id) FROM synth_runs").fetchone()
         key = (token[0], token[1], _structure(db), tuple(synth), "retrievers")
-    return list(_REPORTS.get(key, lambda: tuple(
-        r[0] for r in db.execute(f"SELECT DISTINCT retriever FROM retrievals r WHERE {store.visible('r')} "
-                                 "ORDER BY retriever"))))
+    return list(_REPORTS.get(key, lambda: tuple(logged_retrievers(db))))
 
 
-def _check_retriever(db: sqlite_utils.Database, retriever: str) -> str:
-    if not isinstance(retriever, str) or not retriever.strip():
-        raise ReportError(f"retriever {retriever!r} is empty; give a name such as 'production'")
-    if db.execute(f"SELECT 1 FROM retrievals r WHERE retriever = ? AND {store.visible('r')} LIMIT 1",
-                  [retriever]).fetchone() is None:
-        known = retrievers(db)
-        if known:
-            raise ReportError(f"retriever {retriever!r} logged no rankings; known retrievers: {', '.join(known)}")
-    return retriever
+def resolve_retriever(db: sqlite_utils.Database, retriever: str | None = None, *, reuse: bool = False) -> str:
+    """``retriever`` if it logged rankings, else (None) the default retriever: the only one, else
+    ``production``; raises RetrieverError naming the logged ones otherwise (see
+    :func:`labeler.retrievers.default_retriever`). ``reuse`` as in :func:`retrievers`."""
+    if retriever is not None and (not isinstance(retriever, str) or not retriever.strip()):
+        raise ReportError(f"retriever {retriever!r} is empty; give a retriever name, or none for the default one")
+    return default_retriever(db, retriever, known=retrievers(db, reuse=reuse))
 
 
 def _check_origin(origin: str | None) -> str | None:

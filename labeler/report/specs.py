@@ -12,8 +12,8 @@ from ..errors import LabelerError
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 DEFAULT_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
 ORIGINS: tuple[str, ...] = ("log", "synthetic", "import")
-DEFAULT_RETRIEVER = "production"
 HALF_WIDTH = 0.05
+JUDGED_MINIMUM = 0.9  # judged@k below it: the metrics count many unjudged chunks as irrelevant
 Z95 = 1.96
 
 
@@ -47,3 +47,9 @@ def expand_specs(metrics: Iterable[str] | None = None, ks: Iterable[int] = DEFAU
     if not out:
         raise ReportError("no metric to compute; give e.g. --metric recall@5")
     return list(dict.fromkeys(out))
+
+
+def judged_warning(retriever: str, spec: str, value: float, minimum: float = JUDGED_MINIMUM) -> str:
+    """The warning line for a retriever whose judged@k is below ``minimum``."""
+    return (f"{retriever}: {spec} = {value:.2f} < {minimum}: its metrics count the unjudged chunks in its top k "
+            "as irrelevant (label its pool, or read its numbers as lower bounds)")

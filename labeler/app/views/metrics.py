@@ -1,5 +1,6 @@
 """Metrics: the retrieval numbers of the labeled subset, live: tiles with CIs, the metric-vs-k curve,
-the per-query histogram, the worst queries (each opens in the Label page), log vs synthetic, how many
+the per-query histogram, the worst queries (each opens in the Label page), two retrievers compared
+(with judged@k and a warning when unjudged chunks count as irrelevant), log vs synthetic, how many
 more labels a tight CI needs, and the diagnosis with its thresholds. All numbers come from
 ``labeler.report``; the report reuses what it read only while nothing was committed to the database,
 so a label submitted anywhere shows on the next rerun."""
@@ -26,10 +27,19 @@ st.title("Metrics")
 
 # --- filters ---------------------------------------------------------------------------------------
 
-known = reports.retrievers(db, reuse=True) or [reports.DEFAULT_RETRIEVER]
+known = reports.retrievers(db, reuse=True)
+if not known:
+    st.info("No labeled queries match yet: no retriever logged any rankings. Ingest logs on the Data page, "
+            "label some queries on the Label page, and the numbers appear here.")
+    st.stop()
+try:
+    default = reports.resolve_retriever(db, None, reuse=True)
+except LabelerError:
+    default = None  # several retrievers, none called production: the user picks one
 c1, c2, c3, c4 = st.columns(4)
-retriever = c1.selectbox("Retriever", known, key="m_retriever",
-                         index=known.index(reports.DEFAULT_RETRIEVER) if reports.DEFAULT_RETRIEVER in known else 0)
+retriever = c1.selectbox("Retriever", known, key="m_retriever", index=None if default is None else known.index(default),
+                         placeholder="Pick a retriever",
+                         help="Default: the only retriever, else production; with several others, pick one")
 origin = c2.selectbox("Origin", [ALL, *reports.ORIGINS], key="m_origin")
 lead = auth.is_lead()
 # one person's grades are theirs to see and a lead's: annotators get the consolidated labels only
@@ -50,6 +60,10 @@ if isinstance(dates, tuple | list) and len(dates) >= 1:
     if len(dates) == 2:
         until = (dates[1] + dt.timedelta(days=1)).isoformat()  # the end day is included
 
+if retriever is None:
+    st.info(f"Several retrievers logged rankings ({', '.join(known)}) and none is called production: pick one "
+            "above.")
+    st.stop()
 try:
     rep = reports.retrieval_report(db, families or ["recall"], ks=sorted(ks) or [5], retriever=retriever,
                                    origin=None if origin == ALL else origin,
@@ -87,6 +101,36 @@ with st.container(key="m_tiles"):
                 st.caption(f"95% CI [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] · n = {v['n']}")
 st.caption("Judged (share of the top k with any human label): " + " · ".join(
     f"{spec} {fmt(v['mean'], 2)}" for spec, v in rep.judged.items()))
+for line in rep.judged_warnings():
+    st.warning(widgets.escape_markdown(line), icon=":material/warning:")
+
+# --- two retrievers --------------------------------------------------------------------------------
+
+if len(known) >= 2:
+    st.subheader("Compare retrievers")
+    a_col, b_col = st.columns(2)
+    cmp_a = a_col.selectbox("Retriever A", known, key="m_cmp_a", index=known.index(retriever))
+    others = [r for r in known if r != cmp_a]
+    cmp_b = b_col.selectbox("Retriever B", others, key="m_cmp_b", index=0)
+    try:
+        comparison = reports.compare_retrievers(
+            db, cmp_a, cmp_b, families or ["recall"], ks=sorted(ks) or [5], origin=None if origin == ALL else origin,
+            annotator=None if annotator == ALL else annotator, since=since, until=until, reuse=True)
+    except LabelerError as e:
+        widgets.show_error(e)
+    else:
+        st.caption(f"{comparison.n_queries} labeled queries both ran ({comparison.n_without_relevant} without a "
+                   f"relevant chunk, left out) · difference = A − B with a 95% bootstrap CI "
+                   f"({comparison.n_resamples} resamples, seed {comparison.seed}) · p = paired sign-flip test")
+        st.dataframe(pd.DataFrame([
+            {"metric": spec, f"A: {cmp_a}": v["a"], f"B: {cmp_b}": v["b"], "A − B": v["diff"], "CI low": v["ci_low"],
+             "CI high": v["ci_high"], "p": v["p_value"], "n": v["n"]}
+            for spec, v in comparison.metrics.items()]), hide_index=True, key="m_compare")
+        st.caption("Judged (share of the top k with any human label): " + " · ".join(
+            f"{widgets.escape_markdown(r)} {spec} {fmt(v, 2)}" for r, values in comparison.judged.items()
+            for spec, v in values.items()))
+        for line in comparison.warnings:
+            st.warning(widgets.escape_markdown(line), icon=":material/warning:")
 
 # --- curve and histogram ---------------------------------------------------------------------------
 
