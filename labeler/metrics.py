@@ -262,8 +262,12 @@ def _ap(r: RankedJudgments, k: int | None) -> np.ndarray:
 
 
 def _judged(r: RankedJudgments, k: int | None) -> np.ndarray:
-    """Docs in the top k that carry any label (grade 0 included) / k; defined without relevant docs."""
-    return r.sum_top(r.judged, k) / k
+    """Docs in the top k that carry any label (grade 0 included) / the docs in the top k (k, or fewer
+    when fewer were retrieved): the share of the retriever's top k that is judged. Defined without
+    relevant docs; NaN for a query with nothing retrieved. (ir_measures' Judged@k divides by k.)"""
+    shown = np.minimum(r.n_retrieved, k).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(shown > 0, r.sum_top(r.judged, k) / shown, np.nan)
 
 
 register_metric("recall", _recall, needs_k=True)

@@ -55,7 +55,8 @@ def test_tiles_show_mean_ci_and_n_for_every_metric(demo_db):
         assert shown[spec] == f"{v['mean']:.3f}"
         assert f"95% CI [{v['ci_low']:.3f}, {v['ci_high']:.3f}] · n = {v['n']}" in captions(at)
     assert "50 labeled queries · 0 without a relevant chunk" in captions(at)
-    assert "judged@10 0.80" in captions(at)
+    assert "judged@10 1.00" in captions(at)  # the demo logs 8 chunks per query, all graded
+    assert not at.warning and "Compare retrievers" not in [h.value for h in at.subheader]  # one retriever
     assert int(shown["More labeled queries for a CI half-width of ±0.05"].replace(",", "")) == max(
         v["more_needed"] for v in report.more_needed().values())
     # the demo's recall@5 is 0.77 < 0.8: the diagnosis says retrieval, with its thresholds
@@ -187,3 +188,33 @@ def test_the_first_visit_finds_the_report_computed_in_the_background(demo_db, mo
     assert loads == []  # served from what the warm-up computed
     report = R.retrieval_report(labeler.connect(demo_db))
     assert tiles(at)["recall@5"] == f"{report.metrics['recall@5']['mean']:.3f}"
+
+
+def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkeypatch):
+    """tfidf and bm25 logged the same queries (tests.test_retrievers): no default, so the page asks
+    for one; then the compare section shows both means and bm25's judged@3 warning."""
+    from tests.test_retrievers import BM25, TFIDF, grade_all, records, write
+
+    path = tmp_path / "two.db"
+    db = labeler.connect(path)
+    labeler.ingest_logs(db, write(tmp_path / "a.jsonl", records(TFIDF, "tfidf")))
+    labeler.ingest_logs(db, write(tmp_path / "b.jsonl", records(BM25, "bm25")))
+    grade_all(db)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = page()
+    assert "none is called production: pick one" in at.info[0].value
+    at.selectbox(key="m_retriever").set_value("bm25").run()
+    assert not at.exception, at.exception
+    assert "Retriever **bm25** · 4 labeled queries" in captions(at)
+    shown = escape_markdown(R.judged_warning("bm25", "judged@3", 5 / 6))  # text from logs is shown escaped
+    assert shown in [w.value for w in at.warning]
+    assert at.selectbox(key="m_cmp_a").value == "bm25" and at.selectbox(key="m_cmp_b").value == "tfidf"
+    at.selectbox(key="m_cmp_a").set_value("tfidf").run()
+    at.selectbox(key="m_cmp_b").set_value("bm25").run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "A: tfidf" in d.value.columns).set_index("metric")
+    assert table.loc["mrr", "A: tfidf"] == pytest.approx(17 / 24) and table.loc["mrr", "B: bm25"] == pytest.approx(11 / 24)
+    assert table.loc["mrr", "A − B"] == pytest.approx(1 / 4) and table.loc["mrr", "p"] == 0.5
+    assert "4 labeled queries both ran" in captions(at)
+    assert [w.value for w in at.warning].count(shown) == 2  # bm25's report above, and the comparison
+    assert "tfidf judged@3 1.00" in captions(at)

@@ -68,7 +68,7 @@ def read_trec(folder: Path) -> tuple[dict[str, dict[str, int]], dict[str, dict[s
         q, _, d, g = line.split()
         qrels.setdefault(q, {})[d] = int(g)
     run: dict[str, dict[str, float]] = {}
-    for line in (folder / "run.txt").read_text().splitlines():
+    for line in (folder / "run.production.txt").read_text().splitlines():
         q, _, d, _, score, _ = line.split()
         run.setdefault(q, {})[d] = float(score)
     return qrels, run
@@ -94,7 +94,7 @@ def test_trec_under_ir_measures_gives_labeler_metrics(demo, tmp_path):
 
     folder = export(demo, "trec", tmp_path / "trec")
     qrels = list(ir_measures.read_trec_qrels(str(folder / "qrels.txt")))
-    run = list(ir_measures.read_trec_run(str(folder / "run.txt")))
+    run = list(ir_measures.read_trec_run(str(folder / "run.production.txt")))
     got = ir_measures.calc_aggregate([R(rel=2) @ 5, P(rel=2) @ 5, nDCG @ 10, RR(rel=2), R @ 5], qrels, run)
     expected = ours(demo, "recall@5", "P@5", "ndcg@10", "mrr")
     assert got[R(rel=2) @ 5] == pytest.approx(expected["recall@5"], abs=1e-12)

@@ -74,17 +74,18 @@ EXPECTED = {
         "ndcg@3": (3 / L3) / (3 + 2 / L3 + 2 / 2),
         "ndcg@10": (3 / L3 + 2 / L5 + 1 / L6) / (3 + 2 / L3 + 2 / 2 + 1 / L5),
         "ndcg_exp@10": (7 / L3 + 3 / L5 + 1 / L6) / (7 + 3 / L3 + 3 / 2 + 1 / L5),
-        "judged@5": 4 / 5, "judged@10": 4 / 10,
+        "judged@5": 4 / 5, "judged@10": 4 / 5,  # 5 retrieved: the top 10 holds 5
         "n_relevant": 3, "n_retrieved": 5,
     },
-    "q2": {**{s: math.nan for s in ALL_SPECS}, "judged@5": 2 / 5, "judged@10": 2 / 10,
+    "q2": {**{s: math.nan for s in ALL_SPECS}, "judged@5": 1.0, "judged@10": 1.0,
            "n_relevant": 0, "n_retrieved": 2},
-    "q3": {**{s: 0.0 for s in ALL_SPECS}, "n_relevant": 1, "n_retrieved": 0},
+    "q3": {**{s: 0.0 for s in ALL_SPECS}, "judged@5": math.nan, "judged@10": math.nan,  # nothing retrieved
+           "n_relevant": 1, "n_retrieved": 0},
     "q5": {
         "recall@3": 1 / 2, "recall@5": 1 / 2, "P@3": 1 / 3, "P@5": 1 / 5, "P@10": 1 / 10,
         "hit@1": 1.0, "hit@2": 1.0, "mrr": 1.0, "mrr@1": 1.0, "ap": 1 / 2, "ap@3": 1 / 2,
         "ndcg@3": 3 / (3 + 2 / L3), "ndcg@10": 3 / (3 + 2 / L3), "ndcg_exp@10": 7 / (7 + 3 / L3),
-        "judged@5": 1 / 5, "judged@10": 1 / 10, "n_relevant": 2, "n_retrieved": 1,
+        "judged@5": 1.0, "judged@10": 1.0, "n_relevant": 2, "n_retrieved": 1,
     },
 }
 
@@ -124,7 +125,7 @@ def test_row_order_does_not_matter(run, qrels):
 def test_no_relevant_query_is_nan_and_counted(run, qrels):
     result = per_query(run, qrels, ["recall@5", "ndcg@10", "judged@5"])
     assert result.loc["q2", ["recall@5", "ndcg@10"]].isna().all()  # trec_eval would give ndcg 1.0 here
-    assert result.loc["q2", "judged@5"] == pytest.approx(2 / 5)
+    assert result.loc["q2", "judged@5"] == 1.0
     assert n_without_relevant(result) == 1
 
 
@@ -132,7 +133,7 @@ def test_grade_zero_only_query(qrels):
     only_zero = frame([("z", "a", 0), ("z", "b", 0)], "query doc grade")
     result = per_query(frame([("z", "a", 1)], "query doc rank"), only_zero, ["mrr", "ndcg@5", "judged@2"])
     assert result.loc["z", ["mrr", "ndcg@5"]].isna().all()
-    assert result.loc["z", "judged@2"] == 0.5
+    assert result.loc["z", "judged@2"] == 1.0  # the one retrieved doc is judged
     assert n_without_relevant(result) == 1
 
 

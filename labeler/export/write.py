@@ -63,7 +63,7 @@ def _metrics(g: GoldenSet, retriever: str | None = None) -> dict[str, Any] | Non
     per_q = m.per_query(run, qrels, [*specs, *judged], threshold=g.threshold)
     return {"n_queries": len(per_q), "n_without_relevant": m.n_without_relevant(per_q), "threshold": g.threshold,
             "retriever": retriever, "metrics": m.aggregate(per_q[[*specs, *m.COUNT_COLUMNS]], n_resamples=1000, seed=0),
-            "judged": {s: float(per_q[s].mean()) if len(per_q) else None for s in judged}}
+            "judged": {s: float(per_q[s].mean()) if per_q[s].notna().any() else None for s in judged}}
 
 
 def _sha(data: bytes) -> str:

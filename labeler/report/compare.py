@@ -100,7 +100,8 @@ def compare_retrievers(db: sqlite_utils.Database, a: str, b: str, specs: Sequenc
         out[spec] = {"a": float(x[ok].mean()), "b": float(y[ok].mean()), "diff": ci["mean"],
                      "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
                      "p_value": m.paired_test(x, y, n_resamples=n_permutations, seed=seed, exact=True), "n": n}
-    judged = {r: {s: float(v[s].mean()) if len(v) else None for s in judged_specs} for r, v in ((a, va), (b, vb))}
+    judged = {r: {s: float(v[s].mean()) if v[s].notna().any() else None for s in judged_specs}
+              for r, v in ((a, va), (b, vb))}
     warnings = [judged_warning(r, s, value) for r, values in judged.items() for s, value in values.items()
                 if value is not None and value < JUDGED_MINIMUM]
     per_q = pd.concat([va[specs].add_suffix(f" ({a})"), vb[specs].add_suffix(f" ({b})")], axis=1)

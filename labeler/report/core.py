@@ -325,8 +325,8 @@ def retrieval_report(
                                          "origin": measured.origin if mask is None else measured.origin[mask]}),
                            values.reset_index(drop=True)], axis=1)
         metrics = measured.aggregate(list(specs), origin, seed=seed, n_resamples=n_resamples)
-        judged = {s: {"mean": float(values[s].mean()) if len(values) else None, "n": int(values[s].notna().sum())}
-                  for s in judged_specs}
+        judged = {s: {"mean": float(values[s].mean()) if values[s].notna().any() else None,
+                      "n": int(values[s].notna().sum())} for s in judged_specs}
         answers = _answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
                                     until=until)
         n_ran = int(np.isin(queries["query_pk"].to_numpy(np.int64), ran).sum())
