@@ -218,3 +218,21 @@ def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkey
     assert "4 labeled queries both ran" in captions(at)
     assert [w.value for w in at.warning].count(shown) == 2  # bm25's report above, and the comparison
     assert "tfidf judged@3 1.00" in captions(at)
+
+
+def test_data_page_export_asks_for_a_retriever_when_a_format_embeds_one(tmp_path, monkeypatch):
+    from tests.test_retrievers import BM25, TFIDF, grade_all, records, write
+
+    path = tmp_path / "two.db"
+    db = labeler.connect(path)
+    labeler.ingest_logs(db, write(tmp_path / "a.jsonl", records(TFIDF, "tfidf")))
+    labeler.ingest_logs(db, write(tmp_path / "b.jsonl", records(BM25, "bm25")))
+    grade_all(db)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = page("views/data.py")
+    assert not at.get("download_button")[0].proto.disabled  # jsonl embeds no ranking
+    at.selectbox(key="export_format").set_value("csv").run()
+    assert "none called production: pick one above" in at.info[-1].value
+    assert at.get("download_button")[0].proto.disabled
+    at.selectbox(key="export_retriever").set_value("bm25").run()
+    assert not at.exception and not at.get("download_button")[0].proto.disabled

@@ -7,7 +7,9 @@ import streamlit as st
 
 import labeler
 from labeler import export as golden_export
+from labeler import report as reports
 from labeler.app import auth, state, widgets
+from labeler.errors import LabelerError
 
 st.title("Data")
 db = state.get_db()
@@ -101,6 +103,22 @@ export_unreviewed = st.checkbox("Include synthetic questions still pending revie
 export_filters = {"origin": None if export_origin == "all" else export_origin, "min_annotators": int(export_min),
                   "include_unreviewed_synthetic": export_unreviewed}
 export_counts = golden_export.export_counts(db, **export_filters)
+DEFAULT_RUNS = "default"
+logged = reports.retrievers(db, reuse=True)
+export_retriever = st.selectbox(
+    "Retriever", [DEFAULT_RUNS, *logged], key="export_retriever",
+    help="Whose ranking ragas and csv embed and trec writes: default = the only retriever, else production "
+         "(trec: a run file per retriever)")
+export_retriever = None if export_retriever == DEFAULT_RUNS else export_retriever
+try:
+    has_default = bool(logged) and bool(reports.resolve_retriever(db, None, reuse=True))
+except LabelerError:
+    has_default = False  # several retrievers, none called production
+no_ranking = golden_export.FORMATS[export_format].runs == "one" and export_retriever is None and len(logged) > 1 \
+    and not has_default
+if no_ranking:
+    st.info(f"The {export_format} format embeds one retriever's ranking and several logged rankings "
+            f"({', '.join(logged)}), none called production: pick one above.")
 widgets.stat_tiles({
     "Queries to export": export_counts["queries"],
     "Judged pairs": export_counts["judged_pairs"],
@@ -115,7 +133,8 @@ def _export_bytes() -> bytes:
     # runs on its own thread when the button is clicked, so it opens its own connection
     export_db = labeler.connect(export_db_path, migrate=False)
     try:
-        return golden_export.export_archive(export_db, export_format, by=me, **export_filters)[1]
+        return golden_export.export_archive(export_db, export_format, by=me, retriever=export_retriever,
+                                            **export_filters)[1]
     finally:
         export_db.close()
 
@@ -123,5 +142,6 @@ def _export_bytes() -> bytes:
 st.download_button(f"Download {export_name}", data=_export_bytes, file_name=export_name,
                    mime="application/zip" if export_name.endswith(".zip") else "text/csv"
                    if export_name.endswith(".csv") else "application/jsonl",
-                   disabled=export_counts["queries"] == 0, key="export_download", on_click="ignore",
+                   disabled=export_counts["queries"] == 0 or no_ranking,
+                   key="export_download", on_click="ignore",
                    icon=":material/download:")
