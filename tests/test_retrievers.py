@@ -137,6 +137,7 @@ def test_a_retriever_that_logged_nothing_is_the_same_error_everywhere(two, tmp_p
 def test_trec_run_files_of_both_retrievers_equal_labeler_metrics(two, tmp_path):
     r = cli_run(two, "export", "--format", "trec", "-o", str(tmp_path / "trec"))
     assert r.exit_code == 0, r.output
+    assert "as trec; runs: run.bm25.txt, run.tfidf.txt; export version" in r.output
     folder = tmp_path / "trec"
     assert sorted(p.name for p in folder.iterdir()) == ["qrels.txt", "run.bm25.txt", "run.tfidf.txt"]
     qrels = read_trec(folder / "qrels.txt", 4)

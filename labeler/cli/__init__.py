@@ -727,8 +727,12 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
         return
     c = result.counts
     where = f"manifest {result.manifest_path}" if result.manifest_path else f"sha256 {result.manifest['sha256']}"
+    runs = ""
+    if FORMATS[fmt].runs == "each":
+        names = [Path(n).name for n in result.files if Path(n).name.startswith("run.")]
+        runs = f"; runs: {', '.join(names)}" if names else "; no run (no retriever logged rankings)"
     click.echo(f"{result.path}: {c['queries']} queries, {c['judged_pairs']} judged pairs "
-               f"({c['relevant_pairs']} relevant) as {fmt}; export version {result.version}, {where}",
+               f"({c['relevant_pairs']} relevant) as {fmt}{runs}; export version {result.version}, {where}",
                err=to_stdout)
 
 
