@@ -11,6 +11,13 @@ import tomllib
 from pathlib import Path
 
 pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+if sys.argv[1:] == ["--test"]:
+    # the [test] extra without the extras it pulls in by name (the consumers' datasets needs a newer
+    # pyarrow than the lowest the package allows; their test skips without them)
+    for line in pyproject["project"]["optional-dependencies"]["test"]:
+        if not line.startswith(pyproject["project"]["name"]):
+            print(line)
+    sys.exit(0)
 for line in pyproject["project"]["dependencies"]:
     # name, optional [extras], version specifiers, optional ; marker (PEP 508, without URLs)
     match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;]*)(;.*)?", line)

@@ -5,9 +5,11 @@ spreadsheet would see it (formula cells neutralised).
 
 Every number a consumer computes is compared with `labeler metrics` on the same database: the demo
 data (50 labeled questions, grades 0-3, threshold 2), where a grade-1 chunk is not relevant to us but
-is to any tool that counts every grade > 0. ir_measures and datasets are test dependencies; Ragas
-is not (it pins an older openai): CI runs its test in a venv of its own (``.ci/run``), where
-``LABELER_REQUIRE_CONSUMERS=1`` makes a missing consumer a failure instead of a skip.
+is to any tool that counts every grade > 0. ir_measures and datasets come with the ``consumers``
+extra (``[test]`` installs it; the lowest-versions CI step does not, since datasets needs a newer
+pyarrow than the lowest one the package allows); Ragas pins an older openai, so CI runs its test in
+a venv of its own (``.ci/run``). ``LABELER_REQUIRE_CONSUMERS`` (comma-separated names) makes a
+missing consumer a failure instead of a skip: CI sets it wherever a consumer is installed.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tests.test_report import label
 
 def consumer(name: str):
     """Import a consumer library; skip without it, unless CI's consumer step requires it."""
-    if os.environ.get("LABELER_REQUIRE_CONSUMERS") == "1":
+    if name in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
         return __import__(name)
     return pytest.importorskip(name)
 
