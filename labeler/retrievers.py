@@ -22,8 +22,13 @@ class RetrieverError(LabelerError, ValueError):
 
 
 def logged_retrievers(db: sqlite_utils.Database) -> list[str]:
-    """The retrievers with at least one visible ranking, sorted."""
-    return [r[0] for r in db.execute(
+    """The retrievers with at least one visible ranking of a logged query, sorted; when no logged
+    query has one, those of any query (synthetic questions keep their candidates as ``production``,
+    which must not make ``production`` the default over the retriever the logs name)."""
+    names = [r[0] for r in db.execute(
+        f"SELECT DISTINCT r.retriever FROM retrievals r JOIN queries q ON q.pk = r.query_pk "
+        f"WHERE q.origin = 'log' AND {store.visible('r')} ORDER BY r.retriever")]
+    return names or [r[0] for r in db.execute(
         f"SELECT DISTINCT retriever FROM retrievals r WHERE {store.visible('r')} ORDER BY retriever")]
 
 

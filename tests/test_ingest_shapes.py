@@ -248,3 +248,16 @@ def test_the_default_retriever(db, tmp_path):
         default_retriever(db, "dense")
     labeler.ingest_logs(db, write_jsonl(tmp_path / "c.jsonl", [{"question": "q", "retrieved": [{"id": "d"}]}]))
     assert default_retriever(db) == "production"
+
+
+def test_synthetic_candidates_do_not_make_production_the_default(db, tmp_path):
+    from labeler.retrievers import default_retriever
+
+    labeler.ingest_logs(db, write_jsonl(tmp_path / "a.jsonl", [{"question": "q", "retriever": "tfidf", "retrieved": [{"id": "d"}]}]))
+    # a synthetic question keeps its candidate chunks under 'production' (labeler.synth)
+    with db.conn:
+        db.execute("INSERT INTO queries (query_id, question, norm_question, origin, occurrences, created_at) "
+                   "VALUES ('s-1', 'synthetic?', 'synthetic?', 'synthetic', 0, '2026-12-01')")
+        db.execute("INSERT INTO retrievals (query_pk, retriever, rank, doc_pk) SELECT q.pk, 'production', 1, d.pk "
+                   "FROM queries q, documents d WHERE q.query_id = 's-1'")
+    assert default_retriever(db) == "tfidf"

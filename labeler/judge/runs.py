@@ -16,6 +16,7 @@ import sqlite_utils
 from .. import accounts, llm, owners
 from .. import db as store
 from ..errors import JudgeError, LabelerError
+from ..retrievers import default_retriever
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
 
 ON_SETS = ("labeled", "unlabeled")
@@ -95,9 +96,9 @@ def _load_items(db: sqlite_utils.Database, judge: Judge, keys: list[tuple[int, i
     if judge.kind == "faithfulness":
         for q, title, text in db.execute(
                 "SELECT r.query_pk, d.title, d.text FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
-                "WHERE r.retriever = 'production' AND r.rank <= ? AND r.query_pk IN "
+                "WHERE r.retriever = ? AND r.rank <= ? AND r.query_pk IN "
                 "(SELECT json_extract(value, '$[0]') FROM json_each(?)) ORDER BY r.query_pk, r.rank",
-                [max_chunks, packed]):
+                [default_retriever(db), max_chunks, packed]):
             items[q].chunks.append((title, text))
     return list(items.values())
 

@@ -19,6 +19,7 @@ import sqlite_utils
 from .. import db as store
 from .. import owners
 from ..errors import SynthError
+from .generate import CANDIDATES_RETRIEVER
 
 REVIEW_STATES = ("pending", "accepted", "rejected")
 #: accept / edit (change the question or expected answer, and accept) / reject / reset (back to pending)
@@ -90,7 +91,7 @@ class Rejection:
 _SELECT = (
     "SELECT q.pk, q.query_id, q.question, q.review_state, q.meta, q.seed_doc_ids, q.generator, q.created_at, "
     "v.decision, v.reviewer, v.reviewed_at, "
-    "(SELECT count(*) FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = 'production') "
+    f"(SELECT count(*) FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = '{CANDIDATES_RETRIEVER}') "
     "FROM queries q LEFT JOIN synth_reviews v ON v.query_pk = q.pk WHERE q.origin = 'synthetic'"
 )
 
