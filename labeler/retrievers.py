@@ -28,7 +28,11 @@ def logged_retrievers(db: sqlite_utils.Database) -> list[str]:
     names = [r[0] for r in db.execute(
         f"SELECT DISTINCT r.retriever FROM retrievals r JOIN queries q ON q.pk = r.query_pk "
         f"WHERE q.origin = 'log' AND {store.visible('r')} ORDER BY r.retriever")]
-    return names or [r[0] for r in db.execute(
+    return names or _any_retrievers(db)
+
+
+def _any_retrievers(db: sqlite_utils.Database) -> list[str]:
+    return [r[0] for r in db.execute(
         f"SELECT DISTINCT retriever FROM retrievals r WHERE {store.visible('r')} ORDER BY retriever")]
 
 
@@ -40,7 +44,7 @@ def default_retriever(db: sqlite_utils.Database, retriever: str | None = None,
     names = logged_retrievers(db) if known is None else known
     listed = ", ".join(names)
     if retriever is not None:
-        if retriever not in names:
+        if retriever not in names and retriever not in _any_retrievers(db):
             raise RetrieverError(f"retriever {retriever!r} logged no rankings; "
                                  + (f"logged: {listed}" if names else "no retriever logged any yet (ingest logs first)"))
         return retriever

@@ -261,3 +261,4 @@ def test_synthetic_candidates_do_not_make_production_the_default(db, tmp_path):
         db.execute("INSERT INTO retrievals (query_pk, retriever, rank, doc_pk) SELECT q.pk, 'production', 1, d.pk "
                    "FROM queries q, documents d WHERE q.query_id = 's-1'")
     assert default_retriever(db) == "tfidf"
+    assert default_retriever(db, "production") == "production"  # named explicitly: the candidates' report
