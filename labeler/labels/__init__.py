@@ -9,6 +9,7 @@ tests and replays control the clock.
 
 from .annotators import Annotator, add_annotator, get_role, list_annotators
 from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
+from .pool import PoolChunk, Source, pool, requeue_after_ingest
 from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
 from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
@@ -36,8 +37,10 @@ __all__ = [
     "GradeEvent",
     "HistoryEntry",
     "Item",
+    "PoolChunk",
     "Progress",
     "QueueSync",
+    "Source",
     "StreamResult",
     "add_annotator",
     "add_seconds",
@@ -53,10 +56,12 @@ __all__ = [
     "history",
     "list_annotators",
     "next_item",
+    "pool",
     "previous_item",
     "progress",
     "queue_counts",
     "release",
+    "requeue_after_ingest",
     "renew_lease",
     "set_grade",
     "set_query_fields",
