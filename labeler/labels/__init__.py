@@ -9,7 +9,7 @@ tests and replays control the clock.
 
 from .annotators import Annotator, add_annotator, get_role, list_annotators
 from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
-from .pool import PoolChunk, Source, pool, requeue_after_ingest
+from .pool import PoolChunk, Source, pool, requeue_after_ingest, set_pool_settings
 from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
 from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
@@ -64,6 +64,7 @@ __all__ = [
     "requeue_after_ingest",
     "renew_lease",
     "set_grade",
+    "set_pool_settings",
     "set_query_fields",
     "set_rest_zero",
     "set_status",

@@ -144,3 +144,18 @@ def requeue_after_ingest(db: sqlite_utils.Database, ingest_id: int, *,
                 "ON CONFLICT (query_pk, annotator) DO UPDATE SET ingest_id = excluded.ingest_id",
                 [(q, a, ingest_id, at) for q, a in pairs[start:start + REQUEUE_CHUNK]])
     return len(pairs)
+
+
+def set_pool_settings(db: sqlite_utils.Database, *, pool_depth: int | None = None,
+                      show_sources: bool | None = None, by: str | None = None) -> None:
+    """Change the pool's settings (leads only, ``by`` as in ``db.set_setting``): ``pool_depth``
+    (chunks per retriever, a whole number >= 1) and ``show_sources`` (whether annotators see which
+    retriever returned a chunk, at which rank and score; off = blind labeling)."""
+    if pool_depth is not None and (isinstance(pool_depth, bool) or not isinstance(pool_depth, int)
+                                   or not 1 <= pool_depth <= 1000):
+        raise LabelError(f"pool depth {pool_depth!r} must be a whole number from 1 to 1000 (e.g. 10)")
+    if show_sources is not None and not isinstance(show_sources, bool):
+        raise LabelError(f"show sources {show_sources!r} must be true or false")
+    for key, value in (("pool_depth", pool_depth), ("show_sources", show_sources)):
+        if value is not None:
+            store.set_setting(db, key, value, by=by)
