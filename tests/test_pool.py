@@ -176,6 +176,7 @@ def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, wr
     assert sorted(c.doc_id for c in item.chunks if c.grade is None) == ["c10", "c9"]
     assert {c.doc_pk: c.grade for c in item.chunks if c.grade is not None} == old  # old grades kept
     assert L.set_rest_zero(db, first, "ann") == 2  # only the new chunks were left to grade
+    assert sorted(c.doc_id for c in L.get_item(db, first, "ann").chunks if c.new) == ["c10", "c9"]  # badge stays
     L.set_status(db, first, "ann", "submitted")
     assert not L.get_item(db, first, "ann").requeued
     assert L.get_item(db, L.next_item(db, "ann"), "ann").query_id == "q2"

@@ -26,7 +26,7 @@ class Chunk:
     and always None for a chunk added from search). ``sources``: every retriever that returned it
     with its rank and score, only when the lead turned ``show_sources`` on (else empty: labeling is
     blind). ``new``: the item came back to the annotator after an ingest added chunks, and this is
-    one of them (not graded yet).
+    one of them (not graded when it came back).
     """
 
     doc_pk: int
@@ -110,17 +110,22 @@ def get_item(db: sqlite_utils.Database, query_pk: int, annotator: str, *,
         rows = [r for r in rows if r[0] == retriever]
     pooled = merge(item.query_id, [r[:5] for r in rows], pool_depth(settings))
     docs = {r[2]: (r[3], *r[5:]) for r in rows}
-    grades = dict(db.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ? AND annotator = ?",
-                             [query_pk, annotator]).fetchall())
-    item.requeued = db.execute("SELECT 1 FROM requeued WHERE query_pk = ? AND annotator = ?",
-                               [query_pk, annotator]).fetchone() is not None
+    graded = {doc_pk: (grade, created) for doc_pk, grade, created in db.execute(
+        "SELECT doc_pk, grade, created_at FROM relevance_labels WHERE query_pk = ? AND annotator = ?",
+        [query_pk, annotator])}
+    grades = {doc_pk: g for doc_pk, (g, _) in graded.items()}
+    back = db.execute("SELECT created_at FROM requeued WHERE query_pk = ? AND annotator = ?",
+                      [query_pk, annotator]).fetchone()
+    item.requeued = back is not None
+    # new: not graded when the item came back (so the badge stays on a chunk once graded)
+    new = set() if back is None else {pk for pk, (_, created) in graded.items() if created >= back[0]}
     single = len({r[0] for r in rows}) == 1
     item.blind = not single and not settings.get("show_sources")
     for position, p in enumerate(pooled, 1):
         doc_id, title, text = docs[p.doc_pk]
         grade = grades.pop(p.doc_pk, None)
         chunk = Chunk(p.doc_pk, doc_id, title, text, grade=grade,
-                      position=position, new=item.requeued and grade is None)
+                      position=position, new=item.requeued and (grade is None or p.doc_pk in new))
         if single:
             chunk.rank, chunk.score = p.sources[0].rank, p.sources[0].score
         if not item.blind:
