@@ -111,7 +111,9 @@ _NEW_CHUNKS_SQL = """
 SELECT DISTINCT n.query_pk, l.annotator FROM (
     SELECT r.query_pk, r.doc_pk, r.ingest_id,
            row_number() OVER (PARTITION BY r.query_pk, r.retriever ORDER BY r.rank) AS position
-    FROM retrievals r WHERE r.query_pk IN (SELECT query_pk FROM query_versions WHERE ingest_id = ?1)
+    FROM retrievals r WHERE r.query_pk IN (
+        SELECT v.query_pk FROM query_versions v WHERE v.ingest_id = ?1 AND EXISTS (
+            SELECT 1 FROM query_labels s WHERE s.query_pk = v.query_pk AND s.status = 'submitted'))
 ) n
 JOIN query_labels l ON l.query_pk = n.query_pk AND l.status = 'submitted'
 WHERE n.ingest_id = ?1 AND n.position <= ?2
