@@ -1,5 +1,6 @@
-"""Human labels: annotators, the queue (next item, leases, overlap), label writes with an audit
-trail, what an annotator sees, progress, and consolidation into golden grades with adjudication.
+"""Human labels: annotators, the queue (next item, leases, overlap, re-queue), label writes with an
+audit trail, what an annotator sees (the pool of every retriever's chunks, blind by default),
+progress, and consolidation into golden grades with adjudication.
 
 Keys: queries and chunks are addressed by their integer ``pk`` (``Item.query_pk``,
 ``Chunk.doc_pk``); the public ``query_id``/``doc_id`` are on the records for display. Every
