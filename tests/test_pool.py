@@ -170,6 +170,7 @@ def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, wr
     # a second retriever's ranking for q1 arrives: c2 and c3 again, c9 and c10 new
     ingest_logs(db, write_log([record("q1", "bm25", ["c9", "c2", "c10", "c3"])]))
     assert L.next_item(db, "ann") == first  # back first, before q2
+    assert (L.progress(db).requeued, L.progress(db).items_left) == (1, 2)  # q1 back, q2 open
     item = L.get_item(db, first, "ann")
     assert item.requeued and item.status == "submitted"
     assert sorted(c.doc_id for c in item.chunks if c.new) == ["c10", "c9"]
