@@ -5,8 +5,10 @@ setting ``pool_depth``, default 10 per retriever) and the cut rankings are merge
 (by chunk pk). The order is a deterministic round-robin: round 1 takes every retriever's first
 chunk, round 2 their second, and so on; within a round the retrievers come in an order shuffled
 by a seed derived from the query id (so no retriever's chunks always sit on top), and a chunk
-already placed by an earlier retriever or round is not repeated. A retriever's ranking is read
-in rank order, ties (equal ranks cannot happen; equal positions after a gap) by chunk id.
+already placed by an earlier retriever or round is not repeated (it keeps its first place and
+lists every retriever that returned it). A retriever's ranking is read in rank order, ties by
+chunk id (the store's key allows no equal ranks, so this only makes the function total); ranks
+with gaps count by position, so the depth is "the retriever's first ``pool_depth`` chunks".
 
 A grade belongs to (query, chunk, annotator), never to a retriever: one grade counts for every
 retriever that returned the chunk.
