@@ -191,6 +191,7 @@ def roll_forward(db: sqlite_utils.Database) -> None:
         while more:
             with store.transaction(db):
                 more = _apply(db, ingest_id)
+        requeue_after_ingest(db, ingest_id)  # (idempotent) the step publish had not reached either
 
 
 def discard(db: sqlite_utils.Database, ingest_id: int) -> None:
