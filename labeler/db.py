@@ -353,6 +353,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "queue_order": "random",
     "queue_seed": 7,
     "lease_minutes": 15,
+    "pool_depth": 10,
+    "show_sources": False,
     "guidelines": (
         "Grade every retrieved chunk for how well it helps answer the question.\n\n"
         "- Judge the chunk alone, not the production answer.\n"
@@ -763,6 +765,29 @@ def m010_utc_timestamps(db: sqlite_utils.Database) -> None:
         changes = [(fixed(first), fixed(last), k) for k, first, last in rows
                    if (fixed(first), fixed(last)) != (first, last)]
         db.conn.executemany(f"UPDATE {table} SET first_seen = ?, last_seen = ? WHERE {key} = ?", changes)
+
+
+# --- m013: the pool's re-queue (labeler.labels.pool, labeler.ingest.staging) ---------------------
+
+_SCHEMA_M013_POOL = """
+CREATE TABLE requeued (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    annotator TEXT NOT NULL,
+    ingest_id INTEGER,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, annotator)
+) WITHOUT ROWID;
+CREATE INDEX requeued_annotator ON requeued (annotator, created_at)
+"""
+
+
+@migrations()
+def m013_pool(db: sqlite_utils.Database) -> None:
+    """Items that go back to an annotator who submitted them because an ingest added chunks to
+    their pool (another retriever's ranking, or new chunks): one row per (query, annotator) until
+    they submit again; the chunks they have not graded are the new ones."""
+    for statement in _statements(_SCHEMA_M013_POOL):
+        db.execute(statement)
 
 
 def visible(alias: str) -> str:

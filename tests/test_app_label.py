@@ -377,3 +377,69 @@ def test_password_gate_hides_everything(db_path):
     at.text_input(key="password_input").input("s3cret")
     next(b for b in at.button if b.label == "Enter").click().run()
     assert at.button(key="kbd_submit") is not None
+
+
+# --- the pool: several retrievers ------------------------------------------------------------
+
+POOLED = [
+    {"query_id": "p1", "question": "how do refunds work", "retriever": retriever,
+     "retrieved": [{"id": d, "text": f"text of {d}", "score": 0.9 - i / 10} for i, d in enumerate(ids)]}
+    for retriever, ids in (("production", ["a", "b", "c"]), ("bm25", ["b", "d", "a"]))
+]
+
+
+@pytest.fixture
+def pooled_path(tmp_path, monkeypatch):
+    path = make_db(tmp_path, POOLED)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    return path
+
+
+def test_two_retrievers_pooled_and_blind(pooled_path):
+    at = app()
+    pk = current(at)
+    w = Widget(at)
+    chunks = w.data()["chunks"]
+    assert sorted(c["doc_id"] for c in chunks) == ["a", "b", "c", "d"]  # each chunk once
+    assert all(c["rank"] is None and c["score"] is None and c["sources"] == [] for c in chunks)
+    shown = json.dumps(w.data()) + " ".join(str(e.value) for e in at.caption)
+    assert "bm25" not in shown and "production" not in shown  # which retriever returned what is hidden
+    for i, value in enumerate([3, 0, 2, 1]):
+        w.grade(i, value)
+    w.submit()
+    assert current(at) != pk
+    db = labeler.connect(pooled_path)
+    assert db.execute("SELECT status FROM query_labels WHERE query_pk = ?", [pk]).fetchone() == ("submitted",)
+    assert grades(pooled_path, "alice", pk) == {c["doc_id"]: v for c, v in zip(chunks, [3, 0, 2, 1], strict=True)}
+
+
+def test_settings_pool_depth_and_show_sources(pooled_path):
+    lead = app("alice")
+    lead.switch_page("views/settings.py").run()
+    lead.number_input(key="set_pool_depth").set_value(1)
+    lead.checkbox(key="set_show_sources").check()
+    lead.button(key="FormSubmitter:settings_form-Save settings").click().run()
+    assert not lead.exception
+    settings = labeler.get_settings(labeler.connect(pooled_path))
+    assert (settings["pool_depth"], settings["show_sources"]) == (1, True)
+    at = app("alice")
+    chunks = Widget(at).data()["chunks"]
+    assert sorted((c["doc_id"], [s["retriever"] for s in c["sources"]]) for c in chunks) == [
+        ("a", ["production"]), ("b", ["bm25"])]
+
+
+def test_requeued_item_shows_new_chunks(pooled_path, tmp_path):
+    at = app()
+    pk = current(at)
+    w = Widget(at)
+    w.send(*[{"doc_pk": c["doc_pk"], "grade": 0} for c in w.data()["chunks"]])
+    w.submit()
+    log = tmp_path / "more.jsonl"
+    log.write_text(json.dumps({**POOLED[0], "retriever": "dense",
+                               "retrieved": [{"id": "a", "text": "text of a"}, {"id": "z", "text": "new one"}]}) + "\n")
+    labeler.ingest_logs(labeler.connect(pooled_path), log)
+    again = app()
+    assert current(again) == pk
+    chunks = Widget(again).data()["chunks"]
+    assert [c["doc_id"] for c in chunks if c["new"]] == ["z"]
+    assert any("New chunks" in e.value for e in again.info)

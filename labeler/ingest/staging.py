@@ -10,7 +10,9 @@
    is staging. Changes to rows that were already visible wait in ``ingest_occurrences`` and
    ``ingest_texts``.
 3. **Publish**: one short transaction sets the state to ``done`` (every staged row appears at
-   once) and applies the waiting changes, in further short transactions when there are many.
+   once) and applies the waiting changes, in further short transactions when there are many;
+   then submitted queries whose pool the ingest grew go back to their annotators
+   (``labels.pool.requeue_after_ingest``, read without a lock, written in short transactions).
 4. **Discard**: on an error (a strict-mode problem, a crash in this process) the staged rows are
    deleted, again in short transactions, and the ``ingests`` row goes: the database is as before.
 """
@@ -30,6 +32,7 @@ import sqlite_utils
 from .. import db as store
 from .. import owners
 from ..errors import IngestError
+from ..labels.pool import requeue_after_ingest
 
 LOCK_TARGET_S = 0.1  # aim of one write transaction's lock hold; batches adapt to it
 WAIT_FOR_INGEST_S = 15 * 60.0  # how long an ingest waits for another one to finish
@@ -139,6 +142,8 @@ def publish(staging: Staging, sha256: str, counts: dict) -> None:
     while more:
         with staging.write():
             more = _apply(db, staging.id)
+    # queries whose pool grew go back to the annotators who submitted them (short writes too)
+    requeue_after_ingest(db, staging.id, write=staging.write)
 
 
 def _apply(db: sqlite_utils.Database, ingest_id: int) -> bool:
@@ -186,6 +191,7 @@ def roll_forward(db: sqlite_utils.Database) -> None:
         while more:
             with store.transaction(db):
                 more = _apply(db, ingest_id)
+        requeue_after_ingest(db, ingest_id)  # (idempotent) the step publish had not reached either
 
 
 def discard(db: sqlite_utils.Database, ingest_id: int) -> None:

@@ -167,7 +167,7 @@ def conflicts(db: sqlite_utils.Database, *, include_resolved: bool = False) -> l
                 "SELECT pk, query_id, question, answer FROM queries WHERE pk = ?", [query_pk]).fetchone())
         doc_id, title, text, rank = db.execute(
             "SELECT d.doc_id, d.title, d.text, (SELECT min(rank) FROM retrievals r WHERE r.query_pk = ? "
-            "AND r.retriever = 'production' AND r.doc_pk = d.pk) FROM documents d WHERE d.pk = ?",
+            "AND r.doc_pk = d.pk) FROM documents d WHERE d.pk = ?",
             [query_pk, doc_pk]).fetchone()
         grades = dict(db.execute(
             "SELECT g.annotator, g.grade FROM (" + _SUBMITTED + " WHERE r.query_pk = ? AND r.doc_pk = ?) g "

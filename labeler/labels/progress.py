@@ -36,7 +36,8 @@ class Progress:
 
     ``items`` = queued items; ``items_done`` = those whose target of annotators all finished them;
     ``items_left`` = open slots (for each unfinished item, its target minus those who finished
-    it); ``median_seconds`` = median time of submitted items with time recorded (items with 0
+    it) plus ``requeued`` (submitted items an ingest added pool chunks to, back with their
+    annotators); ``median_seconds`` = median time of submitted items with time recorded (items with 0
     seconds are left out), per annotator and for the team; ``active_annotators`` = annotators who
     finished an item (submit, skip, flag, discard) within ``active_days`` of ``now``;
     ``eta_seconds`` = items_left * median_seconds / active_annotators (0 when nothing is left, None
@@ -51,6 +52,7 @@ class Progress:
     items: int = 0
     items_done: int = 0
     items_left: int = 0
+    requeued: int = 0
     median_seconds: float | None = None
     active_annotators: int = 0
     eta_seconds: float | None = None
@@ -99,13 +101,15 @@ def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float 
     items = int(items[0]) if items else 0
     unfinished, left = db.execute(
         "SELECT count(*), coalesce(sum(needed - done), 0) FROM queue WHERE done < needed").fetchone()
+    requeued = db.execute("SELECT count(*) FROM requeued").fetchone()[0]
+    left += requeued
     result = Progress(
         annotators=list(people.values()),
         submitted=sum(p.submitted for p in people.values()),
         skipped=sum(p.skipped for p in people.values()),
         flagged=sum(p.flagged for p in people.values()),
         discarded=sum(p.discarded for p in people.values()),
-        items=items, items_done=items - unfinished, items_left=left,
+        items=items, items_done=items - unfinished, items_left=left, requeued=requeued,
         median_seconds=_median_seconds(db, "status = 'submitted'", []),
         active_annotators=sum(p.active for p in people.values()),
     )

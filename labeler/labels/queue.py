@@ -14,6 +14,9 @@ Rules:
   reclaimed by the next ``next_item`` call after expiry. So two annotators hold the same item only
   when its target is 2 or more.
 - **Resume**: an annotator who holds a lease gets that item back from ``next_item``.
+- **Re-queue**: an item an annotator submitted whose pool an ingest grew (``requeued`` table,
+  see ``labels.pool.requeue_after_ingest``) comes back to them before new items, until they
+  submit it again (or set any other status); their old grades stay.
 - **Overlap**: ``k = floor(overlap_fraction * N + 0.5)`` of the N queued items need
   ``overlap_annotators`` annotators, the rest one. The first build picks the k items with the
   smallest seeded hash of their ``query_id`` (``queue_seed``); later syncs (new queries, another
@@ -22,7 +25,7 @@ Rules:
   ``queue_seed`` re-picks from scratch. A target never drops below the annotators already holding
   the item.
 - **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
-  as text), ``lowest_score`` (top-1 production retrieval score, unscored last), ``frequent``
+  as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
   (occurrences, descending); ties by query pk.
 - **What is queued**: logged and imported queries; synthetic queries only once their
   ``review_state`` is ``accepted``. ``sync_queue`` adds what is missing; ``next_item``,
@@ -40,6 +43,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import ItemTakenError, LabelError
+from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
 ORDERS = ("random", "oldest", "lowest_score", "frequent")
@@ -151,12 +155,13 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     prev = _meta(conn, "params") or {}
     reuse_overlap = "seed" in prev and prev["seed"] == seed
     reuse_order = reuse_overlap and order == prev.get("order") == "random"
-    score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = 'production' "
+    score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
-        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}"
+        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}",
+        [_score_retriever(conn)] if order == "lowest_score" else []
     ):
         old = have.get(pk)
         if order == "random":
@@ -174,6 +179,16 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
     removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
     return added, rekey, removed
+
+
+def _score_retriever(conn: sqlite3.Connection) -> str | None:
+    """Whose top score orders ``lowest_score``: the default retriever (``labeler.retrievers``), or,
+    when several logged rankings and none is the default, the first by name."""
+    names = logged_retrievers(conn)
+    try:
+        return default_retriever(conn, known=names)
+    except RetrieverError:
+        return names[0] if names else None
 
 
 def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = False) -> QueueSync:
@@ -290,6 +305,11 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
             conn.execute("UPDATE assignments SET lease_expires = ?, updated_at = ? "
                          "WHERE query_pk = ? AND annotator = ?", [until, at, held[0], annotator])
             return held[0]
+        # an item they submitted whose pool an ingest grew comes back first (no lease: it is theirs)
+        back = conn.execute("SELECT query_pk FROM requeued WHERE annotator = ? ORDER BY created_at, query_pk "
+                            "LIMIT 1", [annotator]).fetchone()
+        if back:
+            return back[0]
         _reclaim_expired(conn, at)
         row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
         if row is None:

@@ -15,9 +15,9 @@ Events (plain dicts, as the widget sends them):
 - ``{"seq": 4, "doc_pk": 12, "grade": 2}``: grade the chunk (``"grade": None`` clears it);
 - ``{"seq": 5, "doc_pk": 12, "grade": 3, "accept": True}``: take the calibrated judge's suggestion
   for the chunk (stored with ``origin='suggestion'``, as ``judge.accept_suggestion`` does);
-- ``{"seq": 6, "submit": True}``: submit the item (refused while a retrieved chunk has no grade).
+- ``{"seq": 6, "submit": True}``: submit the item (refused while a chunk of the pool has no grade).
 
-"Rest are 0" is expanded by the widget into one grade event per ungraded chunk. An optional
+"Rest are 0" is expanded by the widget into one grade event per ungraded chunk of the pool. An optional
 ``"at"`` (the client's clock) is accepted and ignored: the stored times are the server's.
 """
 
@@ -31,7 +31,7 @@ import sqlite_utils
 
 from ..errors import LabelError
 from ._common import When, check_doc, check_grade, check_name, event
-from .writes import _drop_grade, _put_grade, _put_status, _Write, _writing
+from .writes import _drop_grade, _put_grade, _put_status, _Write, _writing, pool_ungraded
 
 _CLIENT = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
@@ -94,12 +94,9 @@ def _acked(conn: Any, query_pk: int, annotator: str, client_id: str) -> int:
 
 
 def _ungraded(w: _Write, query_pk: int) -> int | None:
-    """Rank of the first retrieved chunk the annotator has not graded, or None."""
-    row = w.conn.execute(
-        "SELECT r.rank FROM retrievals r WHERE r.query_pk = ? AND r.retriever = 'production' AND NOT EXISTS "
-        "(SELECT 1 FROM relevance_labels l WHERE l.query_pk = r.query_pk AND l.doc_pk = r.doc_pk "
-        " AND l.annotator = ?) ORDER BY r.rank LIMIT 1", [query_pk, w.annotator]).fetchone()
-    return row[0] if row else None
+    """Pool position of the first pool chunk the annotator has not graded, or None."""
+    missing = pool_ungraded(w.conn, query_pk, w.annotator, w.settings)
+    return missing[0][0] if missing else None
 
 
 def _apply(w: _Write, query_pk: int, e: GradeEvent) -> None:

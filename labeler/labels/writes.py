@@ -33,6 +33,7 @@ from ._common import (
     query_row,
     stamp,
 )
+from .pool import pool_depth, query_pool
 from .queue import claim, recount
 
 QUERY_FIELDS = ("expected_answer", "answer_faithful", "answer_relevant", "notes", "flag_reason")
@@ -112,18 +113,26 @@ def _drop_grade(w: _Write, query_pk: int, doc_pk: int) -> int | None:
     return old
 
 
-def set_rest_zero(db: sqlite_utils.Database, query_pk: int, annotator: str, retriever: str = "production",
+def set_rest_zero(db: sqlite_utils.Database, query_pk: int, annotator: str, retriever: str | None = None,
                   *, now: When = None) -> int:
-    """Grade 0 every chunk ``retriever`` returned that ``annotator`` has not graded; return how many."""
+    """Grade 0 every chunk of the item's pool (what ``get_item`` shows: every retriever's top
+    ``pool_depth``) that ``annotator`` has not graded; return how many. ``retriever``: only that
+    retriever's chunks."""
     with _writing(db, query_pk, annotator, now) as w:
-        ungraded = [r[0] for r in w.conn.execute(
-            f"SELECT r.doc_pk FROM retrievals r WHERE r.query_pk = ? AND r.retriever = ? AND {store.visible('r')} "
-            "AND NOT EXISTS "
-            "(SELECT 1 FROM relevance_labels l WHERE l.query_pk = r.query_pk AND l.doc_pk = r.doc_pk "
-            " AND l.annotator = ?) ORDER BY r.rank", [query_pk, retriever, w.annotator])]
-        for doc_pk in ungraded:
+        ungraded = pool_ungraded(w.conn, query_pk, w.annotator, w.settings, retriever=retriever)
+        for _, doc_pk in ungraded:
             _put_grade(w, query_pk, doc_pk, 0)
         return len(ungraded)
+
+
+def pool_ungraded(conn: sqlite3.Connection, query_pk: int, annotator: str, settings: dict[str, Any],
+                  *, retriever: str | None = None) -> list[tuple[int, int]]:
+    """(position, doc_pk) of the pool chunks ``annotator`` has not graded, in pool order."""
+    query_id = query_row(conn, query_pk)[1]
+    chunks = query_pool(conn, query_pk, query_id, pool_depth(settings), retriever=retriever)
+    graded = {r[0] for r in conn.execute("SELECT doc_pk FROM relevance_labels WHERE query_pk = ? "
+                                         "AND annotator = ?", [query_pk, annotator])}
+    return [(i, c.doc_pk) for i, c in enumerate(chunks, 1) if c.doc_pk not in graded]
 
 
 def _field_value(name: str, value: Any) -> str | None:
@@ -202,9 +211,15 @@ def set_status(db: sqlite_utils.Database, query_pk: int, annotator: str, status:
 
 def _put_status(w: _Write, query_pk: int, status: str, reason: str | None) -> str | None:
     conn = w.conn
+    # an item that came back after an ingest added chunks is finished again by any status; skipping
+    # it only sets the new chunks aside: the submitted grades stay submitted
+    requeued = conn.execute("DELETE FROM requeued WHERE query_pk = ? AND annotator = ?",
+                            [query_pk, w.annotator]).rowcount
     old, flag_reason = conn.execute(
         "SELECT status, flag_reason FROM query_labels WHERE query_pk = ? AND annotator = ?",
         [query_pk, w.annotator]).fetchone()
+    if requeued and status == "skipped" and old == "submitted":
+        return old
     if status == "flagged":
         if reason is None and flag_reason is None:
             raise LabelError("flagging needs a reason: say what is wrong (reason='...')")

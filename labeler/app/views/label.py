@@ -199,6 +199,12 @@ with left:
     st.subheader("Retrieved chunks")
     if not item.chunks:
         st.info("The retriever returned nothing for this question. Use the search to add the relevant chunks.")
+    elif item.blind:
+        st.caption("The chunks every retriever returned, pooled and shuffled: grade each on its own "
+                   "(which retriever returned it, its rank and score are hidden).")
+    if item.requeued and item.new_chunks:
+        st.info(f"New chunks: a new ingest added {item.new_chunks} chunk(s) to this item since you submitted it. "
+                "Your grades are kept; grade the chunks marked \"new chunk\", then submit.")
     suggested = judge.suggestions_for(db, pk)
     acks = st.session_state.get(state.GRADER_ACKS, {})
     notes = st.session_state.get(state.GRADER_NOTES, {})

@@ -1,4 +1,5 @@
-"""Settings (lead): grade scale and threshold, overlap, queue order, guidelines, accounts and roles.
+"""Settings (lead): grade scale and threshold, overlap, queue order, the pool (depth, show sources),
+guidelines, accounts and roles.
 
 Every write passes the signed-in account as ``by``: the library refuses it unless that account is
 a lead, whoever reached this page."""
@@ -37,6 +38,14 @@ with st.form("settings_form"):
                                 key="set_overlap_n")
     lease = c3.number_input("Lease minutes (an idle item returns to the queue)", 1, 240,
                             int(current["lease_minutes"]), key="set_lease")
+    st.subheader("Pool (several retrievers)")
+    c1, c2 = st.columns(2)
+    depth = c1.number_input("Pool depth: chunks per retriever on the Label page", 1, 1000,
+                            int(current.get("pool_depth") or 10), key="set_pool_depth",
+                            help="Each retriever's top chunks, merged: each chunk is shown and graded once")
+    show_sources = c2.checkbox("Show sources: annotators see which retriever returned a chunk, its rank and "
+                               "score (off = blind labeling)", value=bool(current.get("show_sources")),
+                               key="set_show_sources")
     st.subheader("Guidelines (markdown)")
     guidelines = st.text_area("Shown to annotators on the Label page", value=current["guidelines"], height=200,
                               key="set_guidelines")
@@ -55,6 +64,10 @@ if saved:
         for key, value in values.items():
             if value != current.get(key):
                 labeler.set_setting(db, key, value, by=me)
+        labels.set_pool_settings(db, by=me,
+                                 pool_depth=int(depth) if int(depth) != current.get("pool_depth") else None,
+                                 show_sources=bool(show_sources) if bool(show_sources) != bool(current.get(
+                                     "show_sources")) else None)
         labels.sync_queue(db)
         st.success("Saved.")
     except LabelerError as e:

@@ -32,14 +32,21 @@ _mount = st.components.v2.component(
 
 
 def chunk_data(chunk: Any, *, added: bool, suggestion: Any = None) -> dict[str, Any]:
-    """One chunk as the widget shows it (a ``labels.Chunk``; ``suggestion`` a ``judge.Suggestion``)."""
+    """One chunk as the widget shows it (a ``labels.Chunk``; ``suggestion`` a ``judge.Suggestion``).
+
+    Rank and score are there only when the item carries them (one retriever), the sources only when
+    the lead turned ``show_sources`` on: blind labeling is decided by ``labels.get_item``."""
     sugg = None
     if suggestion is not None:
         sugg = {"grade": suggestion.grade, "rationale": suggestion.rationale,
                 "source": f"{suggestion.judge} · {suggestion.rubric} · {suggestion.model} · run "
                           f"{suggestion.run_id}: a suggestion, not a label"}
+    sources = [{"retriever": s.retriever, "rank": s.rank, "score": s.score} for s in chunk.sources]
     return {"doc_pk": chunk.doc_pk, "doc_id": chunk.doc_id, "title": chunk.title, "text": chunk.text,
-            "rank": chunk.rank, "score": chunk.score, "grade": chunk.grade, "added": added, "suggestion": sugg}
+            "rank": chunk.rank, "score": chunk.score, "position": chunk.position, "grade": chunk.grade,
+            "added": added, "suggestion": sugg, "new": chunk.new,
+            # several retrievers and show_sources on: who returned it (blind otherwise: empty)
+            "sources": sources if chunk.rank is None else []}
 
 
 def grader(data: dict[str, Any], on_outbox: Callable[[], None]) -> dict[str, Any] | None:

@@ -199,7 +199,7 @@ function submit() {
   if (missing.length) {
     const first = missing[0];
     view.focus = view.data.chunks.indexOf(first);
-    view.message = `Chunk #${first.rank} (${first.doc_id}) has no grade yet` +
+    view.message = `Chunk #${first.rank ?? first.position} (${first.doc_id}) has no grade yet` +
       (missing.length > 1 ? ` (${missing.length} chunks are ungraded)` : "") + ": grade it, then press Enter.";
     render(true);
     return;
@@ -329,15 +329,19 @@ function drawRows(box) {
     const parts = [];
     if (c.rank !== null && c.rank !== undefined) parts.push(`#${c.rank}`);
     if (c.score !== null && c.score !== undefined) parts.push(`score ${Number(Number(c.score).toPrecision(4))}`);
+    (c.sources || []).forEach((s) => parts.push(`${s.retriever} #${s.rank}` +
+      (s.score !== null && s.score !== undefined ? ` (${Number(Number(s.score).toPrecision(4))})` : "")));
     parts.push(c.doc_id);
     if (c.title) parts.push(c.title);
-    row.append(el("div", "lb-head", parts.join(" · ")));
+    const head = el("div", "lb-head", parts.join(" · "));
+    if (c.new) head.prepend(el("span", "lb-new", "new chunk"));
+    row.append(head);
     row.append(el("div", "lb-text", c.text === null || c.text === undefined
       ? "(no text: ingest a corpus file with this id)" : c.text));
     const line = el("div", "lb-grades");
     d.grade_names.forEach((name, g) => {
       const b = button(String(g), "grade", { grade: g, index: i }, `Grade ${g} (${name})`);
-      b.setAttribute("aria-label", `Grade chunk #${c.rank ?? "+"} ${g} ${name}`);
+      b.setAttribute("aria-label", `Grade chunk #${c.rank ?? c.position ?? "+"} ${g} ${name}`);
       line.append(b);
     });
     line.append(el("span", "lb-gname"));
@@ -400,7 +404,7 @@ function render(scroll) {
 }
 
 function signature(d) {
-  return JSON.stringify([d.item, d.annotator, d.grade_names, d.chunks.map((c) => [c.doc_pk, c.text, c.title, c.added, c.suggestion])]);
+  return JSON.stringify([d.item, d.annotator, d.grade_names, d.chunks.map((c) => [c.doc_pk, c.text, c.title, c.added, c.suggestion, c.new, c.sources])]);
 }
 
 export default function (component) {

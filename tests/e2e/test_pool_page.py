@@ -1,0 +1,59 @@
+"""The pool in a real browser: two retrievers logged the same questions; the annotator grades the
+pooled chunks with the keyboard (keys 20 ms apart), sees no source, rank or score, and submits;
+SQLite holds one grade per (query, chunk id), whichever retrievers returned the chunk."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import labeler
+from tests.e2e.conftest import sign_in_by_name
+
+RANKINGS = {"production": ["a", "b", "c", "d"], "bm25": ["c", "e", "a", "f"]}  # 6 distinct chunks
+
+
+def make_db(tmp_path: Path, items: int = 2) -> Path:
+    path = tmp_path / "pool.db"
+    db = labeler.connect(path)
+    log = tmp_path / "logs.jsonl"
+    log.write_text("".join(json.dumps({
+        "query_id": f"q{i}", "question": f"how do refunds work, case {i}", "retriever": retriever,
+        "retrieved": [{"id": f"{d}{i}", "score": round(0.9 - r / 10, 2), "text": f"Chunk {d} about refunds {i}."}
+                      for r, d in enumerate(ids)]}) + "\n"
+        for i in range(items) for retriever, ids in RANKINGS.items()))
+    labeler.ingest_logs(db, log)
+    labeler.set_setting(db, "overlap_fraction", 0.0)
+    db.conn.close()
+    return path
+
+
+def test_pooled_chunks_graded_with_the_keyboard_blind(tmp_path, start_app, page):
+    db_path = make_db(tmp_path)
+    server = start_app(db_path)
+    sign_in_by_name(page, server.url, "alice")
+    rows = page.locator(".lb-grader .lb-chunk")
+    rows.first.wait_for()
+    item = int(page.locator(".lb-grader").get_attribute("data-item"))
+    assert rows.count() == 6  # the union of both rankings, each chunk once
+    shown = page.locator(".lb-grader").inner_text()
+    assert "score" not in shown and "bm25" not in shown and "production" not in shown
+    assert all("#" not in rows.nth(i).locator(".lb-head").inner_text() for i in range(6))
+    docs = [int(rows.nth(i).get_attribute("data-doc")) for i in range(6)]
+    keys = [3, 0, 2, 1, 0, 2]
+    page.keyboard.type("".join(map(str, keys)), delay=20)
+    page.get_by_text("6 of 6 retrieved chunks graded").wait_for()
+    page.keyboard.press("Enter", delay=20)
+    page.wait_for_function("(old) => { const g = document.querySelector('.lb-grader');"
+                           " return g && g.dataset.item !== String(old) }", arg=item)
+    page.wait_for_function("() => document.querySelector('.lb-save').textContent === 'saved'")
+    with sqlite3.connect(db_path) as conn:
+        stored = conn.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ? AND annotator = 'alice'",
+                              [item]).fetchall()
+        status = conn.execute("SELECT status FROM query_labels WHERE query_pk = ? AND annotator = 'alice'",
+                              [item]).fetchone()
+        grade_events = conn.execute("SELECT count(*) FROM label_events WHERE query_pk = ? AND field = 'grade'",
+                                    [item]).fetchone()
+    assert dict(stored) == dict(zip(docs, keys, strict=True)) and len(stored) == 6  # one row per chunk id
+    assert status == ("submitted",) and grade_events == (6,)
