@@ -769,3 +769,40 @@ def visible(alias: str) -> str:
     """SQL condition: the queries, documents or retrievals row aliased ``alias`` is visible, i.e.
     not part of an ingest that is still being written (its rows appear together when it commits)."""
     return f"coalesce({alias}.ingest_id, 0) NOT IN (SELECT id FROM ingests WHERE state = 'staging')"
+
+
+# --- m012: the corpus search index (labeler.search) --------------------------------------------
+
+#: Every document with text is in the FTS5 index; SQL triggers keep it right whichever code writes
+#: ``documents`` (ingest, corpus, staging's final commit, discard). External content: the index holds
+#: no copy of the text. ``unicode61 remove_diacritics 2`` without stemming, so that the terms in the
+#: vocabulary table are the words Python's tokenizer (``labeler.search.fts.tokens``) produces.
+_M012_SEARCH_FTS = [
+    "CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
+    "tokenize='unicode61 remove_diacritics 2')",
+    "CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')",
+    "INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents WHERE text IS NOT NULL",
+    "CREATE TRIGGER documents_fts_insert AFTER INSERT ON documents WHEN new.text IS NOT NULL BEGIN "
+    "INSERT INTO documents_fts (rowid, title, text) VALUES (new.pk, new.title, new.text); END",
+    "CREATE TRIGGER documents_fts_delete AFTER DELETE ON documents WHEN old.text IS NOT NULL BEGIN "
+    "INSERT INTO documents_fts (documents_fts, rowid, title, text) VALUES ('delete', old.pk, old.title, old.text); "
+    "END",
+    "CREATE TRIGGER documents_fts_update AFTER UPDATE OF text, title ON documents BEGIN "
+    "INSERT INTO documents_fts (documents_fts, rowid, title, text) "
+    "SELECT 'delete', old.pk, old.title, old.text WHERE old.text IS NOT NULL; "
+    "INSERT INTO documents_fts (rowid, title, text) SELECT new.pk, new.title, new.text WHERE new.text IS NOT NULL; "
+    "END",
+    # Embedding vectors (float32 bytes) by a hash of model and text; doc_pk when the text is a chunk's.
+    "CREATE TABLE embeddings (key TEXT NOT NULL, model TEXT NOT NULL, doc_pk INTEGER, dims INTEGER NOT NULL, "
+    "vector BLOB NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (key, model)) WITHOUT ROWID",
+    "CREATE INDEX embeddings_doc ON embeddings (model, doc_pk) WHERE doc_pk IS NOT NULL",
+]
+
+
+@migrations()
+def m012_search_fts(db: sqlite_utils.Database) -> None:
+    """The corpus search index: an FTS5 table over documents' title and text (BM25 ranking), its
+    vocabulary (document frequencies for relevance feedback), the triggers that keep it in step
+    with ``documents``, and the ``embeddings`` cache of the optional embedding search."""
+    for statement in _M012_SEARCH_FTS:
+        db.execute(statement)

@@ -1,4 +1,4 @@
-"""Corpus search, so annotators can find the relevant chunks the retriever missed.
+"""Corpus search by TF-IDF in memory (scikit-learn): the former Label-page search, kept for synth.
 
 A TF-IDF index (scikit-learn, word unigrams and bigrams, sublinear tf) over every document's title
 and text. Building it is the expensive part, so callers keep the index and rebuild it when
@@ -13,8 +13,8 @@ import numpy as np
 import sqlite_utils
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from . import db as store
-from .errors import LabelerError
+from .. import db as store
+from ..errors import LabelerError
 
 
 @dataclass(frozen=True)

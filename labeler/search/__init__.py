@@ -1,0 +1,13 @@
+"""Corpus search, so annotators can find the relevant chunks the retrievers missed.
+
+``search_text`` ranks documents by BM25 over the FTS5 index the database keeps (``fts``);
+``search_missed`` fuses question, relevance feedback and optional embeddings (``missed``). The
+former in-memory TF-IDF index (``tfidf``: ``CorpusIndex``, ``search``) stays for synthetic questions.
+"""
+
+from .fts import match_expression, search_text, tokens
+from .missed import embed_documents, labeled_queries, pool, query_pk, search_missed
+from .tfidf import CorpusIndex, SearchHit, corpus_version, search
+
+__all__ = ["CorpusIndex", "SearchHit", "corpus_version", "embed_documents", "labeled_queries", "match_expression",
+           "pool", "query_pk", "search", "search_missed", "search_text", "tokens"]

@@ -1,0 +1,130 @@
+"""BM25 search over the FTS5 index that the database keeps of every document (migration m012).
+
+Free text never reaches FTS5's query language: it is cut into words the way the index's tokenizer
+(``unicode61 remove_diacritics 2``) cuts text, each word is quoted and the words are OR-ed, so
+quotes, ``*``, ``NEAR(``, ``-``, ``:``, ``AND``/``OR``/``NOT`` in a question are plain words or
+nothing. Rows of an ingest that is still staging are never returned (``db.visible``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Collection, Iterable
+
+import sqlite_utils
+
+from .. import db as store
+from ..errors import LabelerError
+from .tfidf import SearchHit
+
+_WORD = re.compile(r"[^\W_]+")
+#: In a corpus of at least COMMON_MIN_DOCS documents, words that occur in more than COMMON_SHARE of
+#: them carry no BM25 weight (idf <= 0) but cost a scan of long posting lists: they are left out.
+COMMON_SHARE = 0.5
+COMMON_MIN_DOCS = 10_000
+MAX_QUERY_TERMS = 64
+
+
+def tokens(text: str | None) -> list[str]:
+    """The words of ``text`` as the index stores them: case-folded, diacritics removed, split on
+    everything that is not a letter or digit."""
+    if not text:
+        return []
+    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _WORD.findall(folded.casefold())
+
+
+def match_expression(terms: Iterable[str]) -> str:
+    """An FTS5 query OR-ing ``terms``, each a quoted string (``""`` escapes a quote inside)."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t]
+    return " OR ".join(quoted)
+
+
+def corpus_size(db: sqlite_utils.Database) -> int:
+    """An upper bound of the number of indexed documents (the largest document key), for idf."""
+    return int(db.execute("SELECT coalesce(max(pk), 0) FROM documents").fetchone()[0])
+
+
+def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str]) -> dict[str, int]:
+    """How many indexed documents contain each term (0 for a term not in the index)."""
+    out = {}
+    for term in dict.fromkeys(terms):
+        row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
+        out[term] = int(row[0]) if row else 0
+    return out
+
+
+def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
+    """The words of ``text`` worth searching for: in the index, not in most documents."""
+    words = list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
+    df = document_frequencies(db, words)
+    n = max(corpus_size(db), 1)
+    kept = [w for w in words if 0 < df[w] and not _common(df[w], n)]
+    return kept or [w for w in words if df[w] > 0]
+
+
+def _common(df: int, n: int) -> bool:
+    return n >= COMMON_MIN_DOCS and df > COMMON_SHARE * n
+
+
+def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int = 30) -> list[str]:
+    """The ``top`` words of ``texts`` by tf-idf (tf summed over the texts, sublinear; idf from the
+    index's vocabulary), best first, ties by word: the "more like these" query."""
+    tf = Counter(w for text in texts for w in tokens(text) if len(w) > 1 and not w.isdigit())
+    if not tf:
+        return []
+    df = document_frequencies(db, tf)
+    n = max(corpus_size(db), 1)
+    weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n and not _common(df[w], n)}
+    return sorted(weights, key=lambda w: (-weights[w], w))[:top]
+
+
+def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,
+         exclude: Collection[int] = ()) -> list[tuple[int, float]]:
+    """(doc_pk, score) of the ``k`` best visible documents matching any of ``terms`` by BM25
+    (FTS5's ``bm25()``, sign turned so that higher is better), ``exclude``'s keys left out."""
+    expression = match_expression(terms)
+    if not expression or k <= 0:
+        return []
+    excluded = set(exclude)
+    limit = k + len(excluded) + 16
+    while True:
+        rows = db.execute("SELECT rowid, rank FROM documents_fts WHERE documents_fts MATCH ? ORDER BY rank LIMIT ?",
+                          [expression, limit]).fetchall()
+        candidates = [(pk, -score) for pk, score in rows if pk not in excluded]
+        staged = _staged(db, [pk for pk, _ in candidates])
+        hits = [(pk, score) for pk, score in candidates if pk not in staged]
+        if len(hits) >= k or len(rows) < limit:
+            return hits[:k]
+        limit *= 4  # an ingest still staging holds many of the best matches: look further
+
+
+def _staged(db: sqlite_utils.Database, pks: list[int]) -> set[int]:
+    if not pks or not db.execute("SELECT 1 FROM ingests WHERE state = 'staging' LIMIT 1").fetchone():
+        return set()
+    marks = ",".join("?" * len(pks))
+    return {r[0] for r in db.execute(f"SELECT pk FROM documents d WHERE pk IN ({marks}) AND NOT {store.visible('d')}",
+                                     pks)}
+
+
+def hits(db: sqlite_utils.Database, scored: list[tuple[int, float]]) -> list[SearchHit]:
+    """The documents of ``scored`` (doc_pk, score) as SearchHits, in that order."""
+    if not scored:
+        return []
+    marks = ",".join("?" * len(scored))
+    rows = {r[0]: r for r in db.execute(f"SELECT pk, doc_id, title, text FROM documents WHERE pk IN ({marks})",
+                                        [pk for pk, _ in scored])}
+    return [SearchHit(pk, rows[pk][1], rows[pk][2], rows[pk][3], float(score)) for pk, score in scored if pk in rows]
+
+
+def search_text(db: sqlite_utils.Database, text: str, k: int = 10, exclude: Collection[int] = ()) -> list[SearchHit]:
+    """The ``k`` documents that best match the words of ``text`` (BM25 over title and text), best
+    first; ``exclude`` holds document keys (``doc_pk``) to leave out. Empty text gives []."""
+    if not tokens(text):
+        return []
+    if not db.execute("SELECT 1 FROM documents_fts LIMIT 1").fetchone():
+        raise LabelerError("the corpus is empty: ingest a corpus file or logs with chunk text first")
+    return hits(db, bm25(db, query_terms(db, text), k, exclude=exclude))
