@@ -105,13 +105,31 @@ def test_the_index_follows_a_corpus_ingest_that_changes_text(db, tmp_path):
     labeler.ingest_corpus(db, changed)
     assert search_text(db, "refunds payment") == []
     assert ids(search_text(db, "webhooks retry")) == ["refunds"]
-    assert db.execute("INSERT INTO documents_fts (documents_fts) VALUES ('integrity-check')") is not None
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('integrity-check', 1)")  # raises if wrong
+    assert db.execute("SELECT count(*) FROM documents_fts_pending").fetchone()[0] == 0
+
+
+def test_a_discarded_ingest_leaves_the_index_right(db):
+    claimed = staging.claim(db, "corpus", "late.jsonl", "jsonl")
+    with claimed.write():
+        db.execute("INSERT INTO documents (doc_id, text, created_at, ingest_id) VALUES "
+                   "('late', 'Okta groups sync', '2026-01-01', ?)", [claimed.id])
+    staging.index_search(db)  # as if another writer had indexed it meanwhile
+    staging.release(claimed)
+    staging.discard(db, claimed.id)
+    assert ids(search_text(db, "okta groups")) == ["sso-okta"]
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('integrity-check', 1)")
+    db.execute("UPDATE documents SET text = 'Okta groups' WHERE doc_id = 'refunds'")
+    db.execute("DELETE FROM documents WHERE doc_id = 'sso-azure'")
+    staging.index_search(db)
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('integrity-check', 1)")
+    assert ids(search_text(db, "okta groups")) == ["refunds", "sso-okta"]
 
 
 def test_the_migration_indexes_documents_that_were_there_before(tmp_path, db):
     path = tmp_path / "s.db"
     for statement in ("DROP TRIGGER documents_fts_insert", "DROP TRIGGER documents_fts_update",
-                      "DROP TRIGGER documents_fts_delete", "DROP TABLE documents_fts_vocab", "DROP TABLE documents_fts", "DROP TABLE embeddings",
+                      "DROP TRIGGER documents_fts_delete", "DROP TABLE documents_fts_vocab", "DROP TABLE documents_fts_pending", "DROP TABLE documents_fts", "DROP TABLE embeddings",
                       "DELETE FROM _sqlite_migrations WHERE name = 'm012_search_fts'"):
         db.execute(statement)
     db.conn.commit()

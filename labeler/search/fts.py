@@ -9,6 +9,7 @@ nothing. Rows of an ingest that is still staging are never returned (``db.visibl
 from __future__ import annotations
 
 import math
+import random
 import re
 import unicodedata
 from collections import Counter
@@ -22,8 +23,9 @@ from .tfidf import SearchHit
 
 _WORD = re.compile(r"[^\W_]+")
 #: In a corpus of at least COMMON_MIN_DOCS documents, words that occur in more than COMMON_SHARE of
-#: them carry no BM25 weight (idf <= 0) but cost a scan of long posting lists: they are left out.
-COMMON_SHARE = 0.5
+#: them carry little BM25 weight (idf < 2.2) but cost a scan of long posting lists (BM25 scores every
+#: match): they are left out of a query that has rarer words. A speed/quality trade-off.
+COMMON_SHARE = 0.1
 COMMON_MIN_DOCS = 10_000
 MAX_QUERY_TERMS = 64
 
@@ -33,8 +35,9 @@ def tokens(text: str | None) -> list[str]:
     everything that is not a letter or digit."""
     if not text:
         return []
-    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    return _WORD.findall(folded.casefold())
+    if not text.isascii():
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _WORD.findall(text.casefold())
 
 
 def match_expression(terms: Iterable[str]) -> str:
@@ -49,12 +52,52 @@ def corpus_size(db: sqlite_utils.Database) -> int:
 
 
 def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str]) -> dict[str, int]:
-    """How many indexed documents contain each term (0 for a term not in the index)."""
+    """How many indexed documents contain each term (0 for a term not in the index).
+
+    The vocabulary table counts a term's documents by reading its whole posting list, which for a
+    common word in a large corpus takes long. So in a corpus of SAMPLED_FROM documents or more, a
+    word seen in at least SAMPLE_MIN_SEEN of a random sample of SAMPLE_DOCS chunks gets the
+    sample's estimate; only the rarer words (short posting lists) are counted exactly."""
+    terms = list(dict.fromkeys(terms))
+    sample = _sample(db)
     out = {}
-    for term in dict.fromkeys(terms):
+    for term in terms:
+        if sample is not None and sample[2][term] >= SAMPLE_MIN_SEEN:
+            out[term] = round(sample[2][term] * sample[0] / sample[1])
+            continue
         row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
         out[term] = int(row[0]) if row else 0
     return out
+
+
+SAMPLE_DOCS = 2000
+SAMPLE_MIN_SEEN = 5
+SAMPLED_FROM = 50_000
+#: Per database file: (corpus size when drawn, chunks in the sample, document frequencies in it).
+_samples: dict[str, tuple[int, int, Counter]] = {}
+
+
+def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
+    n = corpus_size(db)
+    if n < SAMPLED_FROM:
+        return None
+    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
+    kept = _samples.get(name)
+    if kept is not None and n <= kept[0] * 1.1:
+        return kept
+    rng = random.Random(n)  # seeded by the corpus size: the same corpus, the same sample
+    pks = rng.sample(range(1, n + 1), min(n, SAMPLE_DOCS * 2))
+    texts: list[str] = []
+    for i in range(0, len(pks), 500):
+        part = pks[i:i + 500]
+        texts += [f"{r[0] or ''} {r[1]}" for r in db.execute(
+            f"SELECT title, text FROM documents WHERE pk IN ({','.join('?' * len(part))}) AND text IS NOT NULL",
+            part)]
+    texts = texts[:SAMPLE_DOCS]
+    counts = Counter(w for text in texts for w in set(tokens(text)))
+    kept = (n, max(len(texts), 1), counts)
+    _samples[name] = kept
+    return kept
 
 
 def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
@@ -63,7 +106,7 @@ def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
     df = document_frequencies(db, words)
     n = max(corpus_size(db), 1)
     kept = [w for w in words if 0 < df[w] and not _common(df[w], n)]
-    return kept or [w for w in words if df[w] > 0]
+    return kept or sorted((w for w in words if df[w] > 0), key=lambda w: (df[w], w))[:2]
 
 
 def _common(df: int, n: int) -> bool:
