@@ -6,8 +6,17 @@ former in-memory TF-IDF index (``tfidf``: ``CorpusIndex``, ``search``) stays for
 """
 
 from .fts import match_expression, search_text, tokens
+from .hits import SearchHit
 from .missed import embed_documents, labeled_queries, pool, query_pk, search_missed
-from .tfidf import CorpusIndex, SearchHit, corpus_version, search
+
+
+def __getattr__(name: str):  # the TF-IDF index imports scikit-learn: only when asked for
+    if name in ("CorpusIndex", "corpus_version", "search"):
+        from . import tfidf
+
+        return getattr(tfidf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["CorpusIndex", "SearchHit", "corpus_version", "embed_documents", "labeled_queries", "match_expression",
            "pool", "query_pk", "search", "search_missed", "search_text", "tokens"]

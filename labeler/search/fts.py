@@ -19,14 +19,16 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import LabelerError
-from .tfidf import SearchHit
+from .hits import SearchHit
 
 _WORD = re.compile(r"[^\W_]+")
-#: In a corpus of at least COMMON_MIN_DOCS documents, words that occur in more than COMMON_SHARE of
-#: them carry little BM25 weight (idf < 2.2) but cost a scan of long posting lists (BM25 scores every
-#: match): they are left out of a query that has rarer words. A speed/quality trade-off.
-COMMON_SHARE = 0.1
+#: BM25 scores every document that matches any word of the query, so a query's cost is the sum of
+#: its words' posting lists (about 3 us a posting here). In a corpus of COMMON_MIN_DOCS documents or
+#: more, a query keeps its best words (the rarest question words; the highest tf-idf feedback words)
+#: whose posting lists add up to at most POSTINGS_BUDGET: common words, which weigh little in BM25,
+#: are left out when rarer ones are there. A speed/quality trade-off, measured in bench_search.py.
 COMMON_MIN_DOCS = 10_000
+POSTINGS_BUDGET = 10_000
 MAX_QUERY_TERMS = 64
 
 
@@ -72,7 +74,7 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str]) -> dic
 
 SAMPLE_DOCS = 2000
 SAMPLE_MIN_SEEN = 5
-SAMPLED_FROM = 50_000
+SAMPLED_FROM = 10_000
 #: Per database file: (corpus size when drawn, chunks in the sample, document frequencies in it).
 _samples: dict[str, tuple[int, int, Counter]] = {}
 
@@ -101,16 +103,25 @@ def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
 
 
 def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
-    """The words of ``text`` worth searching for: in the index, not in most documents."""
+    """The words of ``text`` worth searching for: in the index, within the postings budget."""
     words = list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
     df = document_frequencies(db, words)
     n = max(corpus_size(db), 1)
-    kept = [w for w in words if 0 < df[w] and not _common(df[w], n)]
-    return kept or sorted((w for w in words if df[w] > 0), key=lambda w: (df[w], w))[:2]
+    found = [w for w in words if df[w] > 0]
+    if n < COMMON_MIN_DOCS:
+        return found
+    return _within_budget(sorted(found, key=lambda w: (df[w], w)), df)
 
 
-def _common(df: int, n: int) -> bool:
-    return n >= COMMON_MIN_DOCS and df > COMMON_SHARE * n
+def _within_budget(ranked: list[str], df: dict[str, int]) -> list[str]:
+    """The best-ranked words whose posting lists add up to at most POSTINGS_BUDGET (at least one)."""
+    kept: list[str] = []
+    total = 0
+    for w in ranked:
+        if not kept or total + df[w] <= POSTINGS_BUDGET:
+            kept.append(w)
+            total += df[w]
+    return kept
 
 
 def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int = 30) -> list[str]:
@@ -121,8 +132,9 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
         return []
     df = document_frequencies(db, tf)
     n = max(corpus_size(db), 1)
-    weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n and not _common(df[w], n)}
-    return sorted(weights, key=lambda w: (-weights[w], w))[:top]
+    weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n}
+    ranked = sorted(weights, key=lambda w: (-weights[w], w))
+    return ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df)[:top]
 
 
 def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,
@@ -168,6 +180,6 @@ def search_text(db: sqlite_utils.Database, text: str, k: int = 10, exclude: Coll
     first; ``exclude`` holds document keys (``doc_pk``) to leave out. Empty text gives []."""
     if not tokens(text):
         return []
-    if not db.execute("SELECT 1 FROM documents_fts LIMIT 1").fetchone():
+    if not db.execute("SELECT 1 FROM documents_fts_docsize LIMIT 1").fetchone():
         raise LabelerError("the corpus is empty: ingest a corpus file or logs with chunk text first")
     return hits(db, bm25(db, query_terms(db, text), k, exclude=exclude))

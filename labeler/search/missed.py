@@ -18,7 +18,7 @@ import sqlite_utils
 from .. import db as store
 from ..errors import LabelerError
 from .fts import bm25, distinctive_terms, hits, query_terms
-from .tfidf import SearchHit
+from .hits import SearchHit
 
 RRF_K = 60
 #: How deep each fused list goes.
