@@ -28,7 +28,7 @@ _WORD = re.compile(r"[^\W_]+")
 #: whose posting lists add up to at most POSTINGS_BUDGET: common words, which weigh little in BM25,
 #: are left out when rarer ones are there. A speed/quality trade-off, measured in bench_search.py.
 COMMON_MIN_DOCS = 10_000
-POSTINGS_BUDGET = 10_000
+POSTINGS_BUDGET = 5_000
 MAX_QUERY_TERMS = 64
 
 
@@ -53,13 +53,15 @@ def corpus_size(db: sqlite_utils.Database) -> int:
     return int(db.execute("SELECT coalesce(max(pk), 0) FROM documents").fetchone()[0])
 
 
-def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str]) -> dict[str, int]:
+def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, estimate_rare: bool = False
+                         ) -> dict[str, int]:
     """How many indexed documents contain each term (0 for a term not in the index).
 
     The vocabulary table counts a term's documents by reading its whole posting list, which for a
     common word in a large corpus takes long. So in a corpus of SAMPLED_FROM documents or more, a
     word seen in at least SAMPLE_MIN_SEEN of a random sample of SAMPLE_DOCS chunks gets the
-    sample's estimate; only the rarer words (short posting lists) are counted exactly."""
+    sample's estimate; only the rarer words (short posting lists) are counted exactly, or, with
+    ``estimate_rare``, all get the estimate of a word seen once (an upper bound: they are rare)."""
     terms = list(dict.fromkeys(terms))
     sample = _sample(db)
     out = {}
@@ -67,13 +69,16 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str]) -> dic
         if sample is not None and sample[2][term] >= SAMPLE_MIN_SEEN:
             out[term] = round(sample[2][term] * sample[0] / sample[1])
             continue
+        if sample is not None and estimate_rare:
+            out[term] = max(1, round(max(sample[2][term], 1) * sample[0] / sample[1]))
+            continue
         row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
         out[term] = int(row[0]) if row else 0
     return out
 
 
-SAMPLE_DOCS = 2000
-SAMPLE_MIN_SEEN = 5
+SAMPLE_DOCS = 5000
+SAMPLE_MIN_SEEN = 3
 SAMPLED_FROM = 10_000
 #: Per database file: (corpus size when drawn, chunks in the sample, document frequencies in it).
 _samples: dict[str, tuple[int, int, Counter]] = {}
@@ -130,7 +135,7 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
     tf = Counter(w for text in texts for w in tokens(text) if len(w) > 1 and not w.isdigit())
     if not tf:
         return []
-    df = document_frequencies(db, tf)
+    df = document_frequencies(db, tf, estimate_rare=True)  # the words of indexed chunks: all in the index
     n = max(corpus_size(db), 1)
     weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n}
     ranked = sorted(weights, key=lambda w: (-weights[w], w))
