@@ -815,8 +815,11 @@ def embed(db: sqlite_utils.Database, config: LLMConfig, texts: list[str], *,
         for key, blob in db.execute(f"SELECT key, vector FROM embeddings WHERE model = ? AND key IN ({marks})",
                                     [model, *part]):
             found[key] = np.frombuffer(blob, dtype=np.float32).tolist()
-    missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in found))
-    missing = [i for n, i in enumerate(missing) if keys[i] not in {keys[j] for j in missing[:n]}]
+    first: dict[str, int] = {}  # each text not cached yet, once
+    for i, key in enumerate(keys):
+        if key not in found:
+            first.setdefault(key, i)
+    missing = list(first.values())
     if missing:
         api_key = config.api_key.get_secret_value() if isinstance(config.api_key, pydantic.SecretStr) else None
         client = openai.OpenAI(api_key=api_key or "unused", base_url=config.base_url, timeout=config.timeout_s,

@@ -118,12 +118,12 @@ def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
     return _within_budget(sorted(found, key=lambda w: (df[w], w)), df)
 
 
-def _within_budget(ranked: list[str], df: dict[str, int]) -> list[str]:
-    """The best-ranked words whose posting lists add up to at most POSTINGS_BUDGET (at least one)."""
+def _within_budget(ranked: list[str], df: dict[str, int], budget: int = POSTINGS_BUDGET) -> list[str]:
+    """The best-ranked words whose posting lists add up to at most ``budget`` (at least one)."""
     kept: list[str] = []
     total = 0
     for w in ranked:
-        if not kept or total + df[w] <= POSTINGS_BUDGET:
+        if not kept or total + df[w] <= budget:
             kept.append(w)
             total += df[w]
     return kept
@@ -139,7 +139,8 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
     n = max(corpus_size(db), 1)
     weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n}
     ranked = sorted(weights, key=lambda w: (-weights[w], w))
-    return ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df)[:top]
+    # half the budget: search_missed runs one such query per relevant chunk after the question's
+    return ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df, POSTINGS_BUDGET // 2)[:top]
 
 
 def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,
