@@ -103,6 +103,8 @@ class LLMConfig:
     output_price_per_1m: float | None = None
     expected_output_tokens: int = 256
     token_limit_param: str = "max_tokens"
+    embedding_model: str | None = None
+    embedding_batch_size: int = 256
 
     def __post_init__(self) -> None:
         if isinstance(self.api_key, str):
@@ -131,7 +133,9 @@ class LLMConfig:
         """A config from ``secrets`` (e.g. ``st.secrets``), then the environment, then defaults.
 
         Reads OPENAI_API_KEY, OPENAI_BASE_URL and LABELER_MODEL (flat keys, or ``api_key``,
-        ``base_url``, ``model`` in an ``[openai]`` section of secrets). ``overrides`` win;
+        ``base_url``, ``model`` in an ``[openai]`` section of secrets), and the embeddings model of
+        the corpus search from ``embedding_model`` in an ``[llm]`` section or
+        LABELER_EMBEDDING_MODEL (none: the search is lexical only). ``overrides`` win;
         an override of ``None`` is ignored, so CLI options can be passed through unset.
         """
         secrets = secrets or {}
@@ -149,6 +153,11 @@ class LLMConfig:
         model = pick("LABELER_MODEL", "model")
         if model:
             values["model"] = model
+        llm_section = secrets.get("llm") if hasattr(secrets, "get") else None
+        embedding = (llm_section.get("embedding_model") if isinstance(llm_section, Mapping) else None) \
+            or os.environ.get("LABELER_EMBEDDING_MODEL")
+        if embedding:
+            values["embedding_model"] = str(embedding)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -775,3 +784,69 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
         input_tokens=input_tokens, output_tokens=output_tokens,
         cost=config.cost(input_tokens, output_tokens), cost_max=config.cost(input_tokens, output_max),
         model=config.model, notes=notes)
+
+
+# --- embeddings (the corpus search's optional semantic part) ----------------------------------
+
+def _embedding_key(model: str, text: str) -> str:
+    return hashlib.sha256(json.dumps([model, text], ensure_ascii=False).encode()).hexdigest()
+
+
+def embed(db: sqlite_utils.Database, config: LLMConfig, texts: list[str], *,
+          doc_pks: list[int | None] | None = None) -> list[list[float]]:
+    """Embedding vectors of ``texts`` with ``config.embedding_model``, one per text, in order.
+
+    Vectors are cached in the ``embeddings`` table by a hash of model and text: a text embedded
+    before costs no request. The rest go to the endpoint's ``/embeddings`` in batches of
+    ``config.embedding_batch_size``. ``doc_pks`` (the document each text belongs to, or None)
+    marks chunk vectors, which the corpus search compares questions with.
+    """
+    import numpy as np
+
+    if not config.embedding_model:
+        raise LLMError("no embeddings model: set embedding_model in the [llm] section of secrets.toml "
+                       "or LABELER_EMBEDDING_MODEL")
+    model = config.embedding_model
+    keys = [_embedding_key(model, t) for t in texts]
+    found: dict[str, list[float]] = {}
+    for i in range(0, len(keys), 500):
+        part = list(dict.fromkeys(keys[i:i + 500]))
+        marks = ",".join("?" * len(part))
+        for key, blob in db.execute(f"SELECT key, vector FROM embeddings WHERE model = ? AND key IN ({marks})",
+                                    [model, *part]):
+            found[key] = np.frombuffer(blob, dtype=np.float32).tolist()
+    first: dict[str, int] = {}  # each text not cached yet, once
+    for i, key in enumerate(keys):
+        if key not in found:
+            first.setdefault(key, i)
+    missing = list(first.values())
+    if missing:
+        api_key = config.api_key.get_secret_value() if isinstance(config.api_key, pydantic.SecretStr) else None
+        client = openai.OpenAI(api_key=api_key or "unused", base_url=config.base_url, timeout=config.timeout_s,
+                               max_retries=config.max_retries)
+        try:
+            for start in range(0, len(missing), config.embedding_batch_size):
+                batch = missing[start:start + config.embedding_batch_size]
+                try:
+                    response = client.embeddings.create(model=model, input=[texts[i] for i in batch])
+                except openai.APIStatusError as e:
+                    raise LLMError(f"embeddings request failed: {_api_message(e)}") from None
+                except openai.APIError as e:
+                    raise LLMError(f"embeddings request failed: {e}") from None
+                vectors = [d.embedding for d in sorted(response.data, key=lambda d: d.index)]
+                rows = []
+                for i, vector in zip(batch, vectors, strict=True):
+                    found[keys[i]] = vector
+                    rows.append((keys[i], model, doc_pks[i] if doc_pks else None, len(vector),
+                                 np.asarray(vector, dtype=np.float32).tobytes(), now()))
+                with transaction(db):
+                    db.conn.executemany("INSERT OR REPLACE INTO embeddings (key, model, doc_pk, dims, vector, created_at) "
+                                        "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        finally:
+            client.close()
+    if doc_pks:
+        marked = [(doc_pks[i], keys[i], model) for i in range(len(keys)) if doc_pks[i] is not None]
+        with transaction(db):
+            db.conn.executemany("UPDATE embeddings SET doc_pk = ? WHERE key = ? AND model = ? AND doc_pk IS NULL",
+                                marked)
+    return [found[k] for k in keys]

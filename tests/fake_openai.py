@@ -1,5 +1,6 @@
 """A fake OpenAI-compatible server for tests and benchmarks: real HTTP on 127.0.0.1, no network.
 
+``POST /v1/embeddings`` answers with ``fake_embedding`` of each input (bag of hashed words).
 ``POST /v1/chat/completions`` answers in the OpenAI response shape (id, choices[0].message
 content/refusal, finish_reason, usage). By default it fills the requested JSON schema (from
 ``response_format`` json_schema, or from a schema the client put in a system message for
@@ -35,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULT_KINDS = ("429", "500", "503", "hang", "invalid_json", "truncated_json", "refusal", "empty")
+EMBEDDING_DIMS = 64
 _MARKER = re.compile(r"\[\[fault:(\w+)(?:\*(\d+))?(?:\s+ra=([\d.]+))?\]\]")
 
 Responder = Callable[[dict[str, Any]], "dict[str, Any] | str"]
@@ -267,11 +269,14 @@ class FakeOpenAI:
             self.by_prompt: Counter[str] = Counter()
             self.by_outcome: Counter[str] = Counter()
             self.log: list[dict[str, Any]] = []
+            self.embedding_requests = 0
+            self.embedded_texts: list[str] = []
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
             return {"total": self.total, "prompts": len(self.by_prompt),
-                    "by_prompt": dict(self.by_prompt), "by_outcome": dict(self.by_outcome)}
+                    "by_prompt": dict(self.by_prompt), "by_outcome": dict(self.by_outcome),
+                    "embedding_requests": self.embedding_requests, "embedded_texts": len(self.embedded_texts)}
 
     def wait_for_requests(self, n: int, timeout: float = 10.0) -> bool:
         """Block until at least ``n`` requests have arrived (True) or ``timeout`` passes (False)."""
@@ -359,6 +364,28 @@ class _Handler(BaseHTTPRequestHandler):
                param: str | None = None) -> None:
         self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": None}}, headers)
 
+    def _embeddings(self, raw: bytes) -> None:
+        """``POST /v1/embeddings``: ``fake_embedding`` of each input, in the OpenAI response shape."""
+        fake = self.fake
+        if fake.api_key is not None and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+            self._error(401, "Incorrect API key provided.", "invalid_request_error")
+            return
+        try:
+            request = json.loads(raw)
+            inputs = request["input"]
+        except (ValueError, KeyError, TypeError):
+            self._error(400, "request body must be JSON with input", "invalid_request_error")
+            return
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+        with fake.lock:
+            fake.embedding_requests += 1
+            fake.embedded_texts.extend(inputs)
+        tokens = sum(max(1, len(t) // 4) for t in inputs)
+        self._send(200, {"object": "list", "model": request.get("model", "fake-embedding"),
+                         "data": [{"object": "embedding", "index": i, "embedding": fake_embedding(t)}
+                                  for i, t in enumerate(inputs)],
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/_stats":
             self._send(200, self.fake.stats())
@@ -374,6 +401,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/_reset":
             fake.reset()
             self._send(200, {"ok": True})
+            return
+        if self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
+            self._embeddings(raw)
             return
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._error(404, f"no route {self.path}", "not_found")
@@ -441,6 +471,15 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         })
+
+
+def fake_embedding(text: str, dims: int = EMBEDDING_DIMS) -> list[float]:
+    """A deterministic bag-of-words vector: each lower-cased word adds 1 to a dimension picked by a
+    hash of the word, so texts sharing words have a high cosine (enough to test a search with)."""
+    vector = [0.0] * dims
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dims] += 1.0
+    return vector
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -125,5 +125,11 @@ def corpus_index(db: Any) -> corpus_search.CorpusIndex:
 
 
 def search_corpus(db: Any, query: str, k: int = 10) -> list[corpus_search.SearchHit]:
-    """Corpus search with the cached index."""
-    return corpus_index(db).search(query, k)
+    """The typed corpus search: BM25 over the database's full-text index (nothing to build)."""
+    return corpus_search.search_text(db, query, k)
+
+
+def possibly_missed(db: Any, query_pk: int, k: int = 10) -> list[corpus_search.SearchHit]:
+    """Chunks outside the item's pool likely to be relevant (embeddings too when configured)."""
+    config = state.llm_config()
+    return corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None)

@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import sqlite_utils
@@ -142,8 +142,18 @@ def publish(staging: Staging, sha256: str, counts: dict) -> None:
     while more:
         with staging.write():
             more = _apply(db, staging.id)
+    index_search(db, staging.write)
     # queries whose pool grew go back to the annotators who submitted them (short writes too)
     requeue_after_ingest(db, staging.id, write=staging.write)
+
+
+def index_search(db: sqlite_utils.Database, write: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
+    """Bring the documents this ingest (or any writer) changed into the search index, in short
+    transactions (``db.index_pending``)."""
+    more = True
+    while more:
+        with (write or (lambda: store.transaction(db)))():
+            more = store.index_pending(db.conn)
 
 
 def _apply(db: sqlite_utils.Database, ingest_id: int) -> bool:
@@ -192,6 +202,7 @@ def roll_forward(db: sqlite_utils.Database) -> None:
             with store.transaction(db):
                 more = _apply(db, ingest_id)
         requeue_after_ingest(db, ingest_id)  # (idempotent) the step publish had not reached either
+    index_search(db)  # a publish killed while indexing
 
 
 def discard(db: sqlite_utils.Database, ingest_id: int) -> None:
@@ -241,6 +252,7 @@ def discard(db: sqlite_utils.Database, ingest_id: int) -> None:
                                  [r for r in part if r[0] in used])
                 conn.executemany("DELETE FROM documents WHERE pk = ? AND ingest_id = ?",
                                  [(r[0], ingest_id) for r in part if r[0] not in used])
+    index_search(db)  # forget the deleted documents the index holds
     with store.transaction(db):
         conn.execute("DELETE FROM ingests WHERE id = ? AND state = 'staging'", [ingest_id])
     with _mine_lock:

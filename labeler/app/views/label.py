@@ -258,10 +258,20 @@ with right:
                   width="content", help="A bad or unanswerable question: its labels are not used")
 
     # last in the column: however many chunks match, the answer fields and the flag box stay put
+    shown = {c.doc_pk for c in chunks}
+
+    def hit_list(hits: list, key: str, add: str) -> None:
+        for h in hits:
+            with st.container(border=True, key=f"{key}_{pk}_{h.doc_pk}"):
+                widgets.chunk_card(h, focused=False, note="already on this item" if h.doc_pk in shown else None)
+                with st.container(horizontal=True):
+                    for g in range(len(names)):
+                        st.button(f"Add as {g}", key=f"{add}_{pk}_{h.doc_pk}_{g}", help=names[g],
+                                  on_click=grade, args=(pk, h.doc_pk, g), width="content")
+
     st.subheader("Find what the retriever missed")
     query = st.text_input("Search the whole corpus", key=f"search_{pk}", placeholder="words from the missing chunk")
     if query:
-        shown = {c.doc_pk for c in chunks}
         try:
             hits = widgets.search_corpus(db, query)
         except LabelerError as e:
@@ -271,10 +281,19 @@ with right:
             st.caption("No chunk matches.")
         else:
             with st.expander(f"{len(hits)} matching chunks", expanded=True), st.container(height=300, key="hits"):
-                for h in hits:
-                    with st.container(border=True, key=f"hit_{pk}_{h.doc_pk}"):
-                        widgets.chunk_card(h, focused=False, note="already on this item" if h.doc_pk in shown else None)
-                        with st.container(horizontal=True):
-                            for g in range(len(names)):
-                                st.button(f"Add as {g}", key=f"add_{pk}_{h.doc_pk}_{g}", help=names[g],
-                                          on_click=grade, args=(pk, h.doc_pk, g), width="content")
+                hit_list(hits, "hit", "add")
+    st.markdown("**Possibly missed**")
+    if item.ungraded > 0:
+        st.caption("Fills itself once every chunk has a grade: chunks like the question and like the ones "
+                   "you graded relevant, that no retriever returned.")
+    else:
+        try:
+            missed = widgets.possibly_missed(db, pk)
+        except LabelerError as e:
+            missed = []
+            st.error(widgets.escape_markdown(str(e)))
+        if not missed:
+            st.caption("Nothing else in the corpus looks relevant.")
+        else:
+            with st.container(height=300, key="missed"):
+                hit_list(missed, "missed", "add_missed")

@@ -1,4 +1,4 @@
-"""Corpus search, so annotators can find the relevant chunks the retriever missed.
+"""Corpus search by TF-IDF in memory (scikit-learn): the former Label-page search, kept for synth.
 
 A TF-IDF index (scikit-learn, word unigrams and bigrams, sublinear tf) over every document's title
 and text. Building it is the expensive part, so callers keep the index and rebuild it when
@@ -7,23 +7,13 @@ and text. Building it is the expensive part, so callers keep the index and rebui
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import sqlite_utils
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from . import db as store
-from .errors import LabelerError
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    doc_pk: int
-    doc_id: str
-    title: str | None
-    text: str | None
-    score: float
+from .. import db as store
+from ..errors import LabelerError
+from .hits import SearchHit
 
 
 def corpus_version(db: sqlite_utils.Database) -> tuple[int, int, int]:

@@ -1,0 +1,106 @@
+"""``labeler search``: the corpus search of the Label page (``text``, ``missed``) and ``embed``."""
+
+from __future__ import annotations
+
+import click
+
+from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _secrets_toml, cli, json_option
+
+_K = click.option("--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
+                  help="How many chunks to return.")
+
+
+def _snippet(text: str | None, width: int = 90) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+@cli.group("search", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def search() -> None:
+    """Search the corpus: BM25 over the database's full-text index, and the chunks every
+    retriever missed for a labeled query.
+
+    Example:
+
+        labeler search text "reset my sso password"
+    """
+
+
+@search.command("text", context_settings=CONTEXT_SETTINGS)
+@click.argument("words")
+@_K
+@json_option
+@click.pass_context
+def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> None:
+    """The chunks that best match WORDS (BM25 over title and text). WORDS is plain text: quotes,
+    *, -, : and NEAR( are words or nothing, never query syntax.
+
+    Example:
+
+        labeler search text "okta saml login" --k 5 --json
+    """
+    from ..search import search_text
+
+    found = search_text(_open(ctx), words, k)
+    if as_json:
+        _print_json([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found])
+        return
+    if not found:
+        click.echo("no chunk matches these words")
+    for rank, h in enumerate(found, start=1):
+        click.echo(f"{rank:>3}  {h.score:8.3f}  {h.doc_id}  {_snippet(h.text)}")
+
+
+@search.command("missed", context_settings=CONTEXT_SETTINGS)
+@click.argument("query_ids", nargs=-1)
+@_K
+@json_option
+@click.pass_context
+def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, as_json: bool) -> None:
+    """Chunks outside the pool (what the retrievers logged plus what annotators graded) that are
+    likely relevant to the QUERY_IDS (default: every query with a grade): BM25 on the question and
+    on the words of the chunks graded relevant, plus embeddings when [llm] embedding_model is set,
+    fused by reciprocal rank.
+
+    Example:
+
+        labeler search missed q-17 q-42 --k 10 --json
+    """
+    from ..llm import LLMConfig
+    from ..search import labeled_queries, query_pk, search_missed
+
+    db = _open(ctx)
+    targets = [(query_pk(db, q), q) for q in query_ids] if query_ids else [(pk, q) for pk, q in labeled_queries(db)]
+    config = LLMConfig.from_env(_secrets_toml())
+    result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None) for pk, qid in targets}
+    if as_json:
+        _print_json({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
+                     for qid, found in result.items()})
+        return
+    if not result:
+        click.echo("no labeled query yet: grade some chunks on the Label page first")
+    for qid, found in result.items():
+        click.echo(f"{qid}: {len(found)} possibly missed")
+        for rank, h in enumerate(found, start=1):
+            click.echo(f"  {rank:>3}  {h.score:.4f}  {h.doc_id}  {_snippet(h.text, 80)}")
+
+
+@search.command("embed", context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.pass_context
+def search_embed_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Embed every chunk that has no cached vector with [llm] embedding_model (secrets.toml) or
+    LABELER_EMBEDDING_MODEL, so that `search missed` uses embeddings too. Cached vectors cost nothing.
+
+    Example:
+
+        LABELER_EMBEDDING_MODEL=text-embedding-3-small labeler search embed
+    """
+    from ..llm import LLMConfig
+    from ..search import embed_documents
+
+    count = embed_documents(_open(ctx), LLMConfig.from_env(_secrets_toml()))
+    if as_json:
+        _print_json({"embedded": count})
+    else:
+        click.echo(f"{count} chunks embedded")

@@ -1,0 +1,191 @@
+"""BM25 search over the FTS5 index that the database keeps of every document (migration m012).
+
+Free text never reaches FTS5's query language: it is cut into words the way the index's tokenizer
+(``unicode61 remove_diacritics 2``) cuts text, each word is quoted and the words are OR-ed, so
+quotes, ``*``, ``NEAR(``, ``-``, ``:``, ``AND``/``OR``/``NOT`` in a question are plain words or
+nothing. Rows of an ingest that is still staging are never returned (``db.visible``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Collection, Iterable
+
+import sqlite_utils
+
+from .. import db as store
+from ..errors import LabelerError
+from .hits import SearchHit
+
+_WORD = re.compile(r"[^\W_]+")
+#: BM25 scores every document that matches any word of the query, so a query's cost is the sum of
+#: its words' posting lists (about 3 us a posting here). In a corpus of COMMON_MIN_DOCS documents or
+#: more, a query keeps its best words (the rarest question words; the highest tf-idf feedback words)
+#: whose posting lists add up to at most POSTINGS_BUDGET: common words, which weigh little in BM25,
+#: are left out when rarer ones are there. A speed/quality trade-off, measured in bench_search.py.
+COMMON_MIN_DOCS = 10_000
+POSTINGS_BUDGET = 5_000
+MAX_QUERY_TERMS = 64
+
+
+def tokens(text: str | None) -> list[str]:
+    """The words of ``text`` as the index stores them: case-folded, diacritics removed, split on
+    everything that is not a letter or digit."""
+    if not text:
+        return []
+    if not text.isascii():
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _WORD.findall(text.casefold())
+
+
+def match_expression(terms: Iterable[str]) -> str:
+    """An FTS5 query OR-ing ``terms``, each a quoted string (``""`` escapes a quote inside)."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t]
+    return " OR ".join(quoted)
+
+
+def corpus_size(db: sqlite_utils.Database) -> int:
+    """An upper bound of the number of indexed documents (the largest document key), for idf."""
+    return int(db.execute("SELECT coalesce(max(pk), 0) FROM documents").fetchone()[0])
+
+
+def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, estimate_rare: bool = False
+                         ) -> dict[str, int]:
+    """How many indexed documents contain each term (0 for a term not in the index).
+
+    The vocabulary table counts a term's documents by reading its whole posting list, which for a
+    common word in a large corpus takes long. So in a corpus of SAMPLED_FROM documents or more, a
+    word seen in at least SAMPLE_MIN_SEEN of a random sample of SAMPLE_DOCS chunks gets the
+    sample's estimate; only the rarer words (short posting lists) are counted exactly, or, with
+    ``estimate_rare``, all get the estimate of a word seen once (an upper bound: they are rare)."""
+    terms = list(dict.fromkeys(terms))
+    sample = _sample(db)
+    out = {}
+    for term in terms:
+        if sample is not None and sample[2][term] >= SAMPLE_MIN_SEEN:
+            out[term] = round(sample[2][term] * sample[0] / sample[1])
+            continue
+        if sample is not None and estimate_rare:
+            out[term] = max(1, round(max(sample[2][term], 1) * sample[0] / sample[1]))
+            continue
+        row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
+        out[term] = int(row[0]) if row else 0
+    return out
+
+
+SAMPLE_DOCS = 5000
+SAMPLE_MIN_SEEN = 3
+SAMPLED_FROM = 10_000
+#: Per database file: (corpus size when drawn, chunks in the sample, document frequencies in it).
+_samples: dict[str, tuple[int, int, Counter]] = {}
+
+
+def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
+    n = corpus_size(db)
+    if n < SAMPLED_FROM:
+        return None
+    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
+    kept = _samples.get(name)
+    if kept is not None and n <= kept[0] * 1.1:
+        return kept
+    rng = random.Random(n)  # seeded by the corpus size: the same corpus, the same sample
+    pks = rng.sample(range(1, n + 1), min(n, SAMPLE_DOCS * 2))
+    texts: list[str] = []
+    for i in range(0, len(pks), 500):
+        part = pks[i:i + 500]
+        texts += [f"{r[0] or ''} {r[1]}" for r in db.execute(
+            f"SELECT title, text FROM documents WHERE pk IN ({','.join('?' * len(part))}) AND text IS NOT NULL",
+            part)]
+    texts = texts[:SAMPLE_DOCS]
+    counts = Counter(w for text in texts for w in set(tokens(text)))
+    kept = (n, max(len(texts), 1), counts)
+    _samples[name] = kept
+    return kept
+
+
+def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
+    """The words of ``text`` worth searching for: in the index, within the postings budget."""
+    words = list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
+    df = document_frequencies(db, words)
+    n = max(corpus_size(db), 1)
+    found = [w for w in words if df[w] > 0]
+    if n < COMMON_MIN_DOCS:
+        return found
+    return _within_budget(sorted(found, key=lambda w: (df[w], w)), df)
+
+
+def _within_budget(ranked: list[str], df: dict[str, int], budget: int = POSTINGS_BUDGET) -> list[str]:
+    """The best-ranked words whose posting lists add up to at most ``budget`` (at least one)."""
+    kept: list[str] = []
+    total = 0
+    for w in ranked:
+        if not kept or total + df[w] <= budget:
+            kept.append(w)
+            total += df[w]
+    return kept
+
+
+def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int = 30) -> list[str]:
+    """The ``top`` words of ``texts`` by tf-idf (tf summed over the texts, sublinear; idf from the
+    index's vocabulary), best first, ties by word: the "more like these" query."""
+    tf = Counter(w for text in texts for w in tokens(text) if len(w) > 1 and not w.isdigit())
+    if not tf:
+        return []
+    df = document_frequencies(db, tf, estimate_rare=True)  # the words of indexed chunks: all in the index
+    n = max(corpus_size(db), 1)
+    weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n}
+    ranked = sorted(weights, key=lambda w: (-weights[w], w))
+    # half the budget: search_missed runs one such query per relevant chunk after the question's
+    return ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df, POSTINGS_BUDGET // 2)[:top]
+
+
+def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,
+         exclude: Collection[int] = ()) -> list[tuple[int, float]]:
+    """(doc_pk, score) of the ``k`` best visible documents matching any of ``terms`` by BM25
+    (FTS5's ``bm25()``, sign turned so that higher is better), ``exclude``'s keys left out."""
+    expression = match_expression(terms)
+    if not expression or k <= 0:
+        return []
+    excluded = set(exclude)
+    limit = k + len(excluded) + 16
+    while True:
+        rows = db.execute("SELECT rowid, rank FROM documents_fts WHERE documents_fts MATCH ? ORDER BY rank LIMIT ?",
+                          [expression, limit]).fetchall()
+        candidates = [(pk, -score) for pk, score in rows if pk not in excluded]
+        staged = _staged(db, [pk for pk, _ in candidates])
+        hits = [(pk, score) for pk, score in candidates if pk not in staged]
+        if len(hits) >= k or len(rows) < limit:
+            return hits[:k]
+        limit *= 4  # an ingest still staging holds many of the best matches: look further
+
+
+def _staged(db: sqlite_utils.Database, pks: list[int]) -> set[int]:
+    if not pks or not db.execute("SELECT 1 FROM ingests WHERE state = 'staging' LIMIT 1").fetchone():
+        return set()
+    marks = ",".join("?" * len(pks))
+    return {r[0] for r in db.execute(f"SELECT pk FROM documents d WHERE pk IN ({marks}) AND NOT {store.visible('d')}",
+                                     pks)}
+
+
+def hits(db: sqlite_utils.Database, scored: list[tuple[int, float]]) -> list[SearchHit]:
+    """The documents of ``scored`` (doc_pk, score) as SearchHits, in that order."""
+    if not scored:
+        return []
+    marks = ",".join("?" * len(scored))
+    rows = {r[0]: r for r in db.execute(f"SELECT pk, doc_id, title, text FROM documents WHERE pk IN ({marks})",
+                                        [pk for pk, _ in scored])}
+    return [SearchHit(pk, rows[pk][1], rows[pk][2], rows[pk][3], float(score)) for pk, score in scored if pk in rows]
+
+
+def search_text(db: sqlite_utils.Database, text: str, k: int = 10, exclude: Collection[int] = ()) -> list[SearchHit]:
+    """The ``k`` documents that best match the words of ``text`` (BM25 over title and text), best
+    first; ``exclude`` holds document keys (``doc_pk``) to leave out. Empty text gives []."""
+    if not tokens(text):
+        return []
+    if not db.execute("SELECT 1 FROM documents_fts_docsize LIMIT 1").fetchone():
+        raise LabelerError("the corpus is empty: ingest a corpus file or logs with chunk text first")
+    return hits(db, bm25(db, query_terms(db, text), k, exclude=exclude))

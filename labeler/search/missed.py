@@ -1,0 +1,137 @@
+"""Finding the relevant chunks every retriever missed for a query ("possibly missed").
+
+Ranked lists, each over the corpus minus the query's pool (every chunk a retriever logged for the
+query and every chunk an annotator graded or adjudicated), are fused by reciprocal rank
+(score = sum of 1 / (60 + rank)): BM25 on the question; BM25 on the most distinctive words of the
+chunks graded relevant, one list per chunk (relevance feedback, "more like this"); and, when an embeddings model is
+configured, cosine similarity between the question (plus the relevant chunks) and the chunks whose
+embeddings are cached (``embed_documents``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from .. import db as store
+from ..errors import LabelerError
+from .fts import bm25, distinctive_terms, hits, query_terms
+from .hits import SearchHit
+
+RRF_K = 60
+#: How deep each fused list goes.
+DEPTH = 100
+#: The most distinctive words (tf-idf) of a chunk graded relevant that make its "more like this" query.
+FEEDBACK_TERMS = 20
+#: Relevant chunks used for feedback, in key order (each costs one index query).
+MAX_FEEDBACK_CHUNKS = 10
+
+
+def query_pk(db: sqlite_utils.Database, query_id: str) -> int:
+    """The key of the query ``query_id``; an unknown id is a LabelerError."""
+    row = db.execute("SELECT pk FROM queries WHERE query_id = ?", [query_id]).fetchone()
+    if row is None:
+        raise LabelerError(f"no query {query_id!r}: see the query ids with labeler export or the Label page")
+    return int(row[0])
+
+
+def labeled_queries(db: sqlite_utils.Database) -> list[tuple[int, str]]:
+    """(pk, query_id) of every visible query with at least one grade, in key order."""
+    return [(r[0], r[1]) for r in db.execute(
+        f"SELECT q.pk, q.query_id FROM queries q WHERE {store.visible('q')} AND EXISTS "
+        "(SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk) ORDER BY q.pk")]
+
+
+def pool(db: sqlite_utils.Database, query_pk: int) -> set[int]:
+    """Every chunk any retriever logged for the query, or an annotator graded, or a lead adjudicated."""
+    return {r[0] for r in db.execute(
+        "SELECT doc_pk FROM retrievals WHERE query_pk = ?1 UNION SELECT doc_pk FROM relevance_labels "
+        "WHERE query_pk = ?1 UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1", [query_pk])}
+
+
+def relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
+    """Title and text of the chunks graded relevant (grade >= the project's threshold) by anyone."""
+    threshold = int(store.get_setting(db, "threshold"))
+    return [f"{r[0] or ''} {r[1] or ''}" for r in db.execute(
+        "SELECT d.title, d.text FROM documents d WHERE d.pk IN (SELECT doc_pk FROM relevance_labels "
+        "WHERE query_pk = ?1 AND grade >= ?2 UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1 "
+        "AND grade >= ?2) ORDER BY d.pk", [query_pk, threshold])]
+
+
+def fuse(rankings: list[list[int]], k: int) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of ranked key lists: the ``k`` best (key, score), ties by key."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, pk in enumerate(ranking, start=1):
+            scores[pk] = scores.get(pk, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
+                  config: Any = None) -> list[SearchHit]:
+    """The ``k`` chunks outside the query's pool most likely to be relevant, best first.
+
+    ``config`` (a ``labeler.llm.LLMConfig``) with an ``embedding_model`` adds the embedding list
+    to the fusion; without one the search is lexical. Scores are the fused RRF scores.
+    """
+    row = db.execute("SELECT question FROM queries WHERE pk = ?", [query_pk]).fetchone()
+    if row is None:
+        raise LabelerError(f"no query with key {query_pk}")
+    question = row[0]
+    exclude = pool(db, query_pk)
+    feedback = relevant_texts(db, query_pk)
+    rankings = [[pk for pk, _ in bm25(db, query_terms(db, question), DEPTH, exclude=exclude)]]
+    for text in feedback[:MAX_FEEDBACK_CHUNKS]:
+        # one "more like this" list per relevant chunk: on CISI, fusing them finds more than one
+        # query of the words of all relevant chunks together (33% vs 28.5% of what a top 10 can hold)
+        terms = distinctive_terms(db, [text], FEEDBACK_TERMS)
+        rankings.append([pk for pk, _ in bm25(db, terms, DEPTH, exclude=exclude)])
+    if config is not None and getattr(config, "embedding_model", None):
+        rankings.append(_by_embedding(db, config, question, feedback, exclude))
+    return hits(db, fuse([r for r in rankings if r], k))
+
+
+def _chunk_vectors(db: sqlite_utils.Database, model: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = db.execute(
+        f"SELECT e.doc_pk, e.vector FROM embeddings e JOIN documents d ON d.pk = e.doc_pk "
+        f"WHERE e.model = ? AND e.doc_pk IS NOT NULL AND {store.visible('d')} ORDER BY e.doc_pk", [model]).fetchall()
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+    pks = np.array([r[0] for r in rows], dtype=np.int64)
+    matrix = np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+    return pks, matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+
+
+def _by_embedding(db: sqlite_utils.Database, config: Any, question: str, feedback: list[str],
+                  exclude: set[int]) -> list[int]:
+    from .. import llm
+
+    pks, matrix = _chunk_vectors(db, config.embedding_model)
+    if not pks.size:
+        return []
+    vectors = np.asarray(llm.embed(db, config, [question, *feedback]), dtype=np.float32)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    probe = vectors.mean(axis=0)  # the question and the relevant chunks, equally weighted (Rocchio)
+    scores = matrix @ probe
+    order = np.lexsort((pks, -scores))
+    return [int(pks[i]) for i in order if int(pks[i]) not in exclude][:DEPTH]
+
+
+def embed_documents(db: sqlite_utils.Database, config: Any, *, batch: int = 1000) -> int:
+    """Embed every visible chunk with text that has no cached vector for the model; returns how many
+    were embedded (cached ones cost nothing)."""
+    from .. import llm
+
+    if not getattr(config, "embedding_model", None):
+        raise LabelerError("no embeddings model: set embedding_model in the [llm] section of secrets.toml "
+                           "or LABELER_EMBEDDING_MODEL")
+    rows = db.execute(
+        f"SELECT d.pk, coalesce(d.title || ' ', '') || d.text FROM documents d WHERE d.text IS NOT NULL "
+        f"AND {store.visible('d')} AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = ? "
+        "AND e.doc_pk = d.pk) ORDER BY d.pk", [config.embedding_model]).fetchall()
+    for i in range(0, len(rows), batch):
+        part = rows[i:i + batch]
+        llm.embed(db, config, [r[1] for r in part], doc_pks=[r[0] for r in part])
+    return len(rows)
