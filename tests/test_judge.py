@@ -43,7 +43,9 @@ def build(db, ingest_tiny, *, n: int = 60, chunks: int = 3, overlap: int = 30, b
     truth: dict[tuple[str, str], int] = {}
     for i, pk in enumerate(pks[: n if submit is None else submit]):
         item = labels.get_item(db, pk, "alice")
-        for j, c in enumerate(item.chunks):
+        # j is the chunk's rank in the logged ranking (tiny ids end in -c{rank}): with two retrievers
+        # the item shows their pool, interleaved, so the display position is not the rank
+        for j, c in sorted((int(c.doc_id.rsplit("-c", 1)[1]), c) for c in item.chunks):
             labels.set_grade(db, pk, c.doc_pk, "alice", grade(i, j))
             truth[(item.question, c.text)] = grade(i, j)
             if i < overlap:

@@ -76,7 +76,7 @@ def test_annotator_labels_an_item_with_the_keyboard(tmp_path, start_app, page):
 
     page.get_by_placeholder("words from the missing chunk").fill("webhook signing secret")
     page.get_by_placeholder("words from the missing chunk").press("Enter")
-    page.get_by_role("button", name="Add as 2").first.click()
+    page.locator(".st-key-hits").get_by_role("button", name="Add as 2").first.click()  # the typed search's hit
     page.get_by_text("Added from search").wait_for()
 
     page.get_by_label("The answer a good assistant should give").fill("Export the batch from Invoices.")

@@ -7,6 +7,7 @@ import sqlite3
 import labeler
 from labeler import judge
 from tests.e2e.conftest import sign_in_by_name
+from tests.e2e.test_label_page import saved
 from tests.fake_openai import FakeOpenAI, grade_responder
 from tests.test_judge import build, make_config
 
@@ -32,6 +33,7 @@ def test_accept_a_suggestion_with_one_key(tmp_path, ingest_tiny, start_app, page
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
     page.keyboard.press("A")
     page.get_by_text("1 of 2 retrieved chunks graded").wait_for()
+    saved(page)  # the count shows at once; the server acknowledges the grade a moment later
     rows = sqlite3.connect(db_path).execute(
         "SELECT grade, origin FROM relevance_labels WHERE annotator = 'carol' AND query_pk = ?", [extra[0]]).fetchall()
     assert rows == [(3, "suggestion")]
