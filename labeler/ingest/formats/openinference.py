@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .spans import Span, norm_id
+from .spans import _ANSWER_KEYS, _QUESTION_KEYS, Span, norm_id, text_of
 
 _DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
 _ATTR = "attributes."
@@ -87,10 +87,12 @@ def is_span(record: dict) -> bool:
         return True
     if "context.span_id" in record or "span_kind" in record:
         return True
-    return any(k.startswith("attributes.") for k in record) or isinstance(record.get("attributes"), dict) \
-        and ("openinference.span.kind" in record["attributes"] or "retrieval" in record["attributes"]
-             or "retrieval.documents" in record["attributes"] or "input.value" in record["attributes"]
-             or isinstance(record["attributes"].get("input"), dict))
+    if any(k.startswith("attributes.") for k in record):
+        return True
+    attrs = record.get("attributes")
+    return isinstance(attrs, dict) and (
+        "openinference.span.kind" in attrs or "retrieval" in attrs or "retrieval.documents" in attrs
+        or "input.value" in attrs or isinstance(attrs.get("input"), dict))
 
 
 def span(record: dict) -> Span:
@@ -121,8 +123,6 @@ def span(record: dict) -> Span:
 
 
 def _text(value: Any, mime: Any, *, input_side: bool) -> str | None:
-    from .spans import _ANSWER_KEYS, _QUESTION_KEYS, text_of
-
     return text_of(value, _QUESTION_KEYS if input_side else _ANSWER_KEYS, mime if isinstance(mime, str) else None)
 
 
