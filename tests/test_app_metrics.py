@@ -190,9 +190,8 @@ def test_the_first_visit_finds_the_report_computed_in_the_background(demo_db, mo
     assert tiles(at)["recall@5"] == f"{report.metrics['recall@5']['mean']:.3f}"
 
 
-def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkeypatch):
-    """tfidf and bm25 logged the same queries (tests.test_retrievers): no default, so the page asks
-    for one; then the compare section shows both means and bm25's judged@3 warning."""
+def two_retrievers(tmp_path, monkeypatch) -> None:
+    """The app on a database where tfidf and bm25 (no production) logged the same queries, all graded."""
     from tests.test_retrievers import BM25, TFIDF, grade_all, records, write
 
     path = tmp_path / "two.db"
@@ -201,6 +200,12 @@ def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkey
     labeler.ingest_logs(db, write(tmp_path / "b.jsonl", records(BM25, "bm25")))
     grade_all(db)
     monkeypatch.setenv("LABELER_DB", str(path))
+
+
+def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkeypatch):
+    """tfidf and bm25 logged the same queries (tests.test_retrievers): no default, so the page asks
+    for one; then the compare section shows both means and bm25's judged@3 warning."""
+    two_retrievers(tmp_path, monkeypatch)
     at = page()
     assert "none is called production: pick one" in at.info[0].value
     at.selectbox(key="m_retriever").set_value("bm25").run()
@@ -221,14 +226,7 @@ def test_two_retrievers_without_production_pick_one_and_compare(tmp_path, monkey
 
 
 def test_data_page_export_asks_for_a_retriever_when_a_format_embeds_one(tmp_path, monkeypatch):
-    from tests.test_retrievers import BM25, TFIDF, grade_all, records, write
-
-    path = tmp_path / "two.db"
-    db = labeler.connect(path)
-    labeler.ingest_logs(db, write(tmp_path / "a.jsonl", records(TFIDF, "tfidf")))
-    labeler.ingest_logs(db, write(tmp_path / "b.jsonl", records(BM25, "bm25")))
-    grade_all(db)
-    monkeypatch.setenv("LABELER_DB", str(path))
+    two_retrievers(tmp_path, monkeypatch)
     at = page("views/data.py")
     assert not at.get("download_button")[0].proto.disabled  # jsonl embeds no ranking
     at.selectbox(key="export_format").set_value("csv").run()
