@@ -17,6 +17,8 @@ import click
 
 from .. import db as store
 from ..errors import IngestError, LabelerError
+from ..ingest import ingest_tools
+from ..ingest.readers import FORMATS as FILE_FORMATS
 from . import stdio
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -145,8 +147,8 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
         _print_json(results if len(results) > 1 else results[0])
 
 
-LOG_FORMATS = ["jsonl", "json", "csv", "tsv", "parquet", "phoenix", "otel", "otlp", "langsmith", "langchain",
-               "llamaindex", "ragas", "plain"]
+# file formats, then the tools whose reader --format may force (ingest.formats' registry)
+LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
 
 
 @ingest.command("logs", context_settings=CONTEXT_SETTINGS)
@@ -180,7 +182,7 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 
         labeler ingest logs logs.jsonl --map question=inputs.query --map retrieved=outputs.documents
     """
-    from ..ingest import ingest_logs, ingest_tools, parse_mapping
+    from ..ingest import ingest_logs, parse_mapping
 
     mapping = parse_mapping(maps)
     tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
