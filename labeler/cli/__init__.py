@@ -192,7 +192,7 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "json", "csv", "tsv", "parquet"]),
+@click.option("--format", "fmt", type=click.Choice(FILE_FORMATS),
               help="File format (default: from the extension; for - from the first bytes).")
 @click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
 @json_option
