@@ -390,8 +390,9 @@ def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, in
     (submitted, flagged or discarded); leased = not done and someone holds an unexpired lease;
     open = the rest. ``open_slots`` = annotator-items still to do (sum of target - finished).
     ``overlap`` = items with a target above 1. ``submitted``/``skipped``/``flagged``/``discarded`` =
-    items with at least one annotator in that status. ``pending_review`` = synthetic queries not
-    yet accepted (not queued).
+    items with at least one annotator in that status. ``requeued`` = items an ingest sent back to
+    annotators who had submitted them (new chunks in their pool), ``requeued_slots`` = those
+    (item, annotator) pairs. ``pending_review`` = synthetic queries not yet accepted (not queued).
     """
     sync_queue(db)
     at = stamp(now)
@@ -408,6 +409,8 @@ def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, in
     for status in ("submitted", "skipped", "flagged", "discarded"):
         counts[status] = db.execute(
             "SELECT count(DISTINCT query_pk) FROM query_labels WHERE status = ?", [status]).fetchone()[0]
+    counts["requeued"], counts["requeued_slots"] = db.execute(
+        "SELECT count(DISTINCT query_pk), count(*) FROM requeued").fetchone()
     counts["pending_review"] = db.execute(
         "SELECT count(*) FROM queries WHERE origin = 'synthetic' "
         "AND coalesce(review_state, '') != 'accepted'").fetchone()[0]
