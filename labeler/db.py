@@ -854,3 +854,29 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
                  "ORDER BY p.pk", [last])
     conn.execute("DELETE FROM documents_fts_pending WHERE pk <= ?", [last])
     return conn.execute("SELECT 1 FROM documents_fts_pending LIMIT 1").fetchone() is not None
+
+
+# --- m021: the search index stores Porter stems (labeler.search.fts) ---------------------------
+
+@migrations()
+def m021_search_porter(db: sqlite_utils.Database) -> None:
+    """Rebuild the corpus search index with the Porter stemmer (``porter unicode61 remove_diacritics
+    2``): "retrieval", "retrieve" and "retrieved" become one term. On CISI, BM25 and the "possibly
+    missed" fusion find more of the relevant chunks the retrievers missed with stems than with
+    words (see tests/test_search.py). The pending queue is emptied: the rebuild reads every document.
+
+    And a chunk's cached embedding goes when its text or title changes or the chunk is deleted:
+    the embedding search would otherwise rank it by the words it no longer has."""
+    db.execute("DROP TABLE IF EXISTS documents_fts_vocab")
+    db.execute("DROP TABLE IF EXISTS documents_fts")
+    db.execute("CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
+               "tokenize='porter unicode61 remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')")
+    db.execute("INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents "
+               "WHERE text IS NOT NULL")
+    db.execute("DELETE FROM documents_fts_pending")
+    db.execute("CREATE TRIGGER embeddings_stale AFTER UPDATE OF text, title ON documents "
+               "WHEN old.text IS NOT new.text OR old.title IS NOT new.title BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+    db.execute("CREATE TRIGGER embeddings_gone AFTER DELETE ON documents BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")

@@ -222,6 +222,21 @@ def test_embeddings_join_the_fusion_and_are_cached(labeled):
     assert len(llm.embed(db, config, ["I cannot log in since we turned on SSO"])[0]) == 64
 
 
+def test_a_changed_chunk_loses_its_old_vector_and_is_embedded_again(labeled, tmp_path):
+    db = labeled
+    with FakeOpenAI() as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="k", embedding_model="fake-embed")
+        assert embed_documents(db, config) == len(CORPUS)
+        refunds = pks(db, "refunds")[0]
+        changed = tmp_path / "changed.jsonl"
+        changed.write_text(json.dumps({"id": "refunds", "text": "Refunds take 30 days now."}) + "\n")
+        labeler.ingest_corpus(db, changed)
+        assert db.execute("SELECT count(*) FROM embeddings WHERE doc_pk = ?", [refunds]).fetchone()[0] == 0
+        assert embed_documents(db, config) == 1  # only the changed chunk costs a request
+        assert server.embedded_texts[-1] == "Refunds take 30 days now."
+        assert db.execute("SELECT count(*) FROM embeddings WHERE doc_pk = ?", [refunds]).fetchone()[0] == 1
+
+
 def test_embedding_errors_are_one_line(labeled):
     config = llm.LLMConfig(base_url="http://127.0.0.1:9/v1", api_key="k", embedding_model="m", max_retries=0,
                            timeout_s=2)
