@@ -872,6 +872,9 @@ def m021_search_porter(db: sqlite_utils.Database) -> None:
     db.execute("CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
                "tokenize='porter unicode61 remove_diacritics 2')")
     db.execute("CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')")
+    # a word in a chunk's title counts twice a word in its text (ORDER BY rank): on CISI, BM25
+    # and the fusion find a little more of what the retrievers missed
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
     db.execute("INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents "
                "WHERE text IS NOT NULL")
     db.execute("DELETE FROM documents_fts_pending")

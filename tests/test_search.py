@@ -338,10 +338,12 @@ def test_cisi_missed_chunks_found(tmp_path):
     cisi.require_cisi()
     shares = missed_shares(tmp_path)
     print("\nCISI missed-chunk shares:", json.dumps(shares))
-    # measured: TF-IDF 3.3%, BM25 4.2%, fusion 8.0% of the relevant documents outside the pools
-    # (13.8%, 17.4%, 33.1% of what a top 10 can hold): fusion finds 2.4x, short of the 3x hoped for
-    assert shares["bm25"] > shares["tfidf"]
-    assert shares["fusion"] >= 2 * shares["tfidf"], shares
+    # measured: TF-IDF 3.3%, BM25 5.6%, fusion 9.4% of the relevant documents outside the pools
+    # (13.8%, 23.0%, 38.8% of what a top 10 can hold): the fusion finds 2.85x, short of the 3x
+    # hoped for. Words -> Porter stems took BM25 from 4.2% to 5.5% and the fusion from 8.0% to
+    # 8.4%; title words counting twice and the Rocchio re-ranking took the fusion to 9.4%.
+    assert shares["bm25"] > 1.5 * shares["tfidf"], shares
+    assert shares["fusion"] >= 2.7 * shares["tfidf"], shares
 
 
 # --- the Label page's "Possibly missed" panel (AppTest) ----------------------------------------

@@ -93,6 +93,9 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, est
     ``estimate_rare``, all get the estimate of a word seen once (an upper bound: they are rare)."""
     terms = list(dict.fromkeys(terms))
     sample = _sample(db)
+    if sample is None:  # a small corpus: its whole vocabulary, read once per change of the index
+        vocabulary = _vocabulary(db)
+        return {term: vocabulary.get(term, 0) for term in terms}
     out = {}
     for term in terms:
         if sample is not None and sample[2][term] >= SAMPLE_MIN_SEEN:
@@ -104,6 +107,25 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, est
         row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
         out[term] = int(row[0]) if row else 0
     return out
+
+
+#: Per database file: (the index's structure record when read, term -> document frequency).
+_vocabularies: dict[str, tuple[bytes, dict[str, int]]] = {}
+
+
+def _vocabulary(db: sqlite_utils.Database) -> dict[str, int]:
+    """Every term of the index with its document frequency. Looking terms up one by one in the
+    vocabulary table costs about a millisecond each, and the relevance feedback asks for thousands.
+    FTS5 rewrites its structure record (row 10 of its data table) at every change of the index,
+    so that record tells whether the copy kept is still right."""
+    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
+    row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
+    structure = bytes(row[0]) if row else b""
+    kept = _vocabularies.get(name)
+    if kept is None or kept[0] != structure:
+        kept = (structure, dict(db.execute("SELECT term, doc FROM documents_fts_vocab")))
+        _vocabularies[name] = kept
+    return kept[1]
 
 
 SAMPLE_DOCS = 5000
