@@ -10,6 +10,33 @@ tests and replays control the clock.
 
 from .annotators import Annotator, add_annotator, get_role, list_annotators
 from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
+from .desk import (
+    FLAG_ACTIONS,
+    FlagEntry,
+    LeadNote,
+    QuestionEdit,
+    discard_item,
+    edit_question,
+    flag_count,
+    flagged_items,
+    lead_notes,
+    original_question,
+    question_history,
+    request_adjudication,
+    requeue_item,
+    resolve_flag,
+)
+from .items import (
+    ITEM_STATUSES,
+    AnnotatorLabel,
+    AnnotatorStatus,
+    ItemDetail,
+    ItemRow,
+    ItemsPage,
+    LeadChunk,
+    item_detail,
+    list_items,
+)
 from .pool import PoolChunk, Source, pool, requeue_after_ingest, set_pool_settings
 from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
@@ -27,6 +54,29 @@ from .writes import (
 )
 
 __all__ = [
+    "FLAG_ACTIONS",
+    "ITEM_STATUSES",
+    "AnnotatorLabel",
+    "AnnotatorStatus",
+    "FlagEntry",
+    "ItemDetail",
+    "ItemRow",
+    "ItemsPage",
+    "LeadChunk",
+    "LeadNote",
+    "QuestionEdit",
+    "discard_item",
+    "edit_question",
+    "flag_count",
+    "flagged_items",
+    "item_detail",
+    "lead_notes",
+    "list_items",
+    "original_question",
+    "question_history",
+    "request_adjudication",
+    "requeue_item",
+    "resolve_flag",
     "JUDGMENTS",
     "ORDERS",
     "QUERY_FIELDS",
