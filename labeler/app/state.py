@@ -32,6 +32,19 @@ FLAG_ERROR = "flag_error"  # why flagging failed, shown next to the flag reason 
 NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
 OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
+LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Items page or the lead view
+LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
+ITEMS_PAGE = "items_page"  # the page number of the Items table
+ITEM_PARAM = "item"  # URL query parameter: the query pk the Label page opens in the lead view (leads only)
+
+
+def lead_item() -> int | None:
+    """The query pk in the URL's ``?item=`` (the Label page's lead view), or None."""
+    value = st.query_params.get(ITEM_PARAM)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 class _Connections:
