@@ -28,8 +28,7 @@ def label(db, pk: int, who: str, grades: list[int], status: str = "submitted", r
     L.set_status(db, pk, who, status, reason=reason, now=now)
 
 
-@pytest.fixture
-def desk(db, ingest_tiny):
+def build_desk(db, ingest_tiny) -> list[int]:
     """lena (lead), alice and bob (annotators); 6 items, every one for both annotators.
     q0: both submitted, conflicting on its first chunk; q1: alice flagged it; q2: bob skipped it."""
     pks = ingest_tiny(db, n=6, chunks=3)
@@ -43,6 +42,11 @@ def desk(db, ingest_tiny):
     label(db, pks[1], "alice", [1], status="flagged", reason="the question has a typo", now=at(3))
     L.set_status(db, pks[2], "bob", "skipped", now=at(4))
     return pks
+
+
+@pytest.fixture
+def desk(db, ingest_tiny):
+    return build_desk(db, ingest_tiny)
 
 
 def test_list_items_pages_and_summarises(db, desk):
@@ -221,3 +225,39 @@ def test_resolving_by_discarding(db, desk):
     row = L.list_items(db, status="discarded").rows[0]
     assert row.query_pk == desk[1] and row.discard_reason == "the question has a typo"
     assert L.flag_count(db, by="lena") == 0
+
+
+# --- labeler items ---------------------------------------------------------------------------
+
+def test_cli_items_lists_filters_and_prints_json(file_db, db_path, ingest_tiny):
+    import json
+
+    from click.testing import CliRunner
+
+    from labeler.cli import cli
+
+    build_desk(file_db, ingest_tiny)
+
+    def run(*args: str):
+        result = CliRunner().invoke(cli, ["--db", str(db_path), "items", *args], catch_exceptions=False)
+        return result
+
+    out = run("--flagged", "--json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert (doc["total"], doc["page"], doc["pages"]) == (1, 1, 1)
+    [item] = doc["items"]
+    assert item["query_id"] == "q001" and item["annotators"] == [
+        {"annotator": "alice", "status": "flagged", "at": "2026-03-02T09:03:00.000000Z",
+         "reason": "the question has a typo"}]
+    text = run("--annotator", "bob").output
+    assert text.splitlines()[0] == "2 item(s); page 1 of 1"
+    assert "q000" in text and "q002" in text and "bob skipped" in text and "q001" not in text
+    text = run("--flagged").output
+    assert "flag by alice: the question has a typo" in text
+    assert json.loads(run("--search", "item q4", "--json").output)["items"][0]["query_id"] == "q004"
+    assert json.loads(run("--limit", "2", "--page", "3", "--json").output)["items"][0]["query_id"] == "q004"
+    assert json.loads(run("--conflict", "--json").output)["total"] == 1
+    assert json.loads(run("--status", "unlabeled", "--json").output)["total"] == 3
+    bad = run("--since", "yesterday")
+    assert bad.exit_code == 1 and bad.output.startswith("Error: time 'yesterday' is not ISO 8601")
