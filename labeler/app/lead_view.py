@@ -5,6 +5,7 @@ the role is read from the database, and the library refuses the data and the act
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pandas as pd
@@ -43,25 +44,33 @@ def close() -> None:
     st.query_params.pop(state.ITEM_PARAM, None)
 
 
-def _short(text: str | None, width: int = 160) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+def _cell(value: Any) -> str:
+    return "" if value is None else html.escape(str(value))
 
 
-def grades_table(detail: labels.ItemDetail, names: list[str]) -> pd.DataFrame:
-    """One row per chunk: the chunk, each annotator's grade, the consolidated, adjudicated and judge grades."""
+def grades_html(detail: labels.ItemDetail, names: list[str]) -> str:
+    """One row per chunk: the chunk (id, title, full text), each annotator's grade, then the
+    consolidated, adjudicated and judge grades; conflicting rows are marked. Every value is escaped."""
+    def grade(value: int | None) -> str:
+        if value is None:
+            return ""
+        return f"{value} {names[value]}" if 0 <= value < len(names) else str(value)
+
+    head = ["#", "chunk", *detail.annotators, "consolidated", "adjudicated", "judge"]
     rows = []
     for c in detail.chunks:
-        row: dict[str, Any] = {"#": c.chunk.position, "chunk": c.chunk.doc_id, "text": _short(c.chunk.text)}
-        for name in detail.annotators:
-            grade = c.grades.get(name)
-            row[name] = None if grade is None else f"{grade} {names[grade] if grade < len(names) else ''}".strip()
-        row["consolidated"] = c.consolidated
-        row["conflict"] = c.conflict
-        row["adjudicated"] = c.adjudicated
-        row["judge"] = c.judge
-        rows.append(row)
-    return pd.DataFrame(rows)
+        style = ' style="background: #fff3bf;"' if c.conflict else ""
+        chunk = (f"<b>{_cell(c.chunk.doc_id)}</b>" + (f" · {_cell(c.chunk.title)}" if c.chunk.title else "")
+                 + f'<div style="white-space: pre-wrap; overflow-wrap: anywhere;">{_cell(c.chunk.text)}</div>')
+        cells = [_cell(c.chunk.position if c.chunk.position is not None else "added"), chunk,
+                 *(_cell(grade(c.grades.get(name))) for name in detail.annotators),
+                 _cell(grade(c.consolidated)) + (" (conflict)" if c.conflict else ""), _cell(grade(c.adjudicated)),
+                 _cell(grade(c.judge))]
+        rows.append(f"<tr{style}>" + "".join(f'<td style="vertical-align: top; padding: 4px 8px;">{x}</td>'
+                                             for x in cells) + "</tr>")
+    return ('<table class="lb-lead-grades" style="border-collapse: collapse; width: 100%; font-size: 0.9rem;">'
+            "<thead><tr>" + "".join(f'<th style="text-align: left; padding: 4px 8px;">{_cell(h)}</th>' for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def show(db: Any, name: str) -> bool:
@@ -113,9 +122,7 @@ def show(db: Any, name: str) -> bool:
     st.subheader("Grades side by side")
     if not detail.annotators:
         st.info("Nobody has opened this item yet.")
-    st.dataframe(grades_table(detail, settings["grade_names"]), hide_index=True, key="lead_grades",
-                 column_config={"text": st.column_config.TextColumn(width="large"),
-                                "conflict": st.column_config.CheckboxColumn()})
+    st.html(grades_html(detail, settings["grade_names"]))
     st.caption("Grades of every annotator who opened the item, submitted or not; the consolidated grade counts "
                "submitted grades only (median, or the lead's adjudicated grade).")
     if detail.labels:
