@@ -126,7 +126,7 @@ def test_item_detail_shows_every_annotators_grades(db, desk):
 def test_annotators_are_refused_everything_and_nothing_is_written(db, desk):
     before = {t: db.execute(f"SELECT * FROM {t}").fetchall() for t in
               ("queries", "query_labels", "requeued", "adjudication_requests", "question_edits",
-               "flag_resolutions", "audit_events", "queue")}
+               "flag_resolutions", "audit_events", "label_events", "queue")}
     for call in (lambda: L.list_items(db, by="bob"),
                  lambda: L.item_detail(db, desk[0], by="bob"),
                  lambda: L.requeue_item(db, desk[0], by="bob"),
@@ -154,8 +154,8 @@ def test_requeue_sends_the_item_back_first_and_keeps_grades(db, desk):
     L.set_status(db, desk[0], "bob", "submitted", now=at(12))
     assert L.next_item(db, "bob", now=at(13)) != desk[0]
     events = [e for e in audit_log(db) if e.action == "item_requeue"]
-    assert len(events) == 1 and events[0].actor == "lena" and events[0].target == "q000"
-    assert '"bob":"submitted"' in events[0].new
+    assert len(events) == 1 and events[0].actor == "lena" and events[0].query_id == "q000"
+    assert (events[0].old, events[0].new) == ('{"bob":"submitted"}', '["bob"]')
     with pytest.raises(LabelError, match="carol never opened query q000"):
         L.requeue_item(db, desk[0], ["carol"], by="lena")
     with pytest.raises(LabelError, match="nobody has labeled query q005"):
@@ -261,3 +261,29 @@ def test_cli_items_lists_filters_and_prints_json(file_db, db_path, ingest_tiny):
     assert json.loads(run("--status", "unlabeled", "--json").output)["total"] == 3
     bad = run("--since", "yesterday")
     assert bad.exit_code == 1 and bad.output.startswith("Error: time 'yesterday' is not ISO 8601")
+
+
+def test_the_conflict_filter_follows_every_change(file_db, ingest_tiny):
+    # a file database: its conflicting items are kept between calls and brought up to date
+    db, desk = file_db, build_desk(file_db, ingest_tiny)
+
+    def conflicting() -> list[int]:
+        return [r.query_pk for r in L.list_items(db, conflict=True).rows]
+
+    assert conflicting() == [desk[0]]
+    # q3: alice and bob submit grades 0 and 2 on its first chunk (both sides of the threshold)
+    label(db, desk[3], "alice", [0, 0, 0], now=at(20))
+    label(db, desk[3], "bob", [2, 0, 0], now=at(21))
+    assert conflicting() == [desk[0], desk[3]]
+    L.adjudicate(db, desk[0], L.get_item(db, desk[0], "alice").chunks[0].doc_pk, 3, "lena")
+    assert conflicting() == [desk[3]]
+    L.requeue_item(db, desk[3], ["bob"], by="lena")  # bob's grades stop counting
+    assert conflicting() == []
+    L.set_status(db, desk[3], "bob", "submitted")
+    assert conflicting() == [desk[3]]
+    store.set_setting(db, "threshold", 3)  # 0 vs 2: a spread of 2 conflicts whatever the threshold
+    assert conflicting() == [desk[3]]
+    L.set_grade(db, desk[3], L.get_item(db, desk[3], "bob").chunks[0].doc_pk, "bob", 1)
+    assert conflicting() == []  # 0 vs 1, both under 3
+    store.set_setting(db, "threshold", 1)
+    assert conflicting() == [desk[3]]

@@ -24,7 +24,7 @@ import sqlite_utils
 from .. import accounts
 from .. import db as store
 from ..errors import LabelError
-from ._common import When, check_name, query_row, stamp
+from ._common import When, check_name, event, query_row, stamp
 
 FLAG_ACTIONS = ("edit", "discard", "unflag")
 
@@ -82,7 +82,7 @@ def requeue_item(db: sqlite_utils.Database, query_pk: int, annotators: list[str]
         if not names:
             raise LabelError(f"nobody has labeled query {query_id} yet: there is no one to send it back to")
         old = _requeue(conn, query_pk, names, at)
-        accounts.audit(conn, at, by, "item_requeue", query_id, store.dumps({"annotators": names, "was": old}))
+        event(conn, at, _lead(by), query_pk, None, "item_requeue", store.dumps(old), store.dumps(names))
     return names
 
 
@@ -95,11 +95,11 @@ def request_adjudication(db: sqlite_utils.Database, query_pk: int, *, note: str 
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
-        query_id = query_row(conn, query_pk)[1]
+        query_row(conn, query_pk)
         added = conn.execute("INSERT OR IGNORE INTO adjudication_requests (query_pk, lead, note, created_at) "
                              "VALUES (?, ?, ?, ?)", [query_pk, _lead(by), note, at]).rowcount > 0
         if added:
-            accounts.audit(conn, at, by, "item_adjudicate", query_id, note)
+            event(conn, at, _lead(by), query_pk, None, "item_adjudicate", None, note or "")
     return added
 
 
@@ -124,9 +124,9 @@ def discard_item(db: sqlite_utils.Database, query_pk: int, reason: str, *, by: s
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
-        query_id = _live(conn, query_pk)
+        _live(conn, query_pk)
         old = _discard(conn, query_pk, reason, at)
-        accounts.audit(conn, at, by, "item_discard", query_id, store.dumps({"reason": reason, "was": old}))
+        event(conn, at, _lead(by), query_pk, None, "item_discard", store.dumps(old), reason)
 
 
 # --- question edits -------------------------------------------------------------------------
@@ -162,10 +162,10 @@ def edit_question(db: sqlite_utils.Database, query_pk: int, question: str, *, no
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
-        query_id = query_row(conn, query_pk)[1]
+        query_row(conn, query_pk)
         old = _edit(conn, query_pk, question, _lead(by), note, at)
         if old != question:
-            accounts.audit(conn, at, by, "question_edit", query_id, store.dumps({"old": old, "new": question}))
+            event(conn, at, _lead(by), query_pk, None, "question", old, question)
     return old
 
 
@@ -255,7 +255,7 @@ def resolve_flag(db: sqlite_utils.Database, query_pk: int, annotator: str, actio
         done = {"edit": "edited", "discard": "discarded", "unflag": "unflagged"}[action]
         conn.execute("INSERT INTO flag_resolutions (query_pk, annotator, flag_reason, action, note, lead, created_at) "
                      "VALUES (?, ?, ?, ?, ?, ?, ?)", [query_pk, annotator, row[0], done, note, lead, at])
-        accounts.audit(conn, at, by, "flag_resolve", query_id, store.dumps(detail))
+        event(conn, at, _lead(by), query_pk, None, "flag_resolve", row[0], store.dumps(detail))
 
 
 @dataclass

@@ -124,21 +124,17 @@ def _filters(db: sqlite_utils.Database, *, status: str | None, annotator: str | 
         where.append("q.origin = ?")
         params.append(origin)
     if retriever is not None:
-        where.append("EXISTS (SELECT 1 FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?)")
-        params.append(retriever)
+        # query_versions names every logged (query, retriever); synthetic questions have no version rows
+        where.append("q.pk IN (SELECT query_pk FROM query_versions WHERE retriever = ? UNION SELECT s.pk FROM "
+                     "queries s WHERE s.origin = 'synthetic' AND EXISTS (SELECT 1 FROM retrievals r "
+                     "WHERE r.query_pk = s.pk AND r.retriever = ?))")
+        params += [retriever, retriever]
     if flagged is not None:
-        where.append(("" if flagged else "NOT ") + "EXISTS (SELECT 1 FROM query_labels f "
-                     "WHERE f.query_pk = q.pk AND f.status = 'flagged')")
+        where.append("q.pk " + ("" if flagged else "NOT ") + "IN (SELECT query_pk FROM query_labels "
+                     "WHERE status = 'flagged')")
     if conflict is not None:
-        # pairs graded by several submitters whose grades conflict and that no adjudication settled
-        where.append(("" if conflict else "NOT ") + "EXISTS (SELECT 1 FROM relevance_labels r "
-                     "JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator "
-                     "AND l.status = 'submitted' WHERE r.query_pk = q.pk AND NOT EXISTS (SELECT 1 FROM "
-                     "adjudications a WHERE a.query_pk = r.query_pk AND a.doc_pk = r.doc_pk) "
-                     "GROUP BY r.doc_pk HAVING count(*) > 1 AND (max(r.grade) - min(r.grade) >= 2 "
-                     "OR (min(r.grade) < ? AND max(r.grade) >= ?)))")
-        threshold = int(store.get_setting(db, "threshold"))
-        params += [threshold, threshold]
+        where.append("q.pk " + ("" if conflict else "NOT ") + "IN (SELECT value FROM json_each(?))")
+        params.append(_in_list(conflicting_items(db)))
     if search is not None and search.strip():
         escaped = search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         where.append("q.question LIKE ? ESCAPE '\\'")
@@ -179,6 +175,48 @@ def list_items(db: sqlite_utils.Database, *, status: str | None = None, annotato
     pks = [r[0] for r in db.execute(f"SELECT q.pk FROM queries q WHERE {condition} ORDER BY q.pk "
                                     "LIMIT ? OFFSET ?", [*params, page_size, (page - 1) * page_size])]
     return ItemsPage(item_rows(db, pks), total, page, page_size)
+
+
+_CONFLICTS: dict[Any, tuple[Any, int, set[int]]] = {}  # database -> (threshold, last event id, pks)
+FULL_RECOMPUTE = 20_000  # more changed items than this since the last answer: recompute them all
+
+
+def conflicting_items(db: sqlite_utils.Database) -> list[int]:
+    """The pks of the queries with an unresolved conflict (``golden_labels``' ``conflict``), sorted.
+
+    Computing them reads every submitted grade (seconds at 100k items of 5 chunks and 2
+    annotators), so the answer is kept per database and brought up to date from ``label_events``:
+    every grade, status, adjudication and lead action appends one naming its query, and only
+    those queries are consolidated again. A new threshold recomputes everything."""
+    from .consolidate import golden_labels
+
+    key = db.execute("PRAGMA database_list").fetchone()[2]  # the file; "" for an in-memory database
+    threshold = store.get_setting(db, "threshold")
+    last = db.execute("SELECT coalesce(max(id), 0) FROM label_events").fetchone()[0]
+    cached = _CONFLICTS.get(key)
+    if cached is not None and cached[0] == threshold and cached[1] == last:
+        return sorted(cached[2])
+    changed = None
+    if cached is not None and cached[0] == threshold and cached[1] < last:
+        changed = [r[0] for r in db.execute("SELECT DISTINCT query_pk FROM label_events WHERE id > ? LIMIT ?",
+                                            [cached[1], FULL_RECOMPUTE + 1])]
+    if changed is None or len(changed) > FULL_RECOMPUTE:
+        golden = golden_labels(db)
+        pks = {int(pk) for pk in golden.loc[golden["conflict"], "query_pk"]}
+    else:
+        golden = golden_labels(db, query_pks=changed)
+        pks = (cached[2] - set(changed)) | {int(pk) for pk in golden.loc[golden["conflict"], "query_pk"]}
+    if key:  # (an in-memory database's connection may be gone and its id reused: never cached)
+        _CONFLICTS[key] = (threshold, last, pks)
+    return sorted(pks)
+
+
+def retriever_names(db: sqlite_utils.Database) -> list[str]:
+    """Every retriever that logged a ranking (or that synthetic questions carry), sorted: the
+    choices of the Items page's retriever filter (reads ``query_versions``, not every retrieval)."""
+    return [r[0] for r in db.execute(
+        "SELECT retriever FROM query_versions UNION SELECT r.retriever FROM queries s JOIN retrievals r "
+        "ON r.query_pk = s.pk WHERE s.origin = 'synthetic' ORDER BY 1")]
 
 
 def _consolidated(grades: list[int], adjudicated: int | None, threshold: int) -> tuple[int, bool]:

@@ -67,7 +67,7 @@ def test_lead_resolves_a_flag_filters_opens_and_requeues(tmp_path, start_app, pa
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT annotator, status FROM query_labels WHERE query_pk = ? ORDER BY annotator",
                             [q0]).fetchall() == [("alice", "in_progress"), ("bob", "in_progress")]
-        assert conn.execute("SELECT action, actor FROM audit_events WHERE action IN ('flag_resolve', 'item_requeue') "
+        assert conn.execute("SELECT field, annotator FROM label_events WHERE field IN ('flag_resolve', 'item_requeue') "
                             "ORDER BY id").fetchall() == [("flag_resolve", "lena"), ("item_requeue", "lena")]
 
 

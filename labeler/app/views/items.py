@@ -11,7 +11,6 @@ import streamlit as st
 import labeler.labels as labels
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
-from labeler.retrievers import logged_retrievers
 
 db = state.get_db()
 lead = auth.require_lead("The Items page")
@@ -67,7 +66,7 @@ with items_tab:
         annotator = st.selectbox("Annotator", [ANY, *(a.name for a in labels.list_annotators(db))],
                                  key="items_annotator", on_change=first_page)
         origin = st.selectbox("Origin", [ANY, "log", "synthetic", "import"], key="items_origin", on_change=first_page)
-        retriever = st.selectbox("Retriever", [ANY, *logged_retrievers(db)], key="items_retriever",
+        retriever = st.selectbox("Retriever", [ANY, *labels.retriever_names(db)], key="items_retriever",
                                  on_change=first_page)
         flagged = st.selectbox("Flagged", [ANY, "yes", "no"], key="items_flagged", on_change=first_page)
         conflict = st.selectbox("Conflict", [ANY, "yes", "no"], key="items_conflict", on_change=first_page)
