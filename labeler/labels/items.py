@@ -98,7 +98,9 @@ def _in_list(values: list[Any]) -> str:
 def _filters(db: sqlite_utils.Database, *, status: str | None, annotator: str | None, origin: str | None,
              retriever: str | None, flagged: bool | None, conflict: bool | None, search: str | None,
              since: When, until: When) -> tuple[list[str], list[Any]]:
-    where = [store.visible("q")]
+    # (rows of an ingest still being written are hidden; with none under way the test is skipped)
+    staging = db.execute("SELECT 1 FROM ingests WHERE state = 'staging' LIMIT 1").fetchone()
+    where = [store.visible("q") if staging else "1"]
     params: list[Any] = []
     if status is not None and status not in ITEM_STATUSES:
         raise LabelError(f"status {status!r} is unknown; use one of: {', '.join(ITEM_STATUSES)}")
@@ -214,9 +216,20 @@ def conflicting_items(db: sqlite_utils.Database) -> list[int]:
 def retriever_names(db: sqlite_utils.Database) -> list[str]:
     """Every retriever that logged a ranking (or that synthetic questions carry), sorted: the
     choices of the Items page's retriever filter (reads ``query_versions``, not every retrieval)."""
-    return [r[0] for r in db.execute(
+    path = db.execute("PRAGMA database_list").fetchone()[2]
+    key = (path, *db.execute("SELECT (SELECT max(id) FROM ingests), (SELECT max(pk) FROM queries)").fetchone())
+    if path and key in _RETRIEVERS:
+        return list(_RETRIEVERS[key])
+    names = [r[0] for r in db.execute(
         "SELECT retriever FROM query_versions UNION SELECT r.retriever FROM queries s JOIN retrievals r "
         "ON r.query_pk = s.pk WHERE s.origin = 'synthetic' ORDER BY 1")]
+    if path:  # rankings arrive with an ingest or a new (synthetic) query: kept until then
+        _RETRIEVERS.clear()
+        _RETRIEVERS[key] = names
+    return names
+
+
+_RETRIEVERS: dict[tuple, list[str]] = {}
 
 
 def _consolidated(grades: list[int], adjudicated: int | None, threshold: int) -> tuple[int, bool]:

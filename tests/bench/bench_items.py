@@ -7,14 +7,15 @@ skipped by bob); a third of the overlapped pairs disagree, some enough to confli
 Measured (median of ``--rounds``):
 - AppTest: the Items page's first render (the lead opens it) and a filter change (status =
   flagged; a text search; conflict = yes; annotator bob + status skipped), each a full rerun;
-- the library call ``labels.list_items`` for the same filters;
+- the library call ``labels.list_items`` for the same filters (``conflict_first_call``: the first
+  conflict filter of a process, which consolidates every submitted grade; later calls reuse it);
 - baseline in the same run: raw sqlite3 ``COUNT(*)`` + ``SELECT ... LIMIT 50`` of the first page
   of queries (no filter), and an AppTest rerun of the same page with nothing changed;
 - ``labeler items --flagged --json`` as a subprocess (wall time, Python start included), against
   ``labeler --version`` (the start alone).
 Prints one JSON document.
 
-    PYTHONPATH=. python tests/bench/bench_items.py [--items 100000] [--rounds 5]
+    PYTHONPATH=. python tests/bench/bench_items.py [--items 100000] [--rounds 5] [--db KEEP.db]
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def apptest(path: Path, rounds: int) -> dict:
 
 def library(path: Path, rounds: int) -> dict:
     db = labeler.connect(path, migrate=False)
+    labels.items._CONFLICTS.clear()
+    first_conflict = timed(lambda: labels.list_items(db, conflict=True))  # consolidates every grade once
     cases = {"all": {}, "flagged": {"flagged": True}, "search": {"search": "question 4242 "},
              "conflict": {"conflict": True}, "annotator_status": {"annotator": "bob", "status": "skipped"},
              "date_range": {"since": "2026-03-01T00:00:00Z", "until": "2026-04-01T00:00:00Z"},
@@ -131,6 +134,7 @@ def library(path: Path, rounds: int) -> dict:
     out = {}
     for name, filters in cases.items():
         out[name] = median([timed(lambda f=filters: labels.list_items(db, page_size=50, **f)) for _ in range(rounds)])
+    out["conflict_first_call"] = round(first_conflict, 1)
     out["total_conflict"] = labels.list_items(db, conflict=True).total
     return out
 
@@ -163,11 +167,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--db", type=Path, help="Keep the built database here (built only when missing).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "items.db"
+        path = args.db or Path(tmp) / "items.db"
         start = time.perf_counter()
-        build(path, args.items)
+        if not path.exists():
+            build(path, args.items)
         built = time.perf_counter() - start
         result = {"items": args.items, "annotators_per_item": 2, "build_s": round(built, 1),
                   "baseline_raw_sqlite_page_ms": raw_baseline(path, args.rounds * 4),

@@ -15,6 +15,7 @@ from labeler.errors import LabelerError
 db = state.get_db()
 lead = auth.require_lead("The Items page")
 ANY = "any"
+FLAGS_SHOWN = 20  # flags drawn at once (each is a small form): resolving them brings the next ones
 
 
 def first_page() -> None:
@@ -118,11 +119,12 @@ with items_tab:
         st.caption(f"of {found.pages}")
 
 with flags_tab:
-    flags = labels.flagged_items(db, by=lead, limit=200)
+    flags = labels.flagged_items(db, by=lead, limit=FLAGS_SHOWN)
     if not flags:
         st.success("No flags waiting: nothing for the lead to look at.")
     else:
-        st.caption(f"{flag_total} flag(s) waiting, oldest first" + (" (the first 200 shown)" if flag_total > 200 else "")
+        st.caption(f"{flag_total} flag(s) waiting, oldest first"
+                   + (f" (the first {FLAGS_SHOWN} shown)" if flag_total > FLAGS_SHOWN else "")
                    + ". Edit the question (the original is kept), discard the item, or unflag it with a note "
                      "the annotator sees when the item comes back to them.")
     for f in flags:
