@@ -35,6 +35,7 @@ OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to ope
 LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Items page or the lead view
 LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
 ITEMS_PAGE = "items_page"  # the page number of the Items table
+ITEMS_OPEN = "items_open"  # a query pk a button on the Items page asked to open in the lead view
 ITEM_PARAM = "item"  # URL query parameter: the query pk the Label page opens in the lead view (leads only)
 
 

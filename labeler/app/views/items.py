@@ -41,7 +41,7 @@ def resolve(pk: int, annotator: str, action: str) -> None:
 
 
 def open_item(pk: int) -> None:
-    st.session_state["items_open"] = pk
+    st.session_state[state.ITEMS_OPEN] = pk
 
 
 def _when(value: date | None, *, end: bool = False) -> datetime | None:
@@ -55,7 +55,7 @@ if error := st.session_state.pop(state.LEAD_ERROR, None):
     st.error(widgets.escape_markdown(error))
 if notice := st.session_state.pop(state.LEAD_NOTICE, None):
     st.toast(widgets.escape_markdown(notice))
-if (pk := st.session_state.pop("items_open", None)) is not None:
+if (pk := st.session_state.pop(state.ITEMS_OPEN, None)) is not None:
     st.switch_page("views/label.py", query_params={state.ITEM_PARAM: str(pk)})
 
 flag_total = labels.flag_count(db, by=lead)
