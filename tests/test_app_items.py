@@ -170,7 +170,7 @@ def test_lead_view_shows_grades_side_by_side_and_requeues(desk_path):
 def test_lead_resolves_a_flag_and_the_annotator_sees_the_note(desk_path):
     q1 = pks(desk_path)[1]
     at_ = items_page()
-    assert any(link.label == "1 flagged item(s) to resolve" for link in at_.sidebar.get("page_link"))
+    assert any(link.label == "1 flag(s) to resolve" for link in at_.sidebar.get("page_link"))
     ident = f"{q1}_alice"
     at_.button(key=f"flag_unflag_{ident}").click().run()  # no note: refused, nothing written
     assert any("note is empty" in e.value for e in at_.error)

@@ -68,7 +68,8 @@ def _connections(path: str) -> _Connections:
 
 
 class _Warmer:
-    """Computes the Metrics page's default report in a background thread, so that the first visit
+    """Computes the Metrics page's default report (and the Items page's conflicting items) in a
+    background thread, so that the first visit
     after a server start (or an ingest) finds it ready; later label changes are patched in on
     demand, cheaply, so nothing runs in the background while people label."""
 
@@ -85,11 +86,12 @@ class _Warmer:
             self.thread.start()
 
     def _run(self) -> None:
-        from labeler import report
+        from labeler import labels, report
 
         db = labeler.connect(self.path, migrate=False)
         try:
             report.prepare(db)
+            labels.conflicting_items(db)  # the Items page's conflict filter (kept per database)
         except Exception as e:  # noqa: BLE001 - a warm-up only; the page shows any error itself
             logging.getLogger(__name__).warning("computing the Metrics page in the background failed: %s", e)
         finally:

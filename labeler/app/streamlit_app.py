@@ -42,7 +42,7 @@ if lead:
 nav = st.navigation(pages)
 if lead and (flags := labels.flag_count(state.get_db(), by=annotator)):
     with st.sidebar:
-        st.page_link("views/items.py", label=f"{flags} flagged item(s) to resolve", icon=":material/flag:")
+        st.page_link("views/items.py", label=f"{flags} flag(s) to resolve", icon=":material/flag:")
 with st.sidebar:
     st.button("Sign out", on_click=auth.sign_out, key="sign_out")
 try:

@@ -33,7 +33,7 @@ def test_lead_resolves_a_flag_filters_opens_and_requeues(tmp_path, start_app, pa
     server = start_app(path)
     page.set_default_timeout(60_000)  # (a loaded 2-core machine)
     sign_in_by_name(page, server.url, "lena")
-    flags = page.get_by_role("link", name="1 flagged item(s) to resolve")
+    flags = page.get_by_role("link", name="1 flag(s) to resolve")
     flags.wait_for()
     flags.click()
     page.get_by_role("tab", name="Flags (1)").click()
@@ -46,7 +46,7 @@ def test_lead_resolves_a_flag_filters_opens_and_requeues(tmp_path, start_app, pa
                             [q1]).fetchone() == ("in_progress",)
         assert conn.execute("SELECT action, note, lead FROM flag_resolutions").fetchall() == [
             ("unflagged", "It reads fine, please label it", "lena")]
-    assert not page.get_by_role("link", name="1 flagged item(s) to resolve").count()
+    assert not page.get_by_role("link", name="1 flag(s) to resolve").count()
 
     page.get_by_role("tab", name="All items").click()
     page.get_by_text("6 item(s) match").wait_for()
