@@ -1,7 +1,8 @@
-"""The Label page's lead view (``/label?item=PK``): one item with every annotator's grades side by
-side (leads are not blind), their answers and statuses, and the lead's actions on it: re-queue,
-send to adjudication, discard. An account that is not a lead gets nothing but a one-line refusal:
-the role is read from the database, and the library refuses the data and the actions too."""
+"""The Label page's lead view (``/?item=PK``; Label is the default page): one item with every
+annotator's grades side by side (leads are not blind), their answers and statuses, and the lead's
+actions on it: re-queue, send to adjudication, discard. An account that is not a lead gets nothing
+but a one-line refusal: the role is read from the database, and the library refuses the data and
+the actions too."""
 
 from __future__ import annotations
 
@@ -128,9 +129,9 @@ def show(db: Any, name: str) -> bool:
     if detail.labels:
         st.subheader("Answers and statuses")
         st.dataframe(pd.DataFrame([{
-            "annotator": lab.annotator, "status": lab.status.replace("_", " "), "when": (lab.at or "")[:19],
-            "expected answer": lab.expected_answer, "notes": lab.notes,
-            "reason": lab.flag_reason if lab.status == "flagged" else lab.status_reason,
+            "annotator": lab.annotator, "status": lab.status.replace("_", " "),
+            "when": (lab.at or "")[:19].replace("T", " "), "expected answer": lab.expected_answer or "",
+            "notes": lab.notes or "", "reason": (lab.flag_reason if lab.status == "flagged" else lab.status_reason) or "",
             "seconds": round(lab.seconds)} for lab in detail.labels]), hide_index=True, key="lead_labels")
 
     st.subheader("Lead actions")

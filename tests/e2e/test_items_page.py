@@ -79,7 +79,7 @@ def test_an_annotator_editing_the_url_gets_nothing(tmp_path, start_app, page, in
     server = start_app(path)
     page.set_default_timeout(60_000)
     sign_in_by_name(page, server.url, "bob")
-    page.goto(f"{server.url}/label?item={q0}")
+    page.goto(f"{server.url}/?item={q0}")
     page.get_by_text("Opening an item with everyone's grades is for leads only.").wait_for()
     settle(page)
     assert not page.get_by_text("Lead view").count() and not page.get_by_role("button", name="Re-queue").count()
