@@ -883,3 +883,49 @@ def m021_search_porter(db: sqlite_utils.Database) -> None:
                "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
     db.execute("CREATE TRIGGER embeddings_gone AFTER DELETE ON documents BEGIN "
                "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+# --- m014: the lead's desk: items, flags, question edits (labeler.labels.items, .flags) ----------
+
+_SCHEMA_M014_ITEMS_FLAGS = """
+ALTER TABLE queries ADD COLUMN discarded_at TEXT;
+ALTER TABLE queries ADD COLUMN discard_reason TEXT;
+CREATE INDEX queries_first_seen ON queries (first_seen);
+CREATE TABLE question_edits (
+    id INTEGER PRIMARY KEY,
+    query_pk INTEGER NOT NULL,
+    old TEXT NOT NULL,
+    new TEXT NOT NULL,
+    lead TEXT NOT NULL,
+    note TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX question_edits_query ON question_edits (query_pk, id);
+CREATE TABLE flag_resolutions (
+    id INTEGER PRIMARY KEY,
+    query_pk INTEGER NOT NULL,
+    annotator TEXT NOT NULL,
+    flag_reason TEXT,
+    action TEXT NOT NULL CHECK (action IN ('edited', 'discarded', 'unflagged')),
+    note TEXT,
+    lead TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX flag_resolutions_item ON flag_resolutions (query_pk, annotator, id);
+CREATE TABLE adjudication_requests (
+    query_pk INTEGER PRIMARY KEY,
+    lead TEXT NOT NULL,
+    note TEXT,
+    created_at TEXT NOT NULL
+)
+"""
+
+
+@migrations()
+def m014_items_flags(db: sqlite_utils.Database) -> None:
+    """The lead's desk: a query a lead discarded (``discarded_at``, ``discard_reason``: it leaves the
+    queue and the golden set), every edit of a question text with the text it replaced
+    (``question_edits``: the first row's ``old`` is the original), every flag a lead resolved with
+    the note the annotator sees (``flag_resolutions``), and items a lead sent to the Adjudication
+    page (``adjudication_requests``). The new tables name queries by pk without a foreign key, so
+    that removing a query never has to know about them."""
+    for statement in _statements(_SCHEMA_M014_ITEMS_FLAGS):
+        db.execute(statement)

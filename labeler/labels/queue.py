@@ -28,7 +28,7 @@ Rules:
   as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
   (occurrences, descending); ties by query pk.
 - **What is queued**: logged and imported queries; synthetic queries only once their
-  ``review_state`` is ``accepted``. ``sync_queue`` adds what is missing; ``next_item``,
+  ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
   the accepted synthetic set or a queue setting changed since the last sync.
 """
@@ -160,7 +160,8 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     wanted: dict[int, tuple[Any, int]] = {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
-        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}",
+        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
+        f"AND q.discarded_at IS NULL AND {store.visible('q')}",
         [_score_retriever(conn)] if order == "lowest_score" else []
     ):
         old = have.get(pk)

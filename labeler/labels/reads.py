@@ -114,9 +114,9 @@ def get_item(db: sqlite_utils.Database, query_pk: int, annotator: str, *,
         "SELECT doc_pk, grade, created_at FROM relevance_labels WHERE query_pk = ? AND annotator = ?",
         [query_pk, annotator])}
     grades = {doc_pk: g for doc_pk, (g, _) in graded.items()}
-    back = db.execute("SELECT created_at FROM requeued WHERE query_pk = ? AND annotator = ?",
-                      [query_pk, annotator]).fetchone()
-    item.requeued = back is not None
+    back = db.execute("SELECT created_at FROM requeued WHERE query_pk = ? AND annotator = ? "
+                      "AND ingest_id IS NOT NULL", [query_pk, annotator]).fetchone()
+    item.requeued = back is not None  # (a lead's re-queue has no ingest: no chunk is new)
     # new: not graded when the item came back (so the badge stays on a chunk once graded)
     new = set() if back is None else {pk for pk, (_, created) in graded.items() if created >= back[0]}
     single = len({r[0] for r in rows}) == 1

@@ -11,7 +11,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import judge, synth
-from labeler.app import state, widgets
+from labeler.app import lead_view, state, widgets
 from labeler.app.components import grader
 from labeler.errors import ItemTakenError, LabelerError
 
@@ -139,6 +139,9 @@ def reopen(pk: int) -> None:
 
 # --- which item ------------------------------------------------------------------------------
 
+if state.ITEM_PARAM in st.query_params and lead_view.show(db, annotator):
+    st.stop()  # a lead opened an item from the Items page: everyone's grades, not the queue
+
 if state.OPEN_QUERY in st.session_state:
     _show(st.session_state.pop(state.OPEN_QUERY))
 if state.CURRENT not in st.session_state:
@@ -182,6 +185,11 @@ if item.occurrences > 1:
 if item.status and item.status != "in_progress":
     head += f" · you {item.status} this item (edits are saved)"
 st.caption(head)
+for answer in labels.lead_notes(db, pk, annotator)[:1]:  # the lead's answer to my last flag on this item
+    what = {"edited": "edited the question", "unflagged": "unflagged it", "discarded": "discarded it"}[answer.action]
+    st.info(widgets.escape_markdown(f"You flagged this item ({answer.flag_reason or 'no reason'}); "
+                                    f"{answer.lead} {what}" + (f": {answer.note}" if answer.note else ".")),
+            icon=":material/flag:")
 widgets.plain_block(item.question, size="1.35rem", weight=600, key="question")
 
 with st.container(horizontal=True, key="toolbar", vertical_alignment="center"):
