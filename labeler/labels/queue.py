@@ -391,9 +391,9 @@ def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, in
     (submitted, flagged or discarded); leased = not done and someone holds an unexpired lease;
     open = the rest. ``open_slots`` = annotator-items still to do (sum of target - finished).
     ``overlap`` = items with a target above 1. ``submitted``/``skipped``/``flagged``/``discarded`` =
-    items with at least one annotator in that status. ``requeued`` = items an ingest sent back to
-    annotators who had submitted them (new chunks in their pool), ``requeued_slots`` = those
-    (item, annotator) pairs. ``pending_review`` = synthetic queries not yet accepted (not queued).
+    items with at least one annotator in that status. ``requeued`` = items sent back to annotators
+    who had submitted them (an ingest added chunks to their pool, or a lead re-queued them),
+    ``requeued_slots`` = those (item, annotator) pairs. ``pending_review`` = synthetic queries not yet accepted (not queued).
     """
     sync_queue(db)
     at = stamp(now)
