@@ -3,7 +3,7 @@ questions (stored or new) their topic under the current model.
 
 How (see README "Topics, coverage and drift"): the logged questions (deduplicated queries, each
 weighted by its occurrences) are vectorised with sublinear TF-IDF (or the configured embeddings
-model) and clustered with scikit-learn's KMeans (k-means++, 4 seeded starts, one thread) on
+model) and clustered with scikit-learn's KMeans (k-means++, 10 seeded starts, one thread) on
 L2-normalised rows, so nearest centroid = highest cosine similarity (MiniBatchKMeans found worse
 optima on short questions). The model is fitted on a seeded sample of at most
 ``FIT_SAMPLE`` questions and every query is then assigned in batches of ``BATCH``: time grows
@@ -157,7 +157,7 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
     chosen, silhouettes = (k, {}) if k is not None else choose_k(rows, weights, seed=seed)
     # one thread: on a shared machine scikit-learn's OpenMP threads made the clustering 5-10x slower
     with threadpool_limits(1):
-        kmeans = KMeans(n_clusters=chosen, random_state=seed, n_init=4)
+        kmeans = KMeans(n_clusters=chosen, random_state=seed, n_init=10)
         labels = kmeans.fit_predict(rows, sample_weight=weights)
     centroids = normalize(kmeans.cluster_centers_.astype(np.float32))
     top_terms = _top_terms(term_rows, labels, chosen, vocabulary)

@@ -9,8 +9,8 @@ Rules (see README "Topics, coverage and drift"):
 - **Far**: a new question whose cosine similarity to its nearest centroid is below the model's
   ``far_threshold`` (the 1st percentile of the similarity of the questions the topics were built
   on to their own centroid), or that has no word the topics know. Far questions are clustered
-  with TF-IDF (on the words the topics do not know, when they have some) + KMeans into candidate
-  topics (k by silhouette, 1 under 20 questions; clusters whose centroids have a cosine
+  with TF-IDF (TF-IDF topics: on the words the topics have never seen; far questions without
+  such a word form no candidate) + KMeans into candidate topics (k by silhouette, 1 under 20 questions; clusters whose centroids have a cosine
   similarity above ``MERGE_SIMILARITY`` are merged).
 - **Grew**: a topic whose share of the new traffic has a 95% Wilson interval entirely above its
   baseline share and is at least ``GROWTH_RATIO`` times it (both: a tiny share that doubles by
@@ -38,7 +38,7 @@ GROWTH_RATIO = 1.5
 Z95 = 1.959963984540054
 MIN_NEW_TOPIC = 3  # far questions a candidate topic needs to be listed
 EXAMPLES = 3
-MERGE_SIMILARITY = 0.3
+MERGE_SIMILARITY = 0.15
 
 
 def wilson(count: float, n: float, z: float = Z95) -> tuple[float, float]:
@@ -186,17 +186,21 @@ def _merge(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _new_topics(texts: list[str], weights: np.ndarray, total: float, *, known: set[str],
                 seed: int) -> list[dict[str, Any]]:
-    """The far questions clustered into candidate topics (largest first), on the words the topics
-    do not know (``known``: the model's vocabulary) when they have such words: the words they share
-    with the old traffic (how do I, not working...) would split one new subject by phrasing."""
+    """The far questions clustered into candidate topics (largest first). With TF-IDF topics
+    (``known``: the model's vocabulary) only the words the topics have never seen count, and a far
+    question without one forms no candidate: the words it shares with the old traffic (how do I,
+    not working...) would split one new subject by phrasing, and a question of known words only
+    is an odd phrasing of old traffic, not a new subject."""
     if len(texts) < MIN_NEW_TOPIC:
         return []
     try:
         vocabulary, idf = fit_tfidf(texts)
     except TopicsError:
         return []
-    fresh = [i for i, term in enumerate(vocabulary) if term not in known]
-    if fresh and len(fresh) < len(vocabulary):
+    if known:
+        fresh = [i for i, term in enumerate(vocabulary) if term not in known]
+        if not fresh:
+            return []
         vocabulary, idf = [vocabulary[i] for i in fresh], idf[fresh]
     rows = TfidfSpace(vocabulary, idf).transform(texts)
     keep = np.flatnonzero(rows.getnnz(axis=1) > 0)
