@@ -7,7 +7,7 @@ inside a ``feedback``/``signals``/``metadata`` object. Normalised values:
 
 - ``negative`` (bool): thumbs down / dislike; ``thumbs``/``vote`` of "down", -1 or 0 is negative.
 - ``rating`` (number): as logged; ``UNHAPPY_RATING`` (2) or lower counts as unhappy (1-5 scale;
-  a rating between 0 and 1 is read as a share: below 0.4 is unhappy).
+  a rating strictly between 0 and 1 is read as a share: below 0.4 is unhappy).
 - ``feedback`` (text): a comment, kept as text (not unhappy by itself).
 - ``escalated``, ``retried``, ``error`` (bool): true, "yes", a non-zero count or a non-empty error
   message are true.
@@ -128,7 +128,7 @@ def normalise(meta: dict | None) -> dict[str, Any]:
 def unhappy(signals: dict[str, Any]) -> bool:
     """Negative feedback, a low rating, an escalation, a retry or an error."""
     rating = signals.get("rating")
-    low = rating is not None and (rating < UNHAPPY_SHARE if 0 <= rating <= 1 else rating <= UNHAPPY_RATING)
+    low = rating is not None and (rating < UNHAPPY_SHARE if 0 < rating < 1 else rating <= UNHAPPY_RATING)
     return bool(signals.get("negative") or low or signals.get("escalated") or signals.get("retried")
                 or signals.get("error"))
 
