@@ -859,8 +859,8 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
 # --- m019: topics (labeler.topics), the locked holdout (labeler.holdout) --------------------------
 
 #: ``topic_models``: the current clustering of the logged questions (one row per build; the
-#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary and
-#: idf weights (or the embeddings model), the L2-normalised centroids (float32 bytes, k x dims)
+#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
+#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the L2-normalised centroids (float32 bytes, k x dims)
 #: and the similarity below which a question counts as far from every topic. ``topics``: each
 #: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
 #: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
@@ -870,7 +870,7 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
 _M019_TOPICS_HOLDOUT = [
     "CREATE TABLE topic_models (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, by TEXT, method TEXT NOT NULL, "
     "k INTEGER NOT NULL, seed INTEGER NOT NULL, n_questions INTEGER NOT NULL, far_threshold REAL NOT NULL, "
-    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, centroids BLOB NOT NULL)",
+    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, components BLOB, centroids BLOB NOT NULL)",
     "CREATE TABLE topics (model_id INTEGER NOT NULL REFERENCES topic_models (id), topic INTEGER NOT NULL, "
     "label TEXT NOT NULL, terms TEXT NOT NULL, medoid_query_pk INTEGER, size INTEGER NOT NULL, "
     "PRIMARY KEY (model_id, topic)) WITHOUT ROWID",

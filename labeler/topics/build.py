@@ -2,14 +2,15 @@
 questions (stored or new) their topic under the current model.
 
 How (see README "Topics, coverage and drift"): the logged questions (deduplicated queries, each
-weighted by its occurrences) are vectorised with sublinear TF-IDF (or the configured embeddings
-model) and clustered with scikit-learn's KMeans (k-means++, 10 seeded starts, one thread) on
-L2-normalised rows, so nearest centroid = highest cosine similarity (MiniBatchKMeans found worse
-optima on short questions). The model is fitted on a seeded sample of at most
-``FIT_SAMPLE`` questions and every query is then assigned in batches of ``BATCH``: time grows
-linearly and memory stays flat with the number of questions. Questions with no known term (TF-IDF)
-are topic -1. ``k``: given, or chosen by the cosine silhouette on a seeded sample (``choose_k``). A topic's label is its top terms (highest mean
-TF-IDF weight of its questions); its medoid is the question closest to its centroid.
+weighted by its occurrences) are vectorised with sublinear TF-IDF projected to 100 LSA dimensions
+(TruncatedSVD; or the configured embeddings model) and clustered with scikit-learn's KMeans
+(k-means++, 10 seeded starts, one thread) on L2-normalised rows, so nearest centroid = highest
+cosine similarity (MiniBatchKMeans found worse optima on short questions). The model is fitted on
+a seeded sample of at most ``FIT_SAMPLE`` questions and every query is then assigned in batches of
+``BATCH``: time grows linearly and memory stays flat with the number of questions. Questions with
+no known term (TF-IDF) are topic -1. ``k``: given, or chosen by the cosine silhouette on a seeded
+sample (``choose_k``). A topic's label is its top terms (highest mean TF-IDF weight of its
+questions); its medoid is the question closest to its centroid.
 """
 
 from __future__ import annotations
@@ -29,15 +30,14 @@ from threadpoolctl import threadpool_limits
 
 from .. import accounts
 from .. import db as store
-from .space import EmbeddingSpace, TfidfSpace, TopicsError, fit_tfidf, similarities
+from .space import LSA_DIMS, EmbeddingSpace, TfidfSpace, TopicsError, fit_lsa, fit_tfidf, similarities
 
 FIT_SAMPLE = 50_000  # questions the vectoriser and the clustering are fitted on
-K_SAMPLE = 3_000  # questions the silhouette of each candidate k is measured on
+K_SAMPLE = 2_000  # questions the silhouette of each candidate k is measured on
 K_CANDIDATES = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40)
 BATCH = 10_000  # questions vectorised and assigned at once
 TOP_TERMS = 6
 PEAK_SHARE = 0.8
-LSA_DIMS = 100
 FAR_QUANTILE = 0.01  # a new question is far from every topic below this quantile of the built ones' similarity
 NO_TOPIC = -1
 
@@ -105,15 +105,17 @@ def choose_k(rows: Any, weights: np.ndarray, *, seed: int) -> tuple[int, dict[in
             # candidates are compared on dense rows, a 100-dimensional LSA projection when wider
             sample = normalize(TruncatedSVD(LSA_DIMS, random_state=seed).fit_transform(sample)) \
                 if sample.shape[1] > LSA_DIMS else sample.toarray()
+        # float64: scikit-learn computes float32 distances in a slow upcasting path (k-means++ took 5 s)
+        sample = np.asarray(sample, dtype=np.float64)
         for k in K_CANDIDATES:
             if k * 10 > len(pick):
                 break
-            labels = KMeans(n_clusters=k, random_state=seed, n_init=3).fit_predict(
+            labels = KMeans(n_clusters=k, random_state=seed, n_init=2).fit_predict(
                 sample, sample_weight=w)
             if len(set(labels.tolist())) < 2:
                 continue
             scores[k] = float(silhouette_score(sample, labels, metric="cosine", random_state=seed,
-                                               sample_size=min(len(pick), 2000)))
+                                               sample_size=min(len(pick), 1000)))
     if not scores:
         return 2, scores
     best = max(scores.values())
@@ -144,21 +146,24 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
     rng = np.random.default_rng([seed, 0])
     fit = np.sort(rng.choice(len(pks), size=min(len(pks), FIT_SAMPLE), replace=False))
     fit_texts = [texts[i] for i in fit]
-    vocabulary, idf = fit_tfidf(fit_texts)
-    terms_space = TfidfSpace(vocabulary, idf)
+    vocabulary, idf, term_rows = fit_tfidf(fit_texts)
     embedded = config is not None and getattr(config, "embedding_model", None)
-    space = EmbeddingSpace(db, config) if embedded else terms_space
-    rows = space.transform(fit_texts)
+    if embedded:
+        space: Any = EmbeddingSpace(db, config)
+        rows = space.transform(fit_texts)
+    else:
+        space = TfidfSpace(vocabulary, idf, fit_lsa(term_rows, seed=seed))
+        rows = space.project(term_rows)
     known = _row_norms(rows) > 0
-    rows, weights, term_rows = rows[known], occurrences[fit][known], terms_space.transform(
-        [t for t, ok in zip(fit_texts, known, strict=True) if ok])
+    rows, weights, term_rows = rows[known], occurrences[fit][known], term_rows[known]
     if rows.shape[0] < 2 * (k or 2):
         raise TopicsError("too few questions have words to cluster on; ingest more logs or pass a smaller --k")
     chosen, silhouettes = (k, {}) if k is not None else choose_k(rows, weights, seed=seed)
     # one thread: on a shared machine scikit-learn's OpenMP threads made the clustering 5-10x slower
     with threadpool_limits(1):
         kmeans = KMeans(n_clusters=chosen, random_state=seed, n_init=10)
-        labels = kmeans.fit_predict(rows, sample_weight=weights)
+        labels = kmeans.fit_predict(rows.astype(np.float64) if isinstance(rows, np.ndarray) else rows,
+                                    sample_weight=weights)
     centroids = normalize(kmeans.cluster_centers_.astype(np.float32))
     top_terms = _top_terms(term_rows, labels, chosen, vocabulary)
     # far threshold: the low tail of the fitted questions' similarity to their own centroid
@@ -172,10 +177,10 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
         stored = space.stored()
         cur = db.conn.execute(
             "INSERT INTO topic_models (created_at, by, method, k, seed, n_questions, far_threshold, dims, params, "
-            "vocabulary, idf, centroids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "vocabulary, idf, components, centroids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [created, by, space.method, chosen, seed, len(pks), far, int(centroids.shape[1]), store.dumps(params),
              None if stored["vocabulary"] is None else json.dumps(stored["vocabulary"]), stored["idf"],
-             centroids.astype(np.float32).tobytes()])
+             stored["components"], centroids.astype(np.float32).tobytes()])
         model_id = cur.lastrowid
         accounts.audit(db.conn, created, by, "topics build", f"model {model_id}", f"k={chosen} seed={seed}")
     model = TopicModel(model_id, space.method, chosen, seed, len(pks), far, created, params, centroids, space)
@@ -244,14 +249,16 @@ def _write_topics(db: sqlite_utils.Database, model: TopicModel, top_terms: list[
 def current_model(db: sqlite_utils.Database, *, config: Any = None, required: bool = True) -> TopicModel | None:
     """The newest topic model, or None (``required``: raise TopicsError saying how to build one)."""
     row = db.execute("SELECT id, method, k, seed, n_questions, far_threshold, created_at, params, vocabulary, idf, "
-                     "centroids, dims FROM topic_models ORDER BY id DESC LIMIT 1").fetchone()
+                     "centroids, dims, components FROM topic_models ORDER BY id DESC LIMIT 1").fetchone()
     if row is None:
         if required:
             raise TopicsError("no topics yet: build them first with labeler topics build (or on the Metrics page)")
         return None
-    model_id, method, k, seed, n, far, created, params, vocabulary, idf, centroids, dims = row
+    model_id, method, k, seed, n, far, created, params, vocabulary, idf, centroids, dims, components = row
     if method == "tfidf":
-        space: Any = TfidfSpace(json.loads(vocabulary), np.frombuffer(idf, dtype=np.float32))
+        terms = json.loads(vocabulary)
+        lsa = None if components is None else np.frombuffer(components, dtype=np.float32).reshape(-1, len(terms))
+        space: Any = TfidfSpace(terms, np.frombuffer(idf, dtype=np.float32), lsa)
     else:
         space = EmbeddingSpace(db, config, dims)
     matrix = np.frombuffer(centroids, dtype=np.float32).reshape(k, dims)

@@ -194,7 +194,7 @@ def _new_topics(texts: list[str], weights: np.ndarray, total: float, *, known: s
     if len(texts) < MIN_NEW_TOPIC:
         return []
     try:
-        vocabulary, idf = fit_tfidf(texts)
+        vocabulary, idf, _ = fit_tfidf(texts)
     except TopicsError:
         return []
     if known:
