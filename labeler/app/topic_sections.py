@@ -104,6 +104,18 @@ def signals_section(db: Any, *, retriever: str | None) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="m_signals")
 
 
+@st.cache_data(max_entries=8, show_spinner="Comparing the latest ingest with the topics")
+def _drift(db_path: str, ingest: int, model_id: int) -> dict[str, Any]:
+    # the result depends only on the ingest and the topic model (both immutable once written)
+    import labeler
+
+    database = labeler.connect(db_path, migrate=False)
+    try:
+        return topic_lib.drift(database, ingest, config=_embedding_config())
+    finally:
+        database.close()
+
+
 def drift_panel(db: Any) -> None:
     """Drift of the latest logs ingest against the traffic before it (Data page)."""
     st.subheader("Drift of the latest ingest")
@@ -112,7 +124,8 @@ def drift_panel(db: Any) -> None:
         st.caption("No logs ingested yet.")
         return
     try:
-        report = topic_lib.drift(db, ingest, config=_embedding_config())
+        model = topic_lib.current_model(db, config=_embedding_config())
+        report = _drift(state.db_path(), ingest, model.id)
     except topic_lib.TopicsError as e:
         st.caption(widgets.escape_markdown(str(e)))
         return
