@@ -860,8 +860,9 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
 
 #: ``topic_models``: the current clustering of the logged questions (one row per build; the
 #: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
-#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the L2-normalised centroids (float32 bytes, k x dims)
-#: and the similarity below which a question counts as far from every topic. ``topics``: each
+#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the
+#: L2-normalised centroids (float32 bytes, k x dims) and the similarity below which a question
+#: counts as far from every topic. ``topics``: each
 #: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
 #: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
 #: delete queries; stale rows are ignored by joining on ``queries``). ``holdout_splits``: every
