@@ -165,3 +165,35 @@ def test_two_held_out_topics_become_two_candidates(file_db, write_log):
     found = sorted(max(("timesheet", "garden"), key=lambda name: len(set(t["terms"]) & set(planted.TOPICS[name])))
                    for t in report["new_topics"])
     assert found == ["garden", "timesheet"]
+
+
+def test_topics_with_the_embeddings_model(file_db, write_log):
+    from labeler import llm
+    from tests.fake_openai import FakeOpenAI
+
+    # the fake model is a bag of hashed words without idf: template words would outweigh the topic
+    # words, so these questions are topic words only
+    rng = random.Random(3)
+    recs = []
+    for i in range(300):
+        topic = rng.choice(SIX)
+        recs.append({"query_id": f"e{i}", "question": " ".join(rng.sample(planted.TOPICS[topic], 3)), "topic": topic,
+                     "retrieved": [{"id": f"{topic}-0", "text": "x"}]})
+    ingest_logs(file_db, write_log(recs))
+    traffic = file_db
+    with FakeOpenAI() as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="k", embedding_model="fake-embed")
+        summary = build_topics(traffic, k=6, seed=0, config=config)
+        assert summary["method"] == "embeddings" and summary["params"]["embedding_model"] == "fake-embed"
+        truth, found = topics_of(traffic)
+        score = planted.purity(truth, found)
+        print(f"embeddings (fake bag of hashed words): purity {score:.3f}")
+        assert score >= 0.6  # the fake hashes 60 words into 64 dimensions: they collide
+        assert all(t["terms"] for t in summary["topics"])  # labels still come from TF-IDF terms
+        requests = server.stats()["embedding_requests"]
+        build_topics(traffic, k=6, seed=0, config=config)  # every question's vector is cached
+        assert server.stats()["embedding_requests"] == requests
+        report = drift(traffic, str(write_log(planted.records(50, SIX, seed=9, prefix="e"))), config=config)
+        assert report["occurrences"] == 50 and server.stats()["embedding_requests"] > requests
+    with pytest.raises(TopicsError, match="embeddings model"):
+        coverage(traffic)  # without the config the model's space cannot be rebuilt
