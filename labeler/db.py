@@ -929,3 +929,41 @@ def m014_items_flags(db: sqlite_utils.Database) -> None:
     that removing a query never has to know about them."""
     for statement in _statements(_SCHEMA_M014_ITEMS_FLAGS):
         db.execute(statement)
+
+
+# --- m019: topics (labeler.topics), the locked holdout (labeler.holdout) --------------------------
+
+#: ``topic_models``: the current clustering of the logged questions (one row per build; the
+#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
+#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the
+#: L2-normalised centroids (float32 bytes, k x dims) and the similarity below which a question
+#: counts as far from every topic. ``topics``: each
+#: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
+#: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
+#: delete queries; stale rows are ignored by joining on ``queries``). ``holdout_splits``: every
+#: dev/holdout rule set (fraction, seed), the newest is in force; ``holdout_looks``: each time
+#: someone evaluated on the holdout.
+_M019_TOPICS_HOLDOUT = [
+    "CREATE TABLE topic_models (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, by TEXT, method TEXT NOT NULL, "
+    "k INTEGER NOT NULL, seed INTEGER NOT NULL, n_questions INTEGER NOT NULL, far_threshold REAL NOT NULL, "
+    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, components BLOB, centroids BLOB NOT NULL)",
+    "CREATE TABLE topics (model_id INTEGER NOT NULL REFERENCES topic_models (id), topic INTEGER NOT NULL, "
+    "label TEXT NOT NULL, terms TEXT NOT NULL, medoid_query_pk INTEGER, size INTEGER NOT NULL, "
+    "PRIMARY KEY (model_id, topic)) WITHOUT ROWID",
+    "CREATE TABLE query_topics (query_pk INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, topic INTEGER NOT NULL, "
+    "similarity REAL NOT NULL)",
+    "CREATE INDEX query_topics_topic ON query_topics (model_id, topic)",
+    "CREATE TABLE holdout_splits (id INTEGER PRIMARY KEY, fraction REAL NOT NULL, seed INTEGER NOT NULL, "
+    "created_at TEXT NOT NULL, by TEXT, forced INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE holdout_looks (id INTEGER PRIMARY KEY, at TEXT NOT NULL, by TEXT, split_id INTEGER, "
+    "what TEXT NOT NULL, questions INTEGER NOT NULL)",
+]
+
+
+@migrations()
+def m019_topics_signals_holdout(db: sqlite_utils.Database) -> None:
+    """Topics of the logged questions and the dev/holdout split (see ``_M019_TOPICS_HOLDOUT``).
+    Signals need no table: they are read, normalised, from the queries' ``meta``
+    (``labeler.signals``)."""
+    for statement in _M019_TOPICS_HOLDOUT:
+        db.execute(statement)

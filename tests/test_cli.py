@@ -107,6 +107,7 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "judge run": ["--dry-run"], "judge agreement": ["1"], "judge compare": ["1", "2"], "judge list": [],
     "eval": ["--golden", "golden.jsonl"], "search text": ["okta"], "search missed": [], "search embed": [],
     "items": [],
+    "topics build": [], "topics show": [], "coverage": [], "drift": ["new.jsonl"], "split": [],
 }
 
 

@@ -525,6 +525,8 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
 @click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
               help="Also judge the answers (faithfulness / answer relevance) with the judge, rubric and model of "
               "this calibration run in --db (labeler judge list); repeatable.")
+@click.option("--holdout", is_flag=True, help="Evaluate the holdout questions only (labeler split); the look "
+              "is counted in --db.")
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
@@ -532,7 +534,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
              save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
-             as_json: bool) -> None:
+             holdout: bool, as_json: bool) -> None:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
     Without --pipeline or --endpoint, evaluates the retrieval logged in --db by --retriever (default:
@@ -554,12 +556,12 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
         result = evaluate(
             golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
             headers=parse_headers(headers),
-            db=ctx.obj["db_path"] if judge_runs or not (pipeline or endpoint) else None,
+            db=ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None,
             retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
             concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
             allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
             save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None,
-            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None)
+            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None, holdout=holdout)
     finally:
         close()
     if as_json:
@@ -977,4 +979,5 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
 
 from . import items as _items  # noqa: E402,F401 - registers `labeler items`
 from . import search as _search  # noqa: E402,F401 - registers `labeler search`
+from . import topics as _topics  # noqa: E402,F401 - registers topics, coverage, drift and split
 from . import users as _users  # noqa: E402,F401 - registers `labeler users` and `labeler audit`

@@ -26,7 +26,8 @@ Rules:
   the item.
 - **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
   as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
-  (occurrences, descending); ties by query pk.
+  (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
+  ones, then the rest, see ``labeler.signals``; random within each tier); ties by query pk.
 - **What is queued**: logged and imported queries; synthetic queries only once their
   ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
@@ -46,7 +47,7 @@ from ..errors import ItemTakenError, LabelError
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent")
+ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first")
 _UNSCORED = 1e308
 
 
@@ -158,6 +159,7 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
+    tiers = _signal_tiers(conn) if order == "signals_first" else {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
@@ -171,6 +173,8 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
             key = seen or ""
         elif order == "lowest_score":
             key = _UNSCORED if score is None else score
+        elif order == "signals_first":
+            key = (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
         else:
             key = -occurrences
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
@@ -180,6 +184,13 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
     removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
     return added, rekey, removed
+
+
+def _signal_tiers(conn: sqlite3.Connection) -> dict[int, int]:
+    """{query pk: 0 unhappy, 1 other signal} for ``signals_first`` (queries without one are tier 2)."""
+    from ..signals import signal_groups
+
+    return {pk: 0 if g == "unhappy" else 1 for pk, g in signal_groups(conn).items()}  # type: ignore[arg-type]
 
 
 def _score_retriever(conn: sqlite3.Connection) -> str | None:

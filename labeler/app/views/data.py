@@ -8,7 +8,7 @@ import streamlit as st
 import labeler
 from labeler import export as golden_export
 from labeler import report as reports
-from labeler.app import auth, state, widgets
+from labeler.app import auth, state, topic_sections, widgets
 from labeler.errors import LabelerError
 
 st.title("Data")
@@ -87,6 +87,8 @@ if result:
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)
+
+topic_sections.drift_panel(db)
 
 # --- export (labeler.export) ----------------------------------------------------------------------
 
