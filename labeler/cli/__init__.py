@@ -811,8 +811,9 @@ def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None =
 @judge_group.command("run", context_settings=CONTEXT_SETTINGS)
 @click.option("--judge", "judge_name", default="relevance.v1", show_default=True,
               help="A registered judge: relevance.v1, faithfulness.v1, answer-relevance.v1.")
-@click.option("--on", "on_set", type=click.Choice(["labeled", "unlabeled"]), default="labeled", show_default=True,
-              help="labeled = calibrate on human-labeled items; unlabeled = pre-label (needs a passing gate).")
+@click.option("--on", "on_set", type=click.Choice(["labeled", "unlabeled", "all"]), default="labeled", show_default=True,
+              help="labeled = calibrate on human-labeled items; unlabeled = pre-label (needs a passing gate); "
+                   "all = every logged query, for `labeler metrics --all-traffic` (no gate needed).")
 @click.option("--limit", type=click.IntRange(1), help="A seeded random sample of this many items.")
 @click.option("--model", help="The model (default: LABELER_MODEL, else gpt-4o-mini).")
 @click.option("--rubric", help="A rubric version such as relevance.v1/r2 (default: the latest).")
@@ -833,6 +834,9 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
     Example:
 
         labeler judge run --judge relevance.v1 --on labeled --limit 200 --model gpt-4o-mini
+
+    `--on all` judges every logged query, labeled or not, whatever the gate says: the all-traffic
+    estimates (`labeler metrics --all-traffic`) correct the judge's bias with the human labels.
     """
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
@@ -869,6 +873,8 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
         click.echo(f"  {key}: {reason}", err=True)
     if run.on_set == "labeled":
         click.echo(f"next: labeler judge agreement {run.id}")
+    elif run.on_set == "all":
+        click.echo(f"next: labeler metrics --all-traffic --judge-run {run.id}")
 
 
 @judge_group.command("agreement", context_settings=CONTEXT_SETTINGS)

@@ -26,7 +26,11 @@ Rules:
   the item.
 - **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
   as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
-  (occurrences, descending); ties by query pk.
+  (occurrences, descending), ``active`` (the newest active draw's drawn queries in a seeded random
+  order, and nothing else: ``labeler.estimate.designs``); ties by query pk.
+- **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
+  probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
+  which labels form a probability sample.
 - **What is queued**: logged and imported queries; synthetic queries only once their
   ``review_state`` is ``accepted``. ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
@@ -43,10 +47,11 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import ItemTakenError, LabelError
+from ..estimate import designs
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent")
+ORDERS = ("random", "oldest", "lowest_score", "frequent", "active")
 _UNSCORED = 1e308
 
 
@@ -85,7 +90,8 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
-    return store.dumps([list(row), params])
+    extra = [designs.latest_draw(conn)] if params["order"] == "active" else []  # a new draw re-keys the queue
+    return store.dumps([list(row), params, *extra])
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> Any:
@@ -158,6 +164,7 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
+    drawn = designs.active_keys(conn) if order == "active" else {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}",
@@ -170,6 +177,8 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
             key = seen or ""
         elif order == "lowest_score":
             key = _UNSCORED if score is None else score
+        elif order == "active":
+            key = drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
         else:
             key = -occurrences
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
@@ -312,9 +321,10 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
             return back[0]
         _reclaim_expired(conn, at)
         row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
-        if row is None:
+        if row is None or (params["order"] == "active" and not designs.is_drawn(conn, row[0])):
             return None
         _lease(conn, row[0], annotator, at, until)
+        designs.record_handout(conn, row[0], annotator, settings, at)
         return row[0]
 
 
