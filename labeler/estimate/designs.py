@@ -5,7 +5,8 @@ human-labeled queries were chosen.
   row, the first time: the design it was drawn under (the queue order: ``random``, ``oldest``,
   ``lowest_score``, ``frequent``, or ``active``), its inclusion probability when the design has one
   (``active``; ``random`` is an equal-probability sample whose probability is n/N), and the seed.
-  A labeled query without a row was opened by hand (it has an assignment) or imported (it has none).
+  A labeled query without a row was not handed out by the queue: opened by hand or imported (both
+  leave the same traces, so they are reported together).
 - **Probability samples.** Only ``random`` and ``active`` are; the other orders pick by a property
   of the query, so a mean over what they picked says nothing about the rest of the traffic.
 - **Active draws** (:func:`draw_active`): each traffic query a judge run covered gets an inclusion
@@ -37,8 +38,8 @@ from .ppi import EstimateError
 
 PROBABILITY_DESIGNS = ("random", "active")
 NOT_PROBABILITY = {"oldest": "queue order oldest first", "lowest_score": "queue order lowest score",
-                   "frequent": "queue order most frequent", "hand-picked": "opened by hand",
-                   "imported": "imported labels"}
+                   "frequent": "queue order most frequent", "active-undrawn": "outside the active draw",
+                   "not-drawn": "not handed out by the queue (opened by hand or imported)"}
 ACTIVE_METRIC = "ndcg@10"
 FLOOR = 0.05  # pi_min = FLOOR x mean(pi)
 MIN_FIT = 20  # labeled queries needed to fit the uncertainty model
@@ -116,15 +117,13 @@ def labeled_designs(db: sqlite_utils.Database, pks: np.ndarray) -> Designs:
     rows = {int(r[0]): r[1:] for r in db.execute(
         "SELECT query_pk, design, inclusion_prob, draw_id FROM queue_designs WHERE query_pk IN "
         "(SELECT value FROM json_each(?))", [packed])}
-    assigned = {int(r[0]) for r in db.execute(
-        "SELECT DISTINCT query_pk FROM assignments WHERE query_pk IN (SELECT value FROM json_each(?))", [packed])}
     design = np.empty(pks.size, dtype=object)
     pi = np.full(pks.size, np.nan)
     draw = np.full(pks.size, -1, dtype=np.int64)
     for i, pk in enumerate(pks.tolist()):
         row = rows.get(pk)
         if row is None:
-            design[i] = "hand-picked" if pk in assigned else "imported"
+            design[i] = "not-drawn"
         else:
             design[i] = row[0]
             if row[1] is not None:
