@@ -256,3 +256,15 @@ def draw_items(db: sqlite_utils.Database, draw_id: int) -> tuple[np.ndarray, np.
         raise EstimateError(f"active draw {draw_id} does not exist; `labeler queue --order active` makes one")
     arr = np.array(flat, dtype=float)
     return arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2].astype(bool), arr[:, 3]
+
+
+def draw_newest(db: sqlite_utils.Database, *, budget: float | None = None, seed: int = 0,
+                by: str | None = None) -> ActiveDraw:
+    """:func:`draw_active` over the newest relevance run over all traffic (the Settings page)."""
+    row = db.execute("SELECT id FROM judge_runs WHERE kind = 'relevance' AND on_set = 'all' AND status != 'failed' "
+                     "ORDER BY id DESC LIMIT 1").fetchone()
+    if row is None:
+        from .traffic import ALL_TRAFFIC_HINT
+
+        raise EstimateError(f"the active order needs a judge run over all traffic; make one with `{ALL_TRAFFIC_HINT}`")
+    return draw_active(db, int(row[0]), budget=budget, seed=seed, by=by)

@@ -214,3 +214,7 @@ with st.container(border=True, key="m_diagnosis"):
     st.caption(f"Checked in this order; a verdict needs at least {t.min_queries} queries with a relevant chunk "
                f"({diagnosis.n_queries} now). Faithfulness = share of production answers judged faithful "
                "(yes = 1, partly = ½) on the Label page.")
+
+from labeler.app.all_traffic import render_all_traffic  # noqa: E402 - the section comes last on the page
+
+render_all_traffic(db, rep.retriever)
