@@ -136,15 +136,17 @@ def labeled_designs(db: sqlite_utils.Database, pks: np.ndarray) -> Designs:
 def outcomes(db: sqlite_utils.Database, design: str, pks: np.ndarray) -> dict[str, Any]:
     """Among the traffic queries ``pks`` handed out under ``design``: how many, and how many were
     skipped or discarded by every annotator who had them (missing not at random), with shares."""
-    packed = store.dumps([int(p) for p in pks])
-    handed, skipped, discarded = db.execute(
-        "SELECT count(*), "
-        "coalesce(sum(NOT EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = d.query_pk AND l.status = 'submitted') "
-        "AND EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = d.query_pk AND l.status = 'skipped')), 0), "
-        "coalesce(sum(NOT EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = d.query_pk AND l.status = 'submitted') "
-        "AND EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = d.query_pk AND l.status = 'discarded')), 0) "
-        "FROM queue_designs d WHERE d.design = ? AND d.query_pk IN (SELECT value FROM json_each(?))",
-        [design, packed]).fetchone()
+    handed_pks = np.fromiter((r[0] for r in db.execute("SELECT query_pk FROM queue_designs WHERE design = ?",
+                                                       [design])), dtype=np.int64)
+    handed_pks = handed_pks[np.isin(handed_pks, pks)]
+    status = {"submitted": set(), "skipped": set(), "discarded": set()}
+    for pk, st in db.execute("SELECT query_pk, status FROM query_labels WHERE status IN "
+                             "('submitted', 'skipped', 'discarded')"):
+        status[st].add(pk)
+    open_ = [p for p in handed_pks.tolist() if p not in status["submitted"]]
+    handed = int(handed_pks.size)
+    skipped = sum(p in status["skipped"] for p in open_)
+    discarded = sum(p in status["discarded"] for p in open_)
     share = (lambda k: None if handed == 0 else k / handed)  # noqa: E731
     return {"handed_out": int(handed), "skipped": int(skipped), "skipped_share": share(skipped),
             "discarded": int(discarded), "discarded_share": share(discarded)}

@@ -22,7 +22,7 @@ from .. import metrics as m
 from ..errors import JudgeError
 from ..judge.runs import get_run
 from ..labels import golden_labels
-from ..report.load import _LRU, _json_ints, _read_run, _structure, data_token, resolve_retriever
+from ..report.load import _LRU, _structure, data_token, resolve_retriever
 from .ppi import EstimateError
 
 DEFAULT_SPECS = ("recall@5", "recall@10", "P@5", "P@10", "hit@5", "hit@10", "mrr", "ndcg@5", "ndcg@10")
@@ -74,7 +74,7 @@ def judged_traffic(db: sqlite_utils.Database, run_id: int | None, specs=DEFAULT_
     """The judge's per-query values of ``specs`` over the traffic run ``run_id`` covered (kept in
     memory while nothing it depends on changed)."""
     run = relevance_run(db, run_id)
-    retriever = resolve_retriever(db, retriever)
+    retriever = resolve_retriever(db, retriever, reuse=True)
     threshold = int(store.get_setting(db, "threshold"))
     token = data_token(db)
     key = None
@@ -87,25 +87,37 @@ def judged_traffic(db: sqlite_utils.Database, run_id: int | None, specs=DEFAULT_
 
 def _load_judged(db: sqlite_utils.Database, run_id: int, specs: list[str], retriever: str,
                  threshold: int) -> JudgedTraffic:
-    pks = np.array([r[0] for r in db.execute(
-        "SELECT DISTINCT j.query_pk FROM judge_labels j JOIN queries q ON q.pk = j.query_pk "
-        "WHERE j.run_id = ? AND q.origin = 'log' ORDER BY 1", [run_id])], dtype=np.int64)
+    # one pass over the run's rows (1M at 100k queries): sorted by (query, chunk), the table's key
+    cursor = db.execute("SELECT query_pk, doc_pk, CASE WHEN status = 'ok' THEN coalesce(grade, -1) ELSE -2 END "
+                        "FROM judge_labels WHERE run_id = ?", [run_id])
+    rows = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
+    logged = np.fromiter((r[0] for r in db.execute("SELECT pk FROM queries WHERE origin = 'log'")), dtype=np.int64)
+    pks = np.intersect1d(np.unique(rows[:, 0]), logged)
     if pks.size == 0:
         raise EstimateError(f"judge run {run_id} judged no logged query; ingest logs and run `{ALL_TRAFFIC_HINT}`")
-    cursor = db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND status = 'ok' "
-                        "AND grade IS NOT NULL", [run_id])
-    flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
-    keep = np.isin(flat[:, 0], pks)
-    flat = flat[keep] if not keep.all() else flat
-    n_failed = int(db.execute("SELECT count(*) FROM judge_labels WHERE run_id = ? AND status != 'ok'",
-                              [run_id]).fetchone()[0])
+    keep = np.isin(rows[:, 0], pks)
+    rows = rows if keep.all() else rows[keep]
+    n_failed = int((rows[:, 2] == -2).sum())
+    flat = rows[rows[:, 2] >= 0]
     qrels = pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "grade": flat[:, 2]})
-    ranking = _read_run(db, retriever, pks)
+    ranking = _ranking(db, retriever, pks)
     values, relevant = per_query_values(ranking, qrels, pks, specs, threshold)
     grade = flat[:, 2]
     near = (grade == threshold - 1) | (grade == threshold)
     border = np.bincount(np.searchsorted(pks, flat[near, 0]), minlength=pks.size).astype(np.int64)
     return JudgedTraffic(run_id, retriever, threshold, pks, values, relevant, border, ranking, n_failed)
+
+
+def _ranking(db: sqlite_utils.Database, retriever: str, pks: np.ndarray) -> pd.DataFrame:
+    """``retriever``'s logged ranking of the queries ``pks`` (sorted): query, doc, rank. Reads the
+    retriever's whole ranking in key order and keeps the population's rows (a filter in numpy is
+    cheaper than handing SQLite 100k ids)."""
+    cursor = db.execute(f"SELECT r.query_pk, r.doc_pk, r.rank FROM retrievals r WHERE r.retriever = ? AND "
+                        f"{store.visible('r')} ORDER BY r.query_pk, r.rank", [retriever])
+    flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
+    keep = np.isin(flat[:, 0], pks)
+    flat = flat if keep.all() else flat[keep]
+    return pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "rank": flat[:, 2]})
 
 
 def per_query_values(ranking: pd.DataFrame, qrels: pd.DataFrame, pks: np.ndarray, specs: list[str],
@@ -141,7 +153,6 @@ def human_values(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.n
 
 def submitted_pks(db: sqlite_utils.Database, pks: np.ndarray) -> np.ndarray:
     """The queries among ``pks`` with a submitted label (sorted)."""
-    found = [r[0] for r in db.execute(
-        "SELECT DISTINCT query_pk FROM query_labels WHERE status = 'submitted' AND query_pk IN "
-        "(SELECT value FROM json_each(?)) ORDER BY 1", [_json_ints(pks)])]
-    return np.array(found, dtype=np.int64)
+    found = np.fromiter((r[0] for r in db.execute(
+        "SELECT DISTINCT query_pk FROM query_labels WHERE status = 'submitted'")), dtype=np.int64)
+    return np.intersect1d(found, pks)
