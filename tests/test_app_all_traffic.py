@@ -77,3 +77,25 @@ def test_section_asks_for_a_run_then_shows_the_estimates(traffic_db):
     assert any("not a probability sample" in e.value for e in at.error)
     at.checkbox(key="at_random_only").check().run()
     assert not at.error and len(estimates_table(at)) == len(rep.metrics)
+
+
+def test_settings_active_order_needs_a_run_then_draws(traffic_db):
+    db, truth = traffic_db
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state[state.ANNOTATOR] = "alice"
+    at.run()
+    at.switch_page("views/settings.py").run()
+    assert not at.exception, at.exception
+    at.selectbox(key="set_order").set_value("active")
+    at.number_input(key="set_label_budget").set_value(20)
+    at.button(key="FormSubmitter:settings_form-Save settings").click().run()
+    assert any("needs a judge run over all traffic" in e.value for e in at.error), [e.value for e in at.error]
+    assert store.get_setting(db, "queue_order") == "random"  # refused before anything changed
+    with FakeOpenAI() as server:
+        judge_all(db, server, truth)
+    at.selectbox(key="set_order").set_value("active")
+    at.button(key="FormSubmitter:settings_form-Save settings").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert store.get_setting(db, "queue_order") == "active" and store.get_setting(db, "label_budget") == 20
+    budget = db.execute("SELECT budget FROM active_draws ORDER BY id DESC LIMIT 1").fetchone()[0]
+    assert budget == 20
