@@ -23,7 +23,7 @@ import sqlite_utils
 from .. import metrics as m
 from . import designs as dz
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
-from .traffic import DEFAULT_SPECS, JudgedTraffic, human_values, judged_traffic, submitted_pks
+from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
 
 HALF_WIDTH = 0.05
 DESIGNS = ("uniform", "active")
@@ -70,20 +70,18 @@ def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
             f"estimate from the {int((~bad).sum())} drawn at random (queue order random or active)")
 
 
-def _agreement(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray) -> dict[str, Any]:
-    """The run's grades against the consolidated human grades on the labeled queries' judged chunks."""
-    from ..labels import golden_labels
-
+def _agreement(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, golden: Any) -> dict[str, Any]:
+    """The run's grades against the consolidated human grades (``golden``: query, doc, grade) on the
+    labeled queries' judged chunks."""
     if labeled.size == 0:
         return {"pairs": 0, "exact": None, "kappa_relevant": None}
-    golden = golden_labels(db, query_pks=[int(p) for p in labeled])
     rows = db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND status = 'ok' AND "
                       "grade IS NOT NULL AND query_pk IN (SELECT value FROM json_each(?))",
                       [judged.run_id, dz.store.dumps([int(p) for p in labeled])]).fetchall()
     if not rows or not len(golden):
         return {"pairs": 0, "exact": None, "kappa_relevant": None}
     j = np.array(rows, dtype=np.int64)
-    gkey = golden["query_pk"].to_numpy(np.int64) * (1 << 32) + golden["doc_pk"].to_numpy(np.int64)
+    gkey = golden["query"].to_numpy(np.int64) * (1 << 32) + golden["doc"].to_numpy(np.int64)
     jkey = j[:, 0] * (1 << 32) + j[:, 1]
     order = np.argsort(gkey)
     pos = np.minimum(np.searchsorted(gkey[order], jkey), gkey.size - 1)
@@ -127,9 +125,10 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     by_design = d.counts()
     if design is None:
         design = "active" if (d.design == "active").any() else "uniform"
+    golden = human_golden(db, labeled)
     if design == "active":
-        return _active(db, judged, labeled, d, specs, by_design, half_width)
-    return _uniform(db, judged, labeled, d, specs, by_design, half_width)
+        return _active(db, judged, labeled, d, specs, by_design, half_width, golden)
+    return _uniform(db, judged, labeled, d, specs, by_design, half_width, golden)
 
 
 def _numerators(values: dict[str, np.ndarray], relevant: np.ndarray, spec: str) -> np.ndarray:
@@ -149,12 +148,12 @@ def _judge_mean(judged: JudgedTraffic, spec: str) -> float | None:
 
 
 def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, d: dz.Designs,
-             specs: list[str], by_design: dict[str, int], half_width: float) -> AllTraffic:
+             specs: list[str], by_design: dict[str, int], half_width: float, golden: Any) -> AllTraffic:
     used = labeled[d.design == "random"]
     if used.size < 2:
         raise EstimateError(f"{used.size} query was labeled from the random queue; the uniform estimate needs at "
                             "least 2 (set the queue order to random and label more)")
-    hv, hr = human_values(db, judged, used, specs)
+    hv, hr = human_values(db, judged, used, specs, golden)
     rows = np.searchsorted(judged.pks, used)
     rest = np.ones(judged.pks.size, dtype=bool)
     rest[rows] = False
@@ -175,7 +174,7 @@ def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarr
         more[s] = _more_needed(sd_rect, sd_imp, est, half_width, ratio)
     return AllTraffic(int(judged.pks.size), int(used.size), judged.run_id, "uniform", judged.retriever, metrics,
                       estimates, by_design, int(labeled.size - used.size),
-                      dz.outcomes(db, "random", judged.pks), _agreement(db, judged, labeled), more,
+                      dz.outcomes(db, "random", judged.pks), _agreement(db, judged, labeled, golden), more,
                       _notes(judged, labeled, used))
 
 
@@ -203,7 +202,7 @@ def _notes(judged: JudgedTraffic, labeled: np.ndarray, used: np.ndarray) -> list
 
 
 def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, d: dz.Designs,
-            specs: list[str], by_design: dict[str, int], half_width: float) -> AllTraffic:
+            specs: list[str], by_design: dict[str, int], half_width: float, golden: Any) -> AllTraffic:
     active = d.draw_id[d.design == "active"]
     if active.size == 0:
         raise EstimateError("no labeled query was drawn by an active draw; `labeler queue --order active` draws one")
@@ -214,7 +213,7 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
     rows_all = np.searchsorted(judged.pks, pks)
     used = labeled[(d.design == "active") & (d.draw_id == draw_id)]
     xi = np.isin(pks, used) & drawn
-    hv, hr = human_values(db, judged, pks[xi], specs)
+    hv, hr = human_values(db, judged, pks[xi], specs, golden)
     ratio = float(u.mean() ** 2 / np.mean(u ** 2))
     metrics, estimates, more = {}, {}, {}
     jr = judged.relevant[rows_all].astype(float)
@@ -240,4 +239,4 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
                      "them as not drawn (label them: skipping is missing-not-at-random)")
     return AllTraffic(int(pks.size), int(xi.sum()), judged.run_id, "active", judged.retriever, metrics, estimates,
                       by_design, int(labeled.size - used.size), dz.outcomes(db, "active", pks),
-                      _agreement(db, judged, labeled), more, notes)
+                      _agreement(db, judged, labeled, golden), more, notes)

@@ -138,17 +138,31 @@ def per_query_values(ranking: pd.DataFrame, qrels: pd.DataFrame, pks: np.ndarray
     return values, relevant
 
 
-def human_values(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, specs: list[str]
-                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def human_golden(db: sqlite_utils.Database, labeled: np.ndarray) -> pd.DataFrame:
+    """The consolidated human grades of the ``labeled`` queries as qrels: query, doc, grade."""
+    golden = golden_labels(db, query_pks=[int(p) for p in labeled])
+    return pd.DataFrame({"query": golden["query_pk"].to_numpy(np.int64), "doc": golden["doc_pk"].to_numpy(np.int64),
+                         "grade": golden["grade"].to_numpy(np.int64)})
+
+
+def _rows_of(frame: pd.DataFrame, pks: np.ndarray) -> pd.DataFrame:
+    """The rows of a table sorted by ``query`` that belong to the sorted ``pks`` (binary search)."""
+    q = frame["query"].to_numpy()
+    lo, hi = np.searchsorted(q, pks, "left"), np.searchsorted(q, pks, "right")
+    counts = hi - lo
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return frame.iloc[starts + np.arange(int(counts.sum()))]
+
+
+def human_values(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, specs: list[str],
+                 golden: pd.DataFrame | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The consolidated human values of the ``labeled`` queries (sorted pks, all in the population):
-    per spec an array aligned with ``labeled``, and whether each has a relevant chunk."""
+    per spec an array aligned with ``labeled``, and whether each has a relevant chunk. ``golden``:
+    :func:`human_golden` of these queries or more, when already read."""
     if labeled.size == 0:
         return {s: np.zeros(0) for s in specs}, np.zeros(0, dtype=bool)
-    golden = golden_labels(db, query_pks=[int(p) for p in labeled])
-    qrels = pd.DataFrame({"query": golden["query_pk"].to_numpy(np.int64), "doc": golden["doc_pk"].to_numpy(np.int64),
-                          "grade": golden["grade"].to_numpy(np.int64)})
-    ranking = judged.run[np.isin(judged.run["query"].to_numpy(), labeled)]
-    return per_query_values(ranking, qrels, labeled, specs, judged.threshold)
+    qrels = human_golden(db, labeled) if golden is None else golden[np.isin(golden["query"].to_numpy(), labeled)]
+    return per_query_values(_rows_of(judged.run, labeled), qrels, labeled, specs, judged.threshold)
 
 
 def submitted_pks(db: sqlite_utils.Database, pks: np.ndarray) -> np.ndarray:
