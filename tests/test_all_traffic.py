@@ -229,3 +229,32 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     assert uni.design == "uniform" and uni.n_labeled == 25
     runner = CliRunner()
     assert "active" in runner.invoke(cli, ["queue", "--help"]).output
+
+
+def test_share_of_relevant_answers_over_all_traffic(db, ingest_tiny, server):
+    from tests.fake_openai import prompt_blocks
+
+    pks, truth = traffic(db, ingest_tiny)
+    good = {f"What is item q{i}?": i % 3 != 0 for i in range(N)}  # the true verdict of each production answer
+    for _ in range(30):
+        pk = labels.next_item(db, "alice")
+        item = labels.get_item(db, pk, "alice")
+        for c in item.chunks:
+            labels.set_grade(db, pk, c.doc_pk, "alice", truth[(item.question, c.text)])
+        labels.set_query_fields(db, pk, "alice", answer_relevant="yes" if good[item.question] else "no")
+        labels.set_status(db, pk, "alice", "submitted")
+    run = judge_all(db, server, truth)
+
+    def verdicts(request):
+        question = prompt_blocks(request)["Question"]
+        right = random.Random(question).random() < 0.8
+        return {"rationale": "r", "verdict": "yes" if good[question] == right else "no"}
+
+    server.responder = verdicts
+    answers = judge.run_judge(db, make_config(server), "answer-relevance.v1", on="all")
+    assert answers.items == N
+    out = all_traffic_report(db, run.id).to_dict()
+    share = out["metrics"]["relevant_answers"]
+    assert (share["population"], share["n_labeled"], share["judge_run"]) == (N, 30, answers.id)
+    assert share["ci_low"] <= sum(good.values()) / N <= share["ci_high"]
+    assert set(share["human_only"]) == {"mean", "ci_low", "ci_high"}

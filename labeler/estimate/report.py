@@ -104,6 +104,8 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     all the traffic relevance run ``judge_run`` (``labeler judge run --on all``) covered, for the
     default ``retriever``: the prediction-powered estimate with its 95% CI, power-tuned ``lambda``
     and effective number of labels; beside it the human-only mean and the judge-only mean (biased).
+    When a faithfulness / answer-relevance run over all traffic exists, ``faithful_answers`` /
+    ``relevant_answers`` too (:mod:`labeler.estimate.answers`; uniform, labels drawn at random).
 
     ``design``: ``uniform`` (labels from queue order random), ``active`` (the newest active draw) or
     None (active when labels from the active draw exist). ``random_only``: use only labels drawn
@@ -127,8 +129,13 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
         design = "active" if (d.design == "active").any() else "uniform"
     golden = human_golden(db, labeled)
     if design == "active":
-        return _active(db, judged, labeled, d, specs, by_design, half_width, golden)
-    return _uniform(db, judged, labeled, d, specs, by_design, half_width, golden)
+        rep = _active(db, judged, labeled, d, specs, by_design, half_width, golden)
+    else:
+        rep = _uniform(db, judged, labeled, d, specs, by_design, half_width, golden)
+    from .answers import answer_estimates
+
+    rep.metrics.update(answer_estimates(db))  # shares of faithful / relevant answers, when judged
+    return rep
 
 
 def _numerators(values: dict[str, np.ndarray], relevant: np.ndarray, spec: str) -> np.ndarray:
