@@ -258,3 +258,24 @@ def test_share_of_relevant_answers_over_all_traffic(db, ingest_tiny, server):
     assert (share["population"], share["n_labeled"], share["judge_run"]) == (N, 30, answers.id)
     assert share["ci_low"] <= sum(good.values()) / N <= share["ci_high"]
     assert set(share["human_only"]) == {"mean", "ci_low", "ci_high"}
+
+
+def test_export_manifest_cites_the_estimate(tmp_path, write_log, server):
+    from labeler.ingest import ingest_logs
+
+    path = tmp_path / "t.db"
+    db = store.connect(path)
+    records = tiny_records(N, CHUNKS)
+    ingest_logs(db, write_log(records))
+    truth = {(r["question"], c["text"]): true_grade(i, j) for i, r in enumerate(records)
+             for j, c in enumerate(r["retrieved"])}
+    label_from_queue(db, truth, 20)
+    run = judge_all(db, server, truth)
+    out = tmp_path / "golden.jsonl"
+    result = CliRunner().invoke(cli, ["--db", str(path), "export", "-o", str(out), "--judge-run", str(run.id)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "golden.jsonl.manifest.json").read_text())
+    assert manifest["all_traffic"]["judge_run"] == run.id and manifest["all_traffic"]["n_labeled"] == 20
+    assert "recall@5" in manifest["all_traffic"]["metrics"]
+    assert len(out.read_text().splitlines()) == 20  # the golden set itself: the human-labeled queries only
+    db.close()

@@ -742,10 +742,14 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
               help="Also export synthetic questions still pending review.")
 @click.option("--retriever", help="The ranking in ragas and csv (default: the only retriever, else production); "
               "trec writes run.<retriever>.txt for every retriever, or only this one's.")
+@click.option("--judge-run", "judge_run", type=int, metavar="RUN",
+              help="Cite the all-traffic estimate of this run over all traffic in the manifest (labels drawn at "
+                   "random only); the golden set stays human-only.")
 @json_option
 @click.pass_context
 def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_annotators: int,
-               include_unreviewed_synthetic: bool, retriever: str | None, as_json: bool) -> None:
+               include_unreviewed_synthetic: bool, retriever: str | None, judge_run: int | None,
+               as_json: bool) -> None:
     """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
 
     With -o - the data goes to standard output and only it (the summary, or --json's document with
@@ -764,13 +768,15 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
         raise click.BadParameter(f"- (standard output) takes one file; the {fmt} format writes a folder: "
                                  "give a folder path", param_hint="'-o'")
     db = _open(ctx)
+    if judge_run is not None and to_stdout:
+        raise click.UsageError("--judge-run cites the estimate in the manifest file; give -o a path, not -")
     if to_stdout:
         data, result = export_data(db, fmt, target="stdout", **filters)
         out = sys.stdout.buffer
         out.write(data)
         out.flush()
     else:
-        result = export_golden(db, path, fmt, **filters)
+        result = export_golden(db, path, fmt, judge_run=judge_run, **filters)
     if as_json:
         _print_json(result.to_dict(), err=to_stdout)
         return
