@@ -967,3 +967,62 @@ def m019_topics_signals_holdout(db: sqlite_utils.Database) -> None:
     (``labeler.signals``)."""
     for statement in _M019_TOPICS_HOLDOUT:
         db.execute(statement)
+
+
+# --- m018: sampling designs of the queue and all-traffic judge runs (labeler.estimate) ---------------
+
+_SCHEMA_M018_SAMPLING_DESIGNS = """
+CREATE TABLE queue_designs (
+    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
+    design TEXT NOT NULL,
+    inclusion_prob REAL,
+    draw_id INTEGER,
+    seed TEXT,
+    annotator TEXT NOT NULL,
+    handed_at TEXT NOT NULL
+);
+CREATE TABLE active_draws (
+    id INTEGER PRIMARY KEY,
+    judge_run INTEGER NOT NULL REFERENCES judge_runs (id),
+    retriever TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    budget REAL NOT NULL,
+    seed INTEGER NOT NULL,
+    population INTEGER NOT NULL,
+    drawn INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    created_by TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE active_draw_items (
+    draw_id INTEGER NOT NULL REFERENCES active_draws (id),
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    uncertainty REAL NOT NULL,
+    inclusion_prob REAL NOT NULL,
+    drawn INTEGER NOT NULL,
+    PRIMARY KEY (draw_id, query_pk)
+) WITHOUT ROWID;
+CREATE INDEX active_draw_items_drawn ON active_draw_items (draw_id, drawn, query_pk)
+"""
+
+_ON_SET_CHECK = "CHECK (on_set IN ('labeled', 'unlabeled'))"
+
+
+@migrations()
+def m018_sampling_designs(db: sqlite_utils.Database) -> None:
+    """What the prediction-powered estimates need: ``queue_designs`` records, for every query the
+    queue hands out, the design it was drawn under (the queue order, or ``active``) and its
+    inclusion probability; ``active_draws``/``active_draw_items`` keep each seeded active draw (the
+    probability of every traffic query and whether it was drawn); judge runs may cover ``all``
+    traffic (the CHECK on ``judge_runs.on_set`` gains that value: rows already there satisfy it,
+    so the stored schema text is edited in place, SQLite's documented way to loosen a CHECK)."""
+    for statement in _statements(_SCHEMA_M018_SAMPLING_DESIGNS):
+        db.execute(statement)
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'judge_runs'").fetchone()[0]
+    loosened = sql.replace(_ON_SET_CHECK, "CHECK (on_set IN ('labeled', 'unlabeled', 'all'))")
+    if loosened != sql:
+        version = db.execute("PRAGMA schema_version").fetchone()[0]
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'judge_runs'", [loosened])
+        db.execute(f"PRAGMA schema_version = {int(version) + 1}")
+        db.execute("PRAGMA writable_schema = OFF")

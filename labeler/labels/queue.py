@@ -27,7 +27,12 @@ Rules:
 - **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
   as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
   (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
-  ones, then the rest, see ``labeler.signals``; random within each tier); ties by query pk.
+  ones, then the rest, see ``labeler.signals``; random within each tier), ``active`` (the
+  newest active draw's drawn queries in a seeded random order, and nothing else:
+  ``labeler.estimate.designs``); ties by query pk.
+- **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
+  probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
+  which labels form a probability sample.
 - **What is queued**: logged and imported queries; synthetic queries only once their
   ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
@@ -44,10 +49,11 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import ItemTakenError, LabelError
+from ..estimate import designs
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first")
+ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active")
 _UNSCORED = 1e308
 
 
@@ -86,7 +92,8 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
-    return store.dumps([list(row), params])
+    extra = [designs.latest_draw(conn)] if params["order"] == "active" else []  # a new draw re-keys the queue
+    return store.dumps([list(row), params, *extra])
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> Any:
@@ -160,6 +167,7 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
     tiers = _signal_tiers(conn) if order == "signals_first" else {}
+    drawn = designs.active_keys(conn) if order == "active" else {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
@@ -175,6 +183,8 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
             key = _UNSCORED if score is None else score
         elif order == "signals_first":
             key = (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
+        elif order == "active":
+            key = drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
         else:
             key = -occurrences
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
@@ -324,9 +334,10 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
             return back[0]
         _reclaim_expired(conn, at)
         row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
-        if row is None:
+        if row is None or (params["order"] == "active" and not designs.is_drawn(conn, row[0])):
             return None
         _lease(conn, row[0], annotator, at, until)
+        designs.record_handout(conn, row[0], annotator, settings, at)
         return row[0]
 
 

@@ -219,3 +219,7 @@ with st.container(border=True, key="m_diagnosis"):
 
 topic_sections.topics_section(db, retriever=retriever)
 topic_sections.signals_section(db, retriever=retriever)
+
+from labeler.app.all_traffic import render_all_traffic  # noqa: E402 - the section comes last on the page
+
+render_all_traffic(db, rep.retriever)
