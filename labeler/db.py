@@ -854,3 +854,19 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
                  "ORDER BY p.pk", [last])
     conn.execute("DELETE FROM documents_fts_pending WHERE pk <= ?", [last])
     return conn.execute("SELECT 1 FROM documents_fts_pending LIMIT 1").fetchone() is not None
+
+
+# --- m015: undoing an ingest (labeler.ingest.undo) ----------------------------------------------
+
+_SCHEMA_M015_UNDO = """
+ALTER TABLE ingests ADD COLUMN undone_at TEXT;
+ALTER TABLE ingests ADD COLUMN undone_by TEXT
+"""
+
+
+@migrations()
+def m015_ingest_undo(db: sqlite_utils.Database) -> None:
+    """When an ingest was undone and by whom (``labeler.ingest.undo``); an undone ingest's row stays
+    as a record of what was loaded and removed."""
+    for statement in _statements(_SCHEMA_M015_UNDO):
+        db.execute(statement)

@@ -975,5 +975,6 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
                    f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")
 
 
+from . import ingests as _ingests  # noqa: E402,F401 - registers `ingest list/undo` and `queries remove`
 from . import search as _search  # noqa: E402,F401 - registers `labeler search`
 from . import users as _users  # noqa: E402,F401 - registers `labeler users` and `labeler audit`
