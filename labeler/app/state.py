@@ -31,6 +31,8 @@ LABEL_ERROR = "label_error"  # a LabelerError raised in a callback, shown on the
 FLAG_ERROR = "flag_error"  # why flagging failed, shown next to the flag reason box
 NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
+UNDO_CONFIRM = "undo_pending"  # the ingest id whose undo the Data page asks to confirm
+UNDO_RESULT = "undo_done"  # the summary line of the last undo on the Data page
 OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
 
 
