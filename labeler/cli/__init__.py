@@ -238,7 +238,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def annotators(ctx: click.Context, as_json: bool) -> None:
-    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent.
+    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent; with
+    --json also items per hour, kappa vs the consolidated label and vs the others (with 95% CIs),
+    skip and flag shares (defined in the README, "Annotators").
 
     Example:
 
@@ -246,9 +248,13 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
     """
     from ..labels import annotator_stats
 
-    rows = annotator_stats(_open(ctx))
+    db = _open(ctx)
+    rows = annotator_stats(db)
     if as_json:
-        _print_json(rows)
+        from ..labels.coaching import annotator_performance
+
+        extra = {r["annotator"]: r for r in annotator_performance(db)}
+        _print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
         return
     if not rows:
         click.echo("no annotators yet (they appear when they sign in to the app)")
