@@ -144,7 +144,9 @@ def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = Fals
     (and does not refuse: ``labeled_queries`` names the labeled ones)."""
     accounts.require(db, by, "lead", f"undoing ingest {ingest_id}")
     conn = db.conn
-    with store.transaction(db):
+    # foreign keys are not checked row by row: children are deleted first, and the checks would scan
+    # tables without an index on the key (log_lines, retrievals by document) once per deleted row
+    with store.transaction(db, check_foreign_keys=False):
         row = conn.execute("SELECT state, undone_at, path FROM ingests WHERE id = ?", [ingest_id]).fetchone()
         if row is None:
             raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
@@ -179,7 +181,9 @@ def remove_queries(db: sqlite_utils.Database, query_ids: Iterable[str], *, force
         raise LabelerError("name at least one query id to remove (e.g. labeler queries remove q-1234)")
     accounts.require(db, by, "lead", "removing queries")
     conn = db.conn
-    with store.transaction(db):
+    # foreign keys are not checked row by row: children are deleted first, and the checks would scan
+    # tables without an index on the key (log_lines, retrievals by document) once per deleted row
+    with store.transaction(db, check_foreign_keys=False):
         _temp_tables(conn)
         conn.executemany("INSERT OR IGNORE INTO temp.undo_queries (pk) SELECT pk FROM queries WHERE query_id = ?",
                          [(q,) for q in ids])
@@ -214,6 +218,9 @@ _TEMP = {
     "undo_queries": "pk INTEGER PRIMARY KEY",  # queries to remove
     "undo_versions": "query_pk INTEGER, retriever TEXT, PRIMARY KEY (query_pk, retriever)",  # rankings to remove
     "undo_docs": "pk INTEGER PRIMARY KEY",  # documents to remove unless still used
+    "undo_used": "pk INTEGER PRIMARY KEY",  # of those, the ones still used
+    # per query an ingest touched: its log lines, the first other ingest with lines, with any trace
+    "undo_lines": "query_pk INTEGER PRIMARY KEY, mine INTEGER, other_lines INTEGER, other INTEGER",
 }
 
 
@@ -230,22 +237,28 @@ def _drop_temp(conn) -> None:
 
 def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
     """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it; unless a dry
-    run, hand over to other ingests the rows they logged too and drop its log lines."""
-    # the other ingests that logged each query this ingest touched
-    others = """(SELECT min(x.ingest_id) FROM (
-        SELECT ingest_id FROM log_lines l WHERE l.query_pk = {pk} AND l.ingest_id != ?1
-        UNION ALL SELECT ingest_id FROM query_versions v WHERE v.query_pk = {pk} AND v.ingest_id != ?1) x)"""
-    created = conn.execute(f"SELECT q.pk, {others.format(pk='q.pk')} FROM queries q WHERE q.ingest_id = ?1",
-                           [ingest_id]).fetchall()
+    run, hand over to other ingests the rows they logged too and drop its log lines. Every step
+    is one pass over a table (log lines have no index by query)."""
+    # per query: this ingest's log lines, and the first other ingest with log lines / any trace
+    conn.execute("INSERT INTO temp.undo_lines (query_pk, mine, other_lines, other) "
+                 "SELECT query_pk, total(ingest_id = ?1), min(CASE WHEN ingest_id != ?1 AND line THEN ingest_id END), "
+                 "min(CASE WHEN ingest_id != ?1 THEN ingest_id END) FROM ("
+                 "SELECT query_pk, ingest_id, 1 AS line FROM log_lines UNION ALL "
+                 "SELECT query_pk, ingest_id, 0 FROM query_versions) GROUP BY query_pk "
+                 "HAVING query_pk IN (SELECT query_pk FROM log_lines WHERE ingest_id = ?1 UNION "
+                 "SELECT query_pk FROM query_versions WHERE ingest_id = ?1 UNION "
+                 "SELECT pk FROM queries WHERE ingest_id = ?1)", [ingest_id])
+    created = conn.execute("SELECT q.pk, l.other FROM queries q LEFT JOIN temp.undo_lines l ON l.query_pk = q.pk "
+                           "WHERE q.ingest_id = ?", [ingest_id]).fetchall()
     removed = [(pk,) for pk, other in created if other is None]
     kept = [(other, pk) for pk, other in created if other is not None]
     conn.executemany("INSERT INTO temp.undo_queries (pk) VALUES (?)", removed)
     result.queries_kept = len(kept)
     # rankings this ingest created: removed, unless another ingest logged the same lines again
-    lines_by = """(SELECT min(l.ingest_id) FROM log_lines l WHERE l.query_pk = v.query_pk AND l.ingest_id != ?1)"""
     versions = conn.execute(
-        f"SELECT v.query_pk, v.retriever, {lines_by} FROM query_versions v WHERE v.ingest_id = ?1 "
-        "AND v.query_pk NOT IN (SELECT pk FROM temp.undo_queries)", [ingest_id]).fetchall()
+        "SELECT v.query_pk, v.retriever, l.other_lines FROM query_versions v LEFT JOIN temp.undo_lines l "
+        "ON l.query_pk = v.query_pk WHERE v.ingest_id = ? AND v.query_pk NOT IN (SELECT pk FROM temp.undo_queries)",
+        [ingest_id]).fetchall()
     handed = [(other, pk, retriever) for pk, retriever, other in versions if other is not None]
     conn.executemany("INSERT INTO temp.undo_versions (query_pk, retriever) VALUES (?, ?)",
                      [(pk, r) for pk, r, other in versions if other is None])
@@ -261,11 +274,10 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
     conn.executemany("UPDATE retrievals SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
     # occurrences of the queries that stay: minus this ingest's lines (less those not yet applied)
     conn.execute(
-        "UPDATE queries SET occurrences = max(1, occurrences - (SELECT count(*) FROM log_lines l "
-        "WHERE l.query_pk = queries.pk AND l.ingest_id = ?1) + coalesce((SELECT o.occurrences FROM "
-        "ingest_occurrences o WHERE o.query_pk = queries.pk AND o.ingest_id = ?1), 0)) "
-        "WHERE pk IN (SELECT query_pk FROM log_lines WHERE ingest_id = ?1) "
-        "AND pk NOT IN (SELECT pk FROM temp.undo_queries)", [ingest_id])
+        "UPDATE queries SET occurrences = max(1, occurrences - l.mine + coalesce((SELECT o.occurrences FROM "
+        "ingest_occurrences o WHERE o.ingest_id = ? AND o.query_pk = queries.pk), 0)) "
+        "FROM temp.undo_lines l WHERE l.query_pk = queries.pk AND l.mine > 0 "
+        "AND queries.pk NOT IN (SELECT pk FROM temp.undo_queries)", [ingest_id])
     conn.execute("DELETE FROM log_lines WHERE ingest_id = ?", [ingest_id])
     conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ?", [ingest_id])
     conn.execute("DELETE FROM ingest_texts WHERE ingest_id = ?", [ingest_id])
@@ -289,30 +301,31 @@ def _count(conn, result: UndoResult, ingest_id: int | None) -> None:
         "EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk) OR "
         "EXISTS (SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk) OR "
         "EXISTS (SELECT 1 FROM adjudications a WHERE a.query_pk = q.pk) ORDER BY q.pk")]
-    used = _still_used(conn)
+    used = _mark_used(conn)
     total = one("SELECT count(*) FROM temp.undo_docs")
     result.documents_kept = used
     result.documents_removed = total - used
 
 
-_DOC_USERS = ("retrievals", "relevance_labels", "adjudications", "suggestions", "judge_labels", "judge_tags")
+_DOC_USERS = ("relevance_labels", "adjudications", "suggestions", "judge_labels", "judge_tags")
 
 
-def _used_condition() -> str:
-    """SQL: document ``d`` is used by a row that stays (not a removed query's, not a removed ranking's)."""
-    parts = [
-        "EXISTS (SELECT 1 FROM retrievals r WHERE r.doc_pk = d.pk AND NOT EXISTS (SELECT 1 FROM temp.undo_versions v "
-        "WHERE v.query_pk = r.query_pk AND v.retriever = r.retriever))"]
-    parts += [f"EXISTS (SELECT 1 FROM {t} x WHERE x.doc_pk = d.pk AND x.query_pk NOT IN "
-              "(SELECT pk FROM temp.undo_queries))" for t in _DOC_USERS[1:]]
-    parts.append("EXISTS (SELECT 1 FROM queries q, json_each(q.seed_doc_ids) s WHERE q.seed_doc_ids IS NOT NULL "
-                 "AND s.value = d.doc_id AND q.pk NOT IN (SELECT pk FROM temp.undo_queries))")
-    return " OR ".join(parts)
-
-
-def _still_used(conn) -> int:
-    return conn.execute(f"SELECT count(*) FROM documents d JOIN temp.undo_docs u ON u.pk = d.pk "
-                        f"WHERE {_used_condition()}").fetchone()[0]
+def _mark_used(conn) -> int:
+    """Fill ``temp.undo_used`` with the candidate documents that a row that stays still uses (not
+    a removed query's, not a removed ranking's); one pass over each table. Returns how many."""
+    conn.execute("DELETE FROM temp.undo_used")
+    conn.execute("INSERT OR IGNORE INTO temp.undo_used (pk) SELECT r.doc_pk FROM retrievals r "
+                 "WHERE r.doc_pk IN (SELECT pk FROM temp.undo_docs) AND NOT EXISTS (SELECT 1 FROM "
+                 "temp.undo_versions v WHERE v.query_pk = r.query_pk AND v.retriever = r.retriever)")
+    for table in _DOC_USERS:
+        conn.execute(f"INSERT OR IGNORE INTO temp.undo_used (pk) SELECT x.doc_pk FROM {table} x "
+                     "WHERE x.doc_pk IN (SELECT pk FROM temp.undo_docs) "
+                     "AND x.query_pk NOT IN (SELECT pk FROM temp.undo_queries)")
+    conn.execute("INSERT OR IGNORE INTO temp.undo_used (pk) SELECT d.pk FROM documents d JOIN temp.undo_docs u "
+                 "ON u.pk = d.pk WHERE d.doc_id IN (SELECT s.value FROM queries q, json_each(q.seed_doc_ids) s "
+                 "WHERE q.origin = 'synthetic' AND q.seed_doc_ids IS NOT NULL "
+                 "AND q.pk NOT IN (SELECT pk FROM temp.undo_queries))")
+    return conn.execute("SELECT count(*) FROM temp.undo_used").fetchone()[0]
 
 
 def _check_labels(conn, result: UndoResult, *, force: bool, dry_run: bool, what: str) -> None:
@@ -345,11 +358,14 @@ def _remove(conn, result: UndoResult) -> None:
                  "(SELECT query_pk, retriever FROM temp.undo_versions)")
     conn.execute("DELETE FROM queries WHERE pk IN (SELECT pk FROM temp.undo_queries)")
     # documents: the ones still used stay (and pass to an ingest that uses them), the rest go
-    conn.execute("DELETE FROM temp.undo_docs WHERE pk IN (SELECT d.pk FROM documents d JOIN temp.undo_docs u "
-                 f"ON u.pk = d.pk WHERE {_used_condition()})")
-    conn.execute("UPDATE documents SET ingest_id = (SELECT min(r.ingest_id) FROM retrievals r "
-                 "WHERE r.doc_pk = documents.pk) WHERE ingest_id = ? AND pk NOT IN (SELECT pk FROM temp.undo_docs)",
-                 [result.ingest_id])
+    # (temp.undo_used was filled by _count, before anything was deleted)
+    conn.execute("DELETE FROM temp.undo_docs WHERE pk IN (SELECT pk FROM temp.undo_used)")
+    if result.ingest_id is not None:  # the ones that stay pass to the first ingest whose rankings use them
+        conn.execute("UPDATE documents SET ingest_id = u.first FROM (SELECT doc_pk, min(ingest_id) AS first "
+                     "FROM retrievals WHERE doc_pk IN (SELECT pk FROM temp.undo_used) GROUP BY doc_pk) u "
+                     "WHERE documents.pk = u.doc_pk AND documents.ingest_id = ?", [result.ingest_id])
+        conn.execute("UPDATE documents SET ingest_id = NULL WHERE ingest_id = ? AND pk IN "
+                     "(SELECT pk FROM temp.undo_used)", [result.ingest_id])
     for table in ("ingest_texts", "embeddings"):
         conn.execute(f"DELETE FROM {table} WHERE doc_pk IN (SELECT pk FROM temp.undo_docs)")
     result.documents_removed = conn.execute(
