@@ -13,6 +13,8 @@ from labeler.app import state
 from labeler.ingest.undo import list_ingests
 from labeler.labels import set_grade
 from tests.conftest import tiny_records
+from tests.test_app_escape import app_env, check, hostile_db  # noqa: F401 - fixtures
+from tests.test_app_escape import page as escape_page
 from tests.test_app_label import APP
 
 
@@ -96,3 +98,16 @@ def test_annotators_see_no_undo(two_ingests):
     at = data_page("bob")
     assert "undo_ask" not in [b.key for b in at.button]
     assert "Ingests" not in [h.value for h in at.subheader] and not at.dataframe
+
+
+def test_undo_confirmation_and_annotators_page_show_log_text_as_plain_text(app_env):  # noqa: F811 - the fixture
+    """On the database where every logged field is hostile (tests/hostile.py): the confirmation
+    step (file name in markdown) and the Annotators page (names) leak no live markdown."""
+    h = app_env
+    at = escape_page(h.lead, "views/data.py")
+    at.button(key="undo_ask").click().run()
+    texts = check(at)
+    assert any("Undo ingest" in t for t in texts)
+    at = escape_page(h.lead, "views/annotators.py")
+    check(at)
+    assert h.annotator in list(at.dataframe[0].value["annotator"])

@@ -193,7 +193,7 @@ def remove_queries(db: sqlite_utils.Database, query_ids: Iterable[str], *, force
         if missing:
             _drop_temp(conn)
             raise LabelerError(f"unknown query id(s): {_names(missing)}; nothing was removed "
-                               "(`labeler export` or the Data page show the ids)")
+                               "(check the ids: `labeler export --format jsonl -o -` lists them)")
         result = UndoResult(None, dry_run=dry_run)
         conn.execute("INSERT OR IGNORE INTO temp.undo_versions (query_pk, retriever) "
                      "SELECT v.query_pk, v.retriever FROM query_versions v JOIN temp.undo_queries u ON u.pk = v.query_pk")
@@ -240,14 +240,18 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
     run, hand over to other ingests the rows they logged too and drop its log lines. Every step
     is one pass over a table (log lines have no index by query)."""
     # per query: this ingest's log lines, and the first other ingest with log lines / any trace
-    conn.execute("INSERT INTO temp.undo_lines (query_pk, mine, other_lines, other) "
-                 "SELECT query_pk, total(ingest_id = ?1), min(CASE WHEN ingest_id != ?1 AND line THEN ingest_id END), "
-                 "min(CASE WHEN ingest_id != ?1 THEN ingest_id END) FROM ("
-                 "SELECT query_pk, ingest_id, 1 AS line FROM log_lines UNION ALL "
-                 "SELECT query_pk, ingest_id, 0 FROM query_versions) GROUP BY query_pk "
-                 "HAVING query_pk IN (SELECT query_pk FROM log_lines WHERE ingest_id = ?1 UNION "
-                 "SELECT query_pk FROM query_versions WHERE ingest_id = ?1 UNION "
-                 "SELECT pk FROM queries WHERE ingest_id = ?1)", [ingest_id])
+    conn.execute("INSERT INTO temp.undo_lines (query_pk) SELECT query_pk FROM log_lines WHERE ingest_id = ?1 "
+                 "UNION SELECT query_pk FROM query_versions WHERE ingest_id = ?1 "
+                 "UNION SELECT pk FROM queries WHERE ingest_id = ?1", [ingest_id])
+    conn.execute("UPDATE temp.undo_lines SET mine = x.mine, other_lines = x.other_lines, other = x.other FROM ("
+                 "SELECT query_pk, total(ingest_id = ?1) AS mine, "
+                 "min(CASE WHEN ingest_id != ?1 AND line THEN ingest_id END) AS other_lines, "
+                 "min(CASE WHEN ingest_id != ?1 THEN ingest_id END) AS other FROM ("
+                 "SELECT query_pk, ingest_id, 1 AS line FROM log_lines WHERE query_pk IN "
+                 "(SELECT query_pk FROM temp.undo_lines) UNION ALL "
+                 "SELECT v.query_pk, v.ingest_id, 0 FROM temp.undo_lines t CROSS JOIN query_versions v "
+                 "ON v.query_pk = t.query_pk) GROUP BY query_pk) x WHERE x.query_pk = undo_lines.query_pk",
+                 [ingest_id])
     created = conn.execute("SELECT q.pk, l.other FROM queries q LEFT JOIN temp.undo_lines l ON l.query_pk = q.pk "
                            "WHERE q.ingest_id = ?", [ingest_id]).fetchall()
     removed = [(pk,) for pk, other in created if other is None]
@@ -287,20 +291,20 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
 def _count(conn, result: UndoResult, ingest_id: int | None) -> None:
     one = lambda sql, params=(): conn.execute(sql, params).fetchone()[0]  # noqa: E731
     result.queries_removed = one("SELECT count(*) FROM temp.undo_queries")
-    result.retrievals_removed = one("SELECT count(*) FROM retrievals r JOIN temp.undo_versions v "
-                                    "ON v.query_pk = r.query_pk AND v.retriever = r.retriever")
+    result.retrievals_removed = one("SELECT count(*) FROM temp.undo_versions v CROSS JOIN retrievals r "
+                                    "ON r.query_pk = v.query_pk AND r.retriever = v.retriever")
     if ingest_id is None:
         result.log_lines_removed = one("SELECT count(*) FROM log_lines l JOIN temp.undo_queries u ON u.pk = l.query_pk")
     else:
         result.log_lines_removed = one("SELECT count(*) FROM log_lines WHERE ingest_id = ? OR query_pk IN "
                                        "(SELECT pk FROM temp.undo_queries)", [ingest_id])
     result.removed_ids = [r[0] for r in conn.execute(
-        "SELECT q.query_id FROM queries q JOIN temp.undo_queries u ON u.pk = q.pk ORDER BY q.pk LIMIT 1000")]
+        "SELECT q.query_id FROM temp.undo_queries u CROSS JOIN queries q ON q.pk = u.pk ORDER BY u.pk LIMIT 1000")]
     result.labeled_queries = [r[0] for r in conn.execute(
-        "SELECT q.query_id FROM queries q JOIN temp.undo_queries u ON u.pk = q.pk WHERE "
+        "SELECT q.query_id FROM temp.undo_queries u CROSS JOIN queries q ON q.pk = u.pk WHERE "
         "EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk) OR "
         "EXISTS (SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk) OR "
-        "EXISTS (SELECT 1 FROM adjudications a WHERE a.query_pk = q.pk) ORDER BY q.pk")]
+        "EXISTS (SELECT 1 FROM adjudications a WHERE a.query_pk = q.pk) ORDER BY u.pk")]
     used = _mark_used(conn)
     total = one("SELECT count(*) FROM temp.undo_docs")
     result.documents_kept = used
@@ -352,10 +356,10 @@ def _remove(conn, result: UndoResult) -> None:
     for table in ("label_events", "queue", "assignments", "requeued", "grade_streams", "synth_reviews",
                   "judge_tags", "suggestions", "judge_labels", "ingest_occurrences", "log_lines"):
         conn.execute(f"DELETE FROM {table} WHERE {in_queries}")
-    conn.execute("DELETE FROM retrievals WHERE (query_pk, retriever) IN "
-                 "(SELECT query_pk, retriever FROM temp.undo_versions)")
-    conn.execute("DELETE FROM query_versions WHERE (query_pk, retriever) IN "
-                 "(SELECT query_pk, retriever FROM temp.undo_versions)")
+    # by primary key, ranking by ranking: a scan of every retrieval costs more than the removal
+    versions = conn.execute("SELECT query_pk, retriever FROM temp.undo_versions").fetchall()
+    conn.executemany("DELETE FROM retrievals WHERE query_pk = ? AND retriever = ?", versions)
+    conn.executemany("DELETE FROM query_versions WHERE query_pk = ? AND retriever = ?", versions)
     conn.execute("DELETE FROM queries WHERE pk IN (SELECT pk FROM temp.undo_queries)")
     # documents: the ones still used stay (and pass to an ingest that uses them), the rest go
     # (temp.undo_used was filled by _count, before anything was deleted)
