@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 import labeler
 from labeler import accounts
 from labeler.app import state
-from labeler.ingest.undo import list_ingests
+from labeler.ingest.undo import list_ingests, remove_queries
 from labeler.labels import set_grade
 from tests.conftest import tiny_records
 from tests.test_app_escape import app_env, check, hostile_db  # noqa: F401 - fixtures
@@ -111,3 +111,20 @@ def test_undo_confirmation_and_annotators_page_show_log_text_as_plain_text(app_e
     at = escape_page(h.lead, "views/annotators.py")
     check(at)
     assert h.annotator in list(at.dataframe[0].value["annotator"])
+
+
+def test_an_annotator_on_a_removed_item_moves_on_to_the_next(two_ingests):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state[state.ANNOTATOR] = "bob"
+    at.run()
+    assert not at.exception, at.exception
+    held = at.session_state[state.CURRENT]
+    db = labeler.connect(two_ingests)
+    held_id = db.execute("SELECT query_id FROM queries WHERE pk = ?", [held]).fetchone()[0]
+    remove_queries(db, [held_id], force=True)
+    db.close()
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error
+    assert at.session_state[state.CURRENT] not in (None, held)
+    assert any("removed by a lead" in t.value.replace("\\", "") for t in at.toast)
