@@ -417,7 +417,7 @@ def stats(db: sqlite_utils.Database) -> dict[str, Any]:
         "relevance_labels": one("SELECT count(*) FROM relevance_labels"),
         "labeled_queries": labeled,
         "unlabeled_queries": total_queries - labeled,
-        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done'"),
+        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done' AND undone_at IS NULL"),
     }
 
 

@@ -61,6 +61,7 @@ def test_undo_of_an_ingest_that_brought_only_new_rows_restores_every_table(db, w
     assert search_text(db, "chunk about a1")[0].doc_id.startswith("a001")
     info = list_ingests(db)[-1]
     assert info.state == "undone" and info.undone_at and info.queries == 5
+    assert store.stats(db)["ingests"] == 1  # the undone one no longer counts
     events = db.execute("SELECT action, target FROM audit_events WHERE action = 'ingest_undo'").fetchall()
     assert events == [("ingest_undo", f"{second} {info.path}")]
 
