@@ -254,3 +254,11 @@ def test_cli_ingest_list_undo_and_queries_remove(db_path, write_log):
     assert "removed 2 queries" in removed.output
     assert run(db_path, "queries", "remove", "zzz").exit_code == 1
     assert [r[0] for r in db.execute("SELECT query_id FROM queries")] == ["a002"]
+
+
+def test_list_counts_a_corpus_ingest_as_documents(db, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "c1", "text": "one"}) + "\n" + json.dumps({"id": "c2", "text": "two"}) + "\n")
+    ingest_corpus(db, corpus)
+    (info,) = list_ingests(db)
+    assert (info.kind, info.queries, info.documents, info.state) == ("corpus", 0, 2, "done")

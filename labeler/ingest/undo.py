@@ -64,7 +64,7 @@ class IngestInfo:
     finished_at: str | None
     by: str | None
     state: str  # running, done or undone
-    queries: int  # queries it created
+    queries: int  # queries it created (a corpus ingest creates none)
     retrievals: int
     documents: int  # documents it created
     skipped: int
@@ -128,7 +128,7 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
         shown = "undone" if undone_at else ("running" if state == "staging" else "done")
         out.append(IngestInfo(
             ingest_id, kind, path, sha, fmt, created, finished, by, shown,
-            queries=int(c.get("new", 0)), retrievals=int(c.get("retrievals", 0)),
+            queries=0 if kind == "corpus" else int(c.get("new", 0)), retrievals=int(c.get("retrievals", 0)),
             documents=int(c.get("documents_new", 0)), skipped=int(c.get("skipped", 0)), counts=c,
             undone_at=undone_at, undone_by=undone_by))
     return out
