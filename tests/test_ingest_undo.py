@@ -262,3 +262,16 @@ def test_list_counts_a_corpus_ingest_as_documents(db, tmp_path):
     ingest_corpus(db, corpus)
     (info,) = list_ingests(db)
     assert (info.kind, info.queries, info.documents, info.state) == ("corpus", 0, 2, "done")
+
+
+def test_a_golden_import_cannot_be_undone(db, tmp_path):
+    from labeler.export import import_golden
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(json.dumps({"question": "what?", "relevant_ids": ["a"]}) + "\n")
+    import_golden(db, golden, annotator="imp")
+    (info,) = list_ingests(db)
+    before = dump(db)
+    with pytest.raises(Exception, match="golden import, whose rows do not record it, so it cannot be undone"):
+        undo_ingest(db, info.id)
+    assert dump(db) == before

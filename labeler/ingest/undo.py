@@ -41,6 +41,7 @@ from .. import db as store
 from ..errors import LabelerError
 
 SHOWN = 5  # labeled queries named in a refusal
+UNDOABLE = ("logs", "corpus")  # kinds of ingest whose rows carry its id (a golden import's do not)
 
 
 class UndoRefused(LabelerError):
@@ -147,12 +148,15 @@ def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = Fals
     # foreign keys are not checked row by row: children are deleted first, and the checks would scan
     # tables without an index on the key (log_lines, retrievals by document) once per deleted row
     with store.transaction(db, check_foreign_keys=False):
-        row = conn.execute("SELECT state, undone_at, path FROM ingests WHERE id = ?", [ingest_id]).fetchone()
+        row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
         if row is None:
             raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
-        state, undone_at, path = row
+        state, undone_at, path, kind = row
         if undone_at is not None:
             return UndoResult(ingest_id, already_undone=True, dry_run=dry_run)
+        if kind not in UNDOABLE:
+            raise LabelerError(f"ingest {ingest_id} ({path}) is a {kind} import, whose rows do not record it, so it "
+                               "cannot be undone; remove its queries with `labeler queries remove`")
         if state == "staging":
             raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
         _temp_tables(conn)
