@@ -18,7 +18,8 @@ idle = st.number_input("A gap longer than this many minutes is a break", min_val
 def _kappa(rec: dict, prefix: str) -> str:
     value = rec[prefix]
     if value is None:
-        return f"- ({rec[f'{prefix}_reason'] or 'undefined'})"
+        reason = rec[f"{prefix}_reason"] or "undefined"
+        return f"- (n={rec[f'{prefix}_n']})" if reason.startswith("fewer than") else f"- ({reason})"
     if rec[f"{prefix}_low"] is None:
         return f"{value:.2f} (n={rec[f'{prefix}_n']})"
     return f"{value:.2f} [{rec[f'{prefix}_low']:.2f}, {rec[f'{prefix}_high']:.2f}] (n={rec[f'{prefix}_n']})"
@@ -36,9 +37,9 @@ st.dataframe([{
     "annotator": r["annotator"], "role": r["role"] or "", "finished": r["finished"], "submitted": r["submitted"],
     "items per hour": "-" if r["items_per_hour"] is None else f"{r['items_per_hour']:.1f}",
     "median s per item": "-" if r["median_item_seconds"] is None else f"{r['median_item_seconds']:.0f} (of {r['timed']})",
+    "skipped": _share(r["skip_share"]), "flagged": _share(r["flag_share"]),
     "kappa vs consolidated": _kappa(r, "kappa_consolidated"),
     "kappa vs others": _kappa(r, "kappa_others"),
-    "skipped": _share(r["skip_share"]), "flagged": _share(r["flag_share"]),
 } for r in rows], hide_index=True, key="annotators_table")
 st.caption(
     "Items per hour: from the times items were finished; a gap longer than the break limit is not counted. "
