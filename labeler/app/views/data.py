@@ -104,10 +104,11 @@ undoable = {i.id: i for i in ingests if i.state == "done" and i.kind in ingest_u
 if undo_message := st.session_state.get(state.UNDO_RESULT):
     st.success(widgets.escape_markdown(undo_message), icon=":material/undo:")
 if undoable:
+    st.caption("Undoing removes the queries, retrievals and documents that only that ingest brought; "
+               "what another ingest logged too stays.")
     u1, u2 = st.columns([3, 1], vertical_alignment="bottom")
     undo_id = u1.selectbox("Undo an ingest", list(reversed(undoable)), key="undo_pick",
-                           format_func=lambda i: f"{i}: {undoable[i].path} ({undoable[i].created_at[:16]})",
-                           help="Removes the queries, retrievals and documents that only this ingest brought")
+                           format_func=lambda i: f"{i}: {undoable[i].path} ({undoable[i].created_at[:16]})")
     if u2.button("Undo…", key="undo_ask", icon=":material/undo:"):
         st.session_state[state.UNDO_CONFIRM] = undo_id
         st.session_state[state.UNDO_RESULT] = None
