@@ -417,7 +417,7 @@ def stats(db: sqlite_utils.Database) -> dict[str, Any]:
         "relevance_labels": one("SELECT count(*) FROM relevance_labels"),
         "labeled_queries": labeled,
         "unlabeled_queries": total_queries - labeled,
-        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done'"),
+        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done' AND undone_at IS NULL"),
     }
 
 
@@ -1026,3 +1026,19 @@ def m018_sampling_designs(db: sqlite_utils.Database) -> None:
         db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'judge_runs'", [loosened])
         db.execute(f"PRAGMA schema_version = {int(version) + 1}")
         db.execute("PRAGMA writable_schema = OFF")
+
+
+# --- m015: undoing an ingest (labeler.ingest.undo) ----------------------------------------------
+
+_SCHEMA_M015_UNDO = """
+ALTER TABLE ingests ADD COLUMN undone_at TEXT;
+ALTER TABLE ingests ADD COLUMN undone_by TEXT
+"""
+
+
+@migrations()
+def m015_ingest_undo(db: sqlite_utils.Database) -> None:
+    """When an ingest was undone and by whom (``labeler.ingest.undo``); an undone ingest's row stays
+    as a record of what was loaded and removed."""
+    for statement in _statements(_SCHEMA_M015_UNDO):
+        db.execute(statement)

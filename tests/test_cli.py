@@ -108,6 +108,7 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "eval": ["--golden", "golden.jsonl"], "search text": ["okta"], "search missed": [], "search embed": [],
     "items": [],
     "topics build": [], "topics show": [], "coverage": [], "drift": ["new.jsonl"], "split": [],
+    "ingest list": [], "ingest undo": ["1"], "queries remove": ["q1"],
 }
 
 

@@ -37,6 +37,7 @@ if lead:
     pages += [
         st.Page("views/items.py", title="Items", icon=":material/table_rows:", url_path="items"),
         st.Page("views/adjudicate.py", title="Adjudication", icon=":material/gavel:", url_path="adjudication"),
+        st.Page("views/annotators.py", title="Annotators", icon=":material/groups:", url_path="annotators"),
         st.Page("views/settings.py", title="Settings", icon=":material/settings:", url_path="settings"),
     ]
 nav = st.navigation(pages)

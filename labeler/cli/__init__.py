@@ -238,7 +238,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def annotators(ctx: click.Context, as_json: bool) -> None:
-    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent.
+    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent; with
+    --json also items per hour, kappa vs the consolidated label and vs the others (with 95% CIs),
+    skip and flag shares (defined in the README, "Annotators").
 
     Example:
 
@@ -246,9 +248,13 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
     """
     from ..labels import annotator_stats
 
-    rows = annotator_stats(_open(ctx))
+    db = _open(ctx)
+    rows = annotator_stats(db)
     if as_json:
-        _print_json(rows)
+        from ..labels.coaching import annotator_performance
+
+        extra = {r["annotator"]: r for r in annotator_performance(db)}
+        _print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
         return
     if not rows:
         click.echo("no annotators yet (they appear when they sign in to the app)")
@@ -1036,6 +1042,7 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
                    f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")
 
 
+from . import ingests as _ingests  # noqa: E402,F401 - registers `ingest list/undo` and `queries remove`
 from . import items as _items  # noqa: E402,F401 - registers `labeler items`
 from . import search as _search  # noqa: E402,F401 - registers `labeler search`
 from . import topics as _topics  # noqa: E402,F401 - registers topics, coverage, drift and split

@@ -180,3 +180,8 @@ def previous_item(db: sqlite_utils.Database, annotator: str, current_pk: int | N
             "AND (status_at < ?2 OR (status_at = ?2 AND query_pk < ?3)) "
             "ORDER BY status_at DESC, query_pk DESC LIMIT 1", [annotator, cur[0], current_pk]).fetchone()
     return row[0] if row else None
+
+
+def item_exists(db: sqlite_utils.Database, query_pk: int) -> bool:
+    """Whether query ``query_pk`` is still stored (a lead may have removed it: ``labeler.ingest.undo``)."""
+    return db.execute("SELECT 1 FROM queries WHERE pk = ?", [query_pk]).fetchone() is not None

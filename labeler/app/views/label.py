@@ -14,6 +14,7 @@ from labeler import judge, synth
 from labeler.app import lead_view, state, widgets
 from labeler.app.components import grader
 from labeler.errors import ItemTakenError, LabelerError
+from labeler.labels.reads import item_exists
 
 db = state.get_db()
 annotator = st.session_state[state.ANNOTATOR]
@@ -174,7 +175,15 @@ if pk is None:
     st.button("Back to my last item", on_click=go_back, args=(None,), key="back_empty")
     st.stop()
 
-item = labels.get_item(db, pk, annotator)
+try:
+    item = labels.get_item(db, pk, annotator)
+except LabelerError:
+    if item_exists(db, pk):
+        raise
+    # a lead removed it meanwhile (ingest undo, queries remove): on to the next item
+    _next_item()
+    st.session_state[state.NOTICE] = "That item was removed by a lead; here is the next one."
+    st.rerun()
 chunks = item.chunks + item.extra
 
 # --- the question and the toolbar -------------------------------------------------------------
