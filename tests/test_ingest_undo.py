@@ -275,3 +275,27 @@ def test_a_golden_import_cannot_be_undone(db, tmp_path):
     with pytest.raises(Exception, match="golden import, whose rows do not record it, so it cannot be undone"):
         undo_ingest(db, info.id)
     assert dump(db) == before
+
+
+def test_a_forced_undo_leaves_no_row_of_a_removed_query_in_any_table(db, write_log):
+    """Foreign keys are off while an undo deletes, so every table that names a query (the queue's
+    designs, the lead's desk, topics...) must lose the removed queries' rows: a new query may take
+    a removed one's key and would inherit them."""
+    from labeler.labels import desk
+    from labeler.topics import build_topics
+
+    ingest_logs(db, write_log(tiny_records(6, prefix="a")))
+    store.set_setting(db, "overlap_fraction", 0)
+    pk = next_item(db, "ann")  # recorded in queue_designs
+    set_status(db, pk, "ann", "flagged", reason="unclear question")
+    desk.resolve_flag(db, pk, "ann", "unflag", note="fine as is")
+    desk.request_adjudication(db, pk)
+    build_topics(db, k=2)
+    undo_ingest(db, ingest_ids(db)[-1], force=True)
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    left = {t: n for t in tables
+            if any(c[1] == "query_pk" for c in db.execute(f"PRAGMA table_info([{t}])"))
+            and (n := db.execute(f"SELECT count(*) FROM [{t}] WHERE query_pk NOT IN (SELECT pk FROM queries)"
+                                 ).fetchone()[0])}
+    assert left == {}
+    assert db.execute("SELECT count(*) FROM queue_designs").fetchone()[0] == 0
