@@ -62,7 +62,61 @@ def _num(value: Any) -> str:
 
 
 def _ci(stat: agreement.Stat | None) -> str:
-    return "" if stat is None or stat.ci_low is None else f"{stat.ci_low:.3f} – {stat.ci_high:.3f}"
+    return "–" if stat is None or stat.ci_low is None else f"{stat.ci_low:.3f} – {stat.ci_high:.3f}"
+
+
+def _value(stat: agreement.Stat | None) -> str:
+    return "–" if stat is None else _num(stat.value)
+
+
+def _note(stat: agreement.Stat | None, ceiling: agreement.Stat | None, has_ceiling: bool) -> str:
+    """Why a cell shows –: the judge's reason, then the ceiling's (never the word None)."""
+    parts = []
+    if stat is not None and (stat.reason or stat.note):
+        parts.append(f"judge: {stat.reason or stat.note}")
+    if not has_ceiling:
+        parts.append("ceiling: not computed between annotators")
+    elif ceiling is not None and (ceiling.reason or ceiling.note):
+        parts.append(f"ceiling: {ceiling.reason or ceiling.note}")
+    return "; ".join(parts)
+
+
+def _whiskers(a: agreement.Agreement, gate_settings: dict[str, Any]) -> alt.LayerChart | None:
+    """Dot and whisker per statistic: the judge's value and 95% CI next to the human-human
+    ceiling's, with the gate's bar on the statistic it checks. Bias (grade steps, not a -1..1
+    scale) and undefined values stay in the table only."""
+    who = ["judge vs humans", "human-human (ceiling)", "gate's bar"]
+    rows = []
+    for name, stat in a.statistics.items():
+        if name in ("confusion_matrix", "bias"):
+            continue
+        for label, s in ((who[0], stat), (who[1], a.human_human.get(name))):
+            if s is not None and s.value is not None:
+                rows.append({"statistic": agreement.display_name(name), "who": label, "value": float(s.value),
+                             "ci_low": s.ci_low if s.ci_low is not None else float(s.value),
+                             "ci_high": s.ci_high if s.ci_high is not None else float(s.value)})
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    order = list(dict.fromkeys(frame["statistic"]))
+    gated = agreement.display_name(gate_settings["statistic"])
+    bars = pd.DataFrame([{"statistic": gated, "who": who[2], "value": float(gate_settings["min_value"]),
+                          "ci_low": float(gate_settings["min_ci_low"])}])
+    scale = alt.Scale(domain=[min(0.0, float(frame["ci_low"].min())), 1])
+    y = alt.Y("statistic:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
+    colour = alt.Color("who:N", title=None, scale=alt.Scale(domain=who, range=["#4c78a8", "#f58518", "#e45756"]),
+                       legend=alt.Legend(orient="top"))
+    tooltip = ["statistic", "who", alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
+               alt.Tooltip("ci_high:Q", format=".3f")]
+    base = alt.Chart(frame).encode(y=y, yOffset=alt.YOffset("who:N", sort=who[:2]), color=colour)
+    whisker = base.mark_rule(strokeWidth=2).encode(x=alt.X("ci_low:Q", scale=scale, title="value (whiskers: 95% CI)"),
+                                                  x2="ci_high:Q")
+    dot = base.mark_point(filled=True, size=70, opacity=1).encode(x=alt.X("value:Q", scale=scale), tooltip=tooltip)
+    bar = alt.Chart(bars).mark_tick(thickness=3, size=26).encode(
+        x=alt.X("value:Q", scale=scale), y=alt.Y("statistic:N", sort=order), color=colour,
+        tooltip=["statistic", alt.Tooltip("value:Q", title="gate: at least", format=".2f"),
+                 alt.Tooltip("ci_low:Q", title="gate: CI lower bound at least", format=".2f")])
+    return (whisker + dot + bar).properties(height=alt.Step(14))
 
 
 def _levels(a: agreement.Agreement) -> list[str]:
@@ -103,19 +157,21 @@ with tab_agree:
             if name == "confusion_matrix":
                 continue
             ceiling = current.human_human.get(name)
-            rows.append({"statistic": name, "judge vs humans": stat.value, "95% CI": _ci(stat), "n": stat.n,
-                         "human-human (ceiling)": ceiling.value if ceiling else None, "ceiling CI": _ci(ceiling),
-                         "ceiling n": ceiling.n if ceiling else None,
-                         "note": stat.reason or stat.note or ""})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="jd_stats", height=35 * (len(rows) + 1) + 3,
-                     column_config={"judge vs humans": st.column_config.NumberColumn(format="%.3f"),
-                                    "human-human (ceiling)": st.column_config.NumberColumn(format="%.3f")})
+            rows.append({"statistic": agreement.display_name(name), "judge vs humans": _value(stat),
+                         "95% CI": _ci(stat), "n": stat.n, "human-human (ceiling)": _value(ceiling),
+                         "ceiling CI": _ci(ceiling), "ceiling n": _num(ceiling.n if ceiling else None),
+                         "note": _note(stat, ceiling, name in current.human_human)})
+        chart = _whiskers(current, verdict.settings or judge.gate_settings(db))
+        if chart is not None:
+            st.altair_chart(chart, width="stretch", key="jd_whiskers")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="jd_stats", height=35 * (len(rows) + 1) + 3)
         b = current.n_resamples
         unit = "queries (all chunks of a drawn query together)" if current.run.kind == "relevance" else "items"
         st.caption(f"95% percentile bootstrap CIs resampling {unit}, {b} resamples, seed {current.seed}; n counts "
                    f"pairs. Relevant = grade ≥ "
                    f"{current.threshold}. Human-human: every pair of annotators on the same item "
-                   f"({current.human_items} overlapped items). Undefined statistics show – with the reason. Left out: "
+                   f"({current.human_items} overlapped items). Undefined statistics show – with the reason (note column); the chart leaves them "
+                   "out, and bias (in grade steps). The red tick is the gate's bar. Left out: "
                    + (", ".join(f"{v} {k}" for k, v in current.excluded.items() if v) or "nothing") + ".")
         matrix = current.statistics["confusion_matrix"].value
         grades = _levels(current)
@@ -135,8 +191,8 @@ with tab_agree:
         if section and section["metrics"]:
             st.markdown(f"**Retrievers by judge vs by humans** (same {section['queries']} queries, k={section['k']})")
             st.dataframe(pd.DataFrame([
-                {"retriever": r, "metric": spec, "humans": by["human"].value, "humans CI": _ci(by["human"]),
-                 "judge": by["judge"].value, "judge CI": _ci(by["judge"]), "n": by["human"].n}
+                {"retriever": r, "metric": spec, "humans": _value(by["human"]), "humans CI": _ci(by["human"]),
+                 "judge": _value(by["judge"]), "judge CI": _ci(by["judge"]), "n": by["human"].n}
                 for r, specs in section["metrics"].items() for spec, by in specs.items()]),
                 hide_index=True, key="jd_retrievers")
             st.caption("Kendall's tau between the retrievers' order by humans and by the judge: "
@@ -231,15 +287,15 @@ with tab_compare:
                 cmp = None
             if cmp is not None:
                 st.dataframe(pd.DataFrame([
-                    {"statistic": name, "A": cmp.a.statistics[name].value, "A CI": _ci(cmp.a.statistics[name]),
-                     "B": cmp.b.statistics[name].value, "B CI": _ci(cmp.b.statistics[name]),
-                     "B − A": diff.value, "B − A CI": _ci(diff), "note": diff.reason or ""}
-                    for name, diff in cmp.difference.items()]), hide_index=True, key="jd_compare",
-                    column_config={c: st.column_config.NumberColumn(format="%.3f") for c in ("A", "B", "B − A")})
+                    {"statistic": agreement.display_name(name), "A": _value(cmp.a.statistics[name]),
+                     "A CI": _ci(cmp.a.statistics[name]), "B": _value(cmp.b.statistics[name]),
+                     "B CI": _ci(cmp.b.statistics[name]), "B − A": _value(diff), "B − A CI": _ci(diff),
+                     "note": diff.reason or ""}
+                    for name, diff in cmp.difference.items()]), hide_index=True, key="jd_compare")
                 between = cmp.between
                 st.caption(f"B − A is paired: both runs on the same {cmp.common} human-labeled items, the same "
                            f"resamples. Run A vs run B on the {between['exact_agreement'].n} items both judged: exact "
-                           f"agreement {_num(between['exact_agreement'].value)}, kappa "
+                           f"agreement {_num(between['exact_agreement'].value)}, Cohen's kappa "
                            f"{_num(between['cohen_kappa'].value)}.")
 
 # --- run a judge --------------------------------------------------------------------------------------------
@@ -321,8 +377,9 @@ with tab_run:
     if runs:
         st.markdown("**All runs**")
         st.dataframe(pd.DataFrame([{"run": r.id, "created": r.created_at, "judge": r.judge, "rubric": r.rubric,
-                                    "model": r.model, "temperature": r.temperature, "items": r.on_set,
-                                    "n": r.items, "failed": r.failed, "status": r.status, "cost": r.cost}
+                                    "model": r.model, "temperature": _num(r.temperature), "items": r.on_set,
+                                    "n": r.items, "failed": r.failed, "status": r.status,
+                                    "cost": "unknown" if r.cost is None else f"${r.cost:.4f}"}
                                    for r in runs]), hide_index=True, key="jd_runs")
 
 # --- stability and drift --------------------------------------------------------------------------------
@@ -365,7 +422,9 @@ with tab_stable:
             st.altair_chart(alt.Chart(long).mark_line(point=True).encode(
                 x=alt.X("run_id:O", title="run"), y=alt.Y("value:Q", title="kappa"), color="kappa:N",
                 tooltip=["run_id", "created_at", "kappa", "value"]), width="stretch", key="jd_drift_chart")
-            st.dataframe(frame, hide_index=True, key="jd_drift")
+            # as text: the first run has no previous one, shown as – rather than None
+            st.dataframe(frame.astype(object).map(lambda v: _num(None if v is None or v != v else v)),
+                         hide_index=True, key="jd_drift")
 
 # --- rubric editor and gate -----------------------------------------------------------------------------
 
