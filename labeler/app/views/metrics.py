@@ -149,7 +149,8 @@ with left:
     st.subheader("Metric vs k")
     curve = rep.curve(names=reports.curve_families(families)).dropna(subset=["mean"])
     # a categorical palette: each metric its own hue, its 95% CI a band of the same hue
-    colour = alt.Color("metric:N", title="metric", scale=alt.Scale(scheme="tableau10"))
+    colour = alt.Color("metric:N", title="metric", scale=alt.Scale(scheme="tableau10"),
+                       legend=alt.Legend(symbolOpacity=1))
     base = alt.Chart(curve).encode(x=alt.X("k:Q", title="k"), color=colour)
     band = base.mark_area(opacity=0.18).encode(
         y=alt.Y("ci_low:Q", title="mean (band: 95% CI)", scale=alt.Scale(domain=[0, 1])), y2="ci_high:Q")
