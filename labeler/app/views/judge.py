@@ -164,6 +164,9 @@ with tab_agree:
         chart = _whiskers(current, verdict.settings or judge.gate_settings(db))
         if chart is not None:
             st.altair_chart(chart, width="stretch", key="jd_whiskers")
+        if not any(s.defined for name, s in current.human_human.items() if name != "confusion_matrix"):
+            reason = next((s.reason for s in current.human_human.values() if s.reason), "no human-human pairs")
+            st.caption(f"No human-human ceiling to compare with: {widgets.escape_markdown(reason)}.")
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="jd_stats", height=35 * (len(rows) + 1) + 3)
         b = current.n_resamples
         unit = "queries (all chunks of a drawn query together)" if current.run.kind == "relevance" else "items"
