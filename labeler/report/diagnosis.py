@@ -232,6 +232,5 @@ def diagnose(report: Report, thresholds: Thresholds | None = None) -> Diagnosis:
                          if c.reading == "fails"),
         why="; ".join(f"{c.name} = {c.shown(2)} and its 95% CI contains the threshold {c.threshold}"
                       for c in deciding),
-        need="; ".join(c.need_text() for c in deciding) if len(deciding) > 1 or more is None
-        else deciding[0].need_text() if deciding else "")
+        need="; ".join(c.need_text() for c in deciding))
     return Diagnosis(verdict, title, advice, values, t, n, checks, more)

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from labeler import agreement, judge, llm
-from labeler.app import auth, state, widgets
+from labeler.app import auth, charts, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -81,44 +81,6 @@ def _note(stat: agreement.Stat | None, ceiling: agreement.Stat | None, has_ceili
     return "; ".join(parts)
 
 
-def _whiskers(a: agreement.Agreement, gate_settings: dict[str, Any]) -> alt.LayerChart | None:
-    """Dot and whisker per statistic: the judge's value and 95% CI next to the human-human
-    ceiling's, with the gate's bar on the statistic it checks. Bias (grade steps, not a -1..1
-    scale) and undefined values stay in the table only."""
-    who = ["judge vs humans", "human-human (ceiling)", "gate's bar"]
-    rows = []
-    for name, stat in a.statistics.items():
-        if name in ("confusion_matrix", "bias"):
-            continue
-        for label, s in ((who[0], stat), (who[1], a.human_human.get(name))):
-            if s is not None and s.value is not None:
-                rows.append({"statistic": agreement.display_name(name), "who": label, "value": float(s.value),
-                             "ci_low": s.ci_low if s.ci_low is not None else float(s.value),
-                             "ci_high": s.ci_high if s.ci_high is not None else float(s.value)})
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
-    order = list(dict.fromkeys(frame["statistic"]))
-    gated = agreement.display_name(gate_settings["statistic"])
-    bars = pd.DataFrame([{"statistic": gated, "who": who[2], "value": float(gate_settings["min_value"]),
-                          "ci_low": float(gate_settings["min_ci_low"])}])
-    scale = alt.Scale(domain=[min(0.0, float(frame["ci_low"].min())), 1])
-    y = alt.Y("statistic:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
-    colour = alt.Color("who:N", title=None, scale=alt.Scale(domain=who, range=["#4c78a8", "#f58518", "#e45756"]),
-                       legend=alt.Legend(orient="top"))
-    tooltip = ["statistic", "who", alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
-               alt.Tooltip("ci_high:Q", format=".3f")]
-    base = alt.Chart(frame).encode(y=y, yOffset=alt.YOffset("who:N", sort=who[:2]), color=colour)
-    whisker = base.mark_rule(strokeWidth=2).encode(x=alt.X("ci_low:Q", scale=scale, title="value (whiskers: 95% CI)"),
-                                                  x2="ci_high:Q")
-    dot = base.mark_point(filled=True, size=70, opacity=1).encode(x=alt.X("value:Q", scale=scale), tooltip=tooltip)
-    bar = alt.Chart(bars).mark_tick(thickness=3, size=26).encode(
-        x=alt.X("value:Q", scale=scale), y=alt.Y("statistic:N", sort=order), color=colour,
-        tooltip=["statistic", alt.Tooltip("value:Q", title="gate: at least", format=".2f"),
-                 alt.Tooltip("ci_low:Q", title="gate: CI lower bound at least", format=".2f")])
-    return (whisker + dot + bar).properties(height=alt.Step(14))
-
-
 def _levels(a: agreement.Agreement) -> list[str]:
     return [f"{i} {name}" for i, name in enumerate(a.levels)]
 
@@ -161,7 +123,7 @@ with tab_agree:
                          "95% CI": _ci(stat), "n": stat.n, "human-human (ceiling)": _value(ceiling),
                          "ceiling CI": _ci(ceiling), "ceiling n": _num(ceiling.n if ceiling else None),
                          "note": _note(stat, ceiling, name in current.human_human)})
-        chart = _whiskers(current, verdict.settings or judge.gate_settings(db))
+        chart = charts.agreement_whiskers(current, verdict.settings or judge.gate_settings(db))
         if chart is not None:
             st.altair_chart(chart, width="stretch", key="jd_whiskers")
         if not any(s.defined for name, s in current.human_human.items() if name != "confusion_matrix"):

@@ -15,7 +15,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import report as reports
-from labeler.app import auth, state, widgets
+from labeler.app import auth, charts, state, widgets
 from labeler.errors import LabelerError
 
 FAMILIES = ["recall", "precision", "hit", "ndcg", "ndcg_exp", "mrr", "ap"]
@@ -147,18 +147,8 @@ if len(known) >= 2:
 left, right = st.columns(2, gap="large")
 with left:
     st.subheader("Metric vs k")
-    curve = rep.curve(names=reports.curve_families(families)).dropna(subset=["mean"])
-    # a categorical palette: each metric its own hue, its 95% CI a band of the same hue
-    colour = alt.Color("metric:N", title="metric", scale=alt.Scale(scheme="tableau10"),
-                       legend=alt.Legend(symbolOpacity=1))
-    base = alt.Chart(curve).encode(x=alt.X("k:Q", title="k"), color=colour)
-    band = base.mark_area(opacity=0.18).encode(
-        y=alt.Y("ci_low:Q", title="mean (band: 95% CI)", scale=alt.Scale(domain=[0, 1])), y2="ci_high:Q")
-    line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["metric", "k", alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
-                 alt.Tooltip("ci_high:Q", format=".3f"), "n"])
-    st.altair_chart(band + line, width="stretch", key="m_curve")
+    curve = rep.curve(names=reports.curve_families(families))
+    st.altair_chart(charts.metric_curve(curve), width="stretch", key="m_curve")
 with right:
     st.subheader("Per-query values")
     hist_spec = st.selectbox("Metric", rep.specs, key="m_hist_metric")
