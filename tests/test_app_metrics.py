@@ -107,6 +107,7 @@ def test_worst_queries_say_when_the_list_cuts_a_tie(demo_db):
     zero = int((rep.per_query["recall@1"] == 0).sum())
     assert zero > 10 and note == f"{zero} queries at 0.000, showing 10"
     assert any(note in c.value for c in at.caption)
+    assert any("relevant missing from the top 1" in c.value for c in at.caption)  # recall@1's cutoff
     shown = [int(b.key.removeprefix("m_open_")) for b in at.button if b.key and b.key.startswith("m_open_")]
     assert shown == worst["query_pk"].tolist()  # the page shows the library's order
     ranks = [r if r is not None else 10**6 for r in worst["first_relevant_rank"]]

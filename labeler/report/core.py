@@ -299,7 +299,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
     first), then the count of relevant chunks missing from the top k (k = the spec's cutoff, the
     whole logged ranking for specs without one), most first; then query_id. Columns query_pk,
     query_id, origin, question, value, first_relevant_rank (None: none retrieved), missing_relevant,
-    n_relevant, n_retrieved. :func:`worst_ties` says when the list cuts through a tie."""
+    k (the cutoff missing_relevant counts from), n_relevant, n_retrieved. :func:`worst_ties` says when the list cuts through a tie."""
     spec = spec or report.specs[0]
     if spec not in report.per_query.columns:
         raise ReportError(f"the report has no metric {spec!r}; it has: {', '.join(report.specs)}")
@@ -329,7 +329,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
                          "origin": pq["origin"].to_numpy(), "question": [questions.get(int(p)) for p in pq["query_pk"]],
                          "value": pq[spec].to_numpy(dtype=float),
                          "first_relevant_rank": pd.Series([None if np.isinf(f) else int(f) for f in first[pos]], dtype=object),
-                         "missing_relevant": missing[pos], "n_relevant": pq["n_relevant"].to_numpy(),
+                         "missing_relevant": missing[pos], "k": k, "n_relevant": pq["n_relevant"].to_numpy(),
                          "n_retrieved": pq["n_retrieved"].to_numpy()})
 
 

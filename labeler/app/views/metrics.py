@@ -180,7 +180,7 @@ for row in [] if worst is None else worst.itertuples(index=False):
                      else f"first relevant at rank {row.first_relevant_rank}")
             st.caption(f"{widgets.escape_markdown(row.query_id)} · {row.origin} · {row.n_relevant} relevant, "
                        f"{row.n_retrieved} retrieved · {first} · {row.missing_relevant} relevant missing from the "
-                       "top k")
+                       f"top {row.k}")
             widgets.plain_block(row.question)
         if c.button("Open", key=f"m_open_{row.query_pk}", help="Open this query in the Label page"):
             st.session_state[state.OPEN_QUERY] = int(row.query_pk)
