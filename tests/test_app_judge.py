@@ -4,12 +4,15 @@ from the page against the fake server, stability, drift, the rubric editor; the 
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 import labeler.labels as labels
+from labeler import agreement, judge
 from labeler import db as store
-from labeler import judge
 from labeler.app import state
 from labeler.app.widgets import escape_markdown
 from tests.fake_openai import FakeOpenAI, grade_responder
@@ -67,15 +70,58 @@ def test_dashboard_shows_statistics_ceiling_gate_and_heatmap(judged):
     at = page()
     assert at.selectbox(key="jd_run").value == 2  # the newest run first
     table = stats_table(at).set_index("statistic")
-    assert table.loc["bias", "judge vs humans"] == pytest.approx(0.75)
-    assert table.loc["cohen_kappa", "human-human (ceiling)"] == pytest.approx(1)
-    assert table.loc["cohen_kappa", "n"] == 180 and table.loc["cohen_kappa", "ceiling n"] == 90
+    # statistics named for people, in the library's one mapping
+    assert list(table.index) == [agreement.display_name(k) for k in agreement.STATISTICS if k != "confusion_matrix"]
+    assert {"Cohen's kappa", "weighted kappa (linear)", "kappa, relevant vs not", "Krippendorff's alpha"} <= set(
+        table.index)
+    assert not set(table.index) & set(agreement.STATISTICS)  # no raw key on the page
+    assert table.loc["bias (judge − human grade)", "judge vs humans"] == "0.750"
+    assert table.loc["Cohen's kappa", "human-human (ceiling)"] == "1.000"
+    assert table.loc["Cohen's kappa", "n"] == 180 and table.loc["Cohen's kappa", "ceiling n"] == "90"
     assert "Gate not passed" in at.warning[0].value
     assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")
+    assert_no_none(at)
     at.selectbox(key="jd_run").set_value(1)
     ok(at)
     assert "Gate passed" in at.success[0].value
-    assert stats_table(at).set_index("statistic").loc["kappa_collapsed", "judge vs humans"] == pytest.approx(1)
+    assert stats_table(at).set_index("statistic").loc["kappa, relevant vs not", "judge vs humans"] == "1.000"
+
+
+def test_whisker_chart_puts_each_statistic_next_to_the_ceiling_and_the_gate(judged):
+    at = page()
+    charts = [c for c in at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")]
+    spec = next(json.loads(c.proto.spec) for c in charts if '"human-human (ceiling)"' in c.proto.spec)
+    text = json.dumps(spec)
+    assert "gate's bar" in text and "Cohen's kappa" in text and "cohen_kappa" not in text
+    assert '"rule"' in text and '"point"' in text and '"tick"' in text  # whiskers, dots, the gate's tick
+
+
+def test_no_overlap_shows_a_dash_with_the_reason_never_none(tmp_path, ingest_tiny, server, monkeypatch):
+    path = tmp_path / "alone.db"
+    db = store.connect(path)
+    _, truth = build(db, ingest_tiny, n=20, overlap=0)
+    server.responder = perfect(truth)
+    judge.run_judge(db, make_config(server), "relevance.v1")
+    db.close()
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = page()
+    table = stats_table(at).set_index("statistic")
+    assert (table["human-human (ceiling)"] == "–").all() and (table["ceiling CI"] == "–").all()
+    assert table["note"].str.contains("ceiling: no overlap between annotators").all()
+    assert_no_none(at)
+
+
+def assert_no_none(at: AppTest) -> None:
+    """No rendered text (markdown, captions, alerts, tiles, dataframe cells) says None."""
+    texts = [e.value for kind in ("title", "subheader", "markdown", "caption", "info", "warning", "error", "success")
+             for e in getattr(at, kind)]
+    texts += [f"{m.label} {m.value}" for m in at.metric]
+    for d in at.dataframe:
+        frame = d.value
+        assert not frame.isna().any().any(), f"a missing cell shows as None: {frame}"
+        texts += [str(c) for c in frame.columns] + [str(v) for v in frame.to_numpy().ravel()]
+    bad = [t for t in texts if re.search(r"\bNone\b", str(t))]
+    assert not bad, bad
 
 
 def test_disagreement_browser_shows_tags_and_jumps_to_relabel(judged):
@@ -110,9 +156,9 @@ def test_compare_two_runs_side_by_side(judged):
     at = page()
     assert (at.selectbox(key="jd_cmp_a").value, at.selectbox(key="jd_cmp_b").value) == (1, 2)
     table = next(df.value for df in at.dataframe if "B − A" in df.value.columns).set_index("statistic")
-    assert table.loc["cohen_kappa", "A"] == pytest.approx(1)
-    assert table.loc["cohen_kappa", "B − A"] < 0
-    assert table.loc["bias", "B − A"] == pytest.approx(0.75)
+    assert table.loc["Cohen's kappa", "A"] == "1.000"
+    assert float(table.loc["Cohen's kappa", "B − A"]) < 0
+    assert table.loc["bias (judge − human grade)", "B − A"] == "0.750"
     assert any("paired" in c.value and "180 human-labeled items" in c.value for c in at.caption)
     at.selectbox(key="jd_cmp_b").set_value(1)
     ok(at)
@@ -160,7 +206,9 @@ def test_stability_drift_and_rubric_editor(judged, server):
     at.toggle(key="jd_drift_on").set_value(True)
     ok(at)
     drift = next(df.value for df in at.dataframe if "kappa_vs_previous" in df.value.columns)
-    assert drift["run_id"].tolist() == [1, 2] and drift["agreement_vs_previous"].iloc[1] == pytest.approx(0.25)
+    assert drift["run_id"].tolist() == ["1", "2"] and drift["agreement_vs_previous"].iloc[1] == "0.250"
+    assert drift["previous_run"].iloc[0] == "–"
+    assert_no_none(at)
 
     at.text_area(key="jd_rubric_text_relevance.v1").input("Grade 3 only for a complete answer.")
     at.button(key="jd_rubric_save").click()

@@ -504,7 +504,8 @@ def test_cli_run_agreement_compare_list(cli_db, server):
     assert data["cohen_kappa"]["value"] == pytest.approx(1) and data["cohen_kappa"]["n"] == 160
     assert data["gate"]["passed"] is True and data["human_human"]["cohen_kappa"]["n"] == 90
     text = invoke(cli_db, "agreement", "1").output
-    assert "cohen_kappa" in text and "human-human" in text and "gate: passed" in text
+    assert "Cohen's kappa" in text and "kappa, relevant vs not" in text and "human-human" in text
+    assert "cohen_kappa" not in text and "gate: passed" in text  # raw keys only in JSON
 
     r = invoke(cli_db, "compare", "1", "2", "--json")
     cmp = json.loads(r.output)

@@ -504,7 +504,15 @@ def test_progress_numbers_on_a_hand_built_team(db, ingest_tiny):
     assert (by["carol"].active, by["alice"].active, by["bob"].active) == (False, True, True)
     assert (p.items, p.items_done, p.items_left) == (6, 4, 2)
     assert (p.submitted, p.skipped, p.median_seconds, p.active_annotators) == (4, 1, 75.0, 2)
-    assert p.eta_seconds == 2 * 75.0 / 2
+    assert (p.labeling_now, p.eta_seconds) == (0, None)  # nobody labels through the app right now
+    # bob's Label page saves a grade 10 minutes ago (the grading widget's stream): he is labeling now
+    pk = L.next_item(db, "bob", now=now - timedelta(minutes=10))
+    doc = L.get_item(db, pk, "bob").chunks[0].doc_pk
+    L.apply_grade_events(db, pk, "bob", "page-1", [{"seq": 1, "doc_pk": doc, "grade": 2}],
+                         now=now - timedelta(minutes=10))
+    p = L.progress(db, now=now)
+    assert (p.labeling_now, p.eta_seconds) == (1, 2 * 75.0 / 1)
+    assert L.progress(db, now=now + timedelta(minutes=25)).labeling_now == 0  # 35 minutes later: not any more
     stats = {s["annotator"]: s for s in L.annotator_stats(db, now=now)}
     assert stats["carol"]["role"] == "lead" and stats["carol"]["submitted"] == 1
     assert L.queue_counts(db, now=now)["open_slots"] == 2

@@ -297,16 +297,25 @@ def test_more_needed_is_the_normal_approximation(small):
 def test_curve_and_worst_queries(small):
     rep = R.retrieval_report(small, ["recall@3"])
     curve = rep.curve(names=["recall", "precision"], ks=[1, 3])
-    assert curve.to_dict("records") == [
+    assert curve[["metric", "k", "mean", "n"]].to_dict("records") == [
         {"metric": "recall", "k": 1, "mean": pytest.approx(1 / 6), "n": 3},
         {"metric": "recall", "k": 3, "mean": pytest.approx(2 / 3), "n": 3},
         {"metric": "precision", "k": 1, "mean": pytest.approx(1 / 3), "n": 3},
         {"metric": "precision", "k": 3, "mean": pytest.approx(1 / 3), "n": 3}]
+    # the band is the same CI the tiles show for that spec
+    tile = R.retrieval_report(small, ["recall@1"]).metrics["recall@1"]
+    assert curve.iloc[0][["ci_low", "ci_high"]].tolist() == [tile["ci_low"], tile["ci_high"]]
+    assert (curve["ci_low"] <= curve["mean"]).all() and (curve["mean"] <= curve["ci_high"]).all()
     assert list(rep.curve()["k"].unique()) == [1, 2, 3]  # up to the deepest logged rank
     worst = R.worst_queries(small, rep, "recall@3", limit=2)
-    assert worst[["query_id", "value", "question"]].to_dict("records") == [
-        {"query_id": "qd", "value": 0.0, "question": "question qd?"},
-        {"query_id": "qa", "value": 1.0, "question": "question qa?"}]
+    # qa and qb tie at 1.0: qb's first relevant chunk sits deeper (rank 2 against 1), so it is worse
+    assert worst[["query_id", "value", "question", "first_relevant_rank", "missing_relevant"]].to_dict("records") == [
+        {"query_id": "qd", "value": 0.0, "question": "question qd?", "first_relevant_rank": None,
+         "missing_relevant": 1},
+        {"query_id": "qb", "value": 1.0, "question": "question qb?", "first_relevant_rank": 2,
+         "missing_relevant": 0}]
+    assert R.worst_ties(rep, "recall@3", worst) == "2 queries at 1.000, showing 1"
+    assert R.worst_ties(rep, "recall@3", R.worst_queries(small, rep, "recall@3", limit=3)) is None
     with pytest.raises(LabelerError, match="has no metric 'mrr'"):
         R.worst_queries(small, rep, "mrr")
     hist = rep.histogram("recall@3", bins=4)
@@ -314,17 +323,68 @@ def test_curve_and_worst_queries(small):
                                     "queries": [1, 0, 0, 2]}
 
 
-def test_diagnosis_follows_the_decision_tree(small):
+def test_worst_query_ties_break_on_rank_then_missing_chunks(db, tmp_path):
+    """Twelve queries at recall@1 = 0: the one retrieving nothing relevant comes first, then the
+    deeper first relevant rank, then more relevant chunks missing from the top 1; the note says the
+    list cuts through the tie."""
+    labeler.set_setting(db, "overlap_fraction", 0)
+    records = [{"query_id": f"t{i:02d}", "question": f"tie {i}?", "retrieved": chunks(f"t{i:02d}_", 4)}
+               for i in range(12)]
+    ingest_logs(db, write(tmp_path / "ties.jsonl", records))
+    plan = {0: {2: 3}, 1: {4: 3}, 2: {3: 3}, 3: {2: 3, 3: 3, 4: 3}, 4: {}}  # chunk number -> grade
+    for i in range(12):
+        q = f"t{i:02d}"
+        grades = {f"{q}_{c}": 0 for c in range(1, 5)}
+        for c, g in plan.get(i, {2: 3}).items():
+            grades[f"{q}_{c}"] = g
+        if i == 4:  # nothing relevant retrieved: the relevant chunk is one the retriever missed
+            ingest_corpus(db, write(tmp_path / "missed.jsonl", [{"id": "t04_missed", "text": "missed"}]))
+            grades["t04_missed"] = 3
+        label(db, q, grades)
+    rep = R.retrieval_report(db, ["recall@1"])
+    worst = R.worst_queries(db, rep, "recall@1", limit=10)
+    assert worst["value"].tolist() == [0.0] * 10
+    assert worst["query_id"].tolist()[:4] == ["t04", "t01", "t02", "t03"]
+    assert worst["first_relevant_rank"].tolist()[:4] == [None, 4, 3, 2]
+    assert worst["missing_relevant"].tolist()[:4] == [1, 1, 1, 3][:3] + [3]
+    assert worst["query_id"].tolist()[4:] == ["t00", "t05", "t06", "t07", "t08", "t09"]  # then by query id
+    assert R.worst_ties(rep, "recall@1", worst) == "12 queries at 0.000, showing 10"
+
+
+def test_diagnosis_states_a_verdict_only_when_the_ci_is_below(small):
     rep = R.retrieval_report(small, ["mrr"])
+    # recall@1 = 1/6 with its whole CI below 0.8: a verdict
+    d = rep.diagnosis(R.Thresholds(k=1, min_queries=1))
+    assert (d.verdict, d.n_queries) == ("retrieval", 3)
+    recall = d.checks[0]
+    assert recall.name == "recall@1" and recall.reading == "fails" and recall.ci_high < 0.8
+    assert "recall@1 = 0.17 < 0.8" in d.advice and "hybrid search" in d.advice
+    # recall@3 = 0.67, below 0.8, but its CI contains 0.8: no verdict, and how many more labels tell
     t = R.Thresholds(k=3, min_queries=1)
     d = rep.diagnosis(t)
-    assert (d.verdict, d.n_queries, d.thresholds) == ("retrieval", 3, t)  # recall@3 = 0.67 < 0.8
+    recall = d.checks[0]
+    assert recall.ci_low < 0.8 < recall.ci_high and recall.reading == "undecided"
+    assert d.verdict == "undecided" and d.title == "Not enough labels to tell" and d.thresholds == t
+    sd = np.array([1.0, 1.0, 0.0]).std(ddof=1)
+    expected = math.ceil((1.96 * sd / (0.8 - 2 / 3)) ** 2) - 3
+    assert d.more_needed == recall.more_needed == expected == R.more_to_decide(2 / 3, sd, 3, 0.8)
+    assert f"not enough labels to tell (need about {expected} more labeled queries with a relevant chunk)" in d.advice
+    assert "< 0.8" not in d.advice and "Retrieval is the bottleneck" not in d.title
     assert d.values["recall@3"] == pytest.approx(2 / 3) and d.values["faithfulness"] is None
-    assert "recall@3 = 0.67 < 0.8" in d.advice and "hybrid search" in d.advice
-    d = rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.6, min_queries=1))
-    assert d.verdict == "ranking" and "MRR = 0.50 < 0.6" in d.advice and "reranker" in d.advice
-    assert rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.4, ndcg=0.1, min_queries=1)).verdict == "healthy"
+    assert d.checks[3].reading == "unknown" and d.checks[3].shown() == "unknown (no answers judged)"
+    assert R.more_to_decide(0.8, 0.3, 10, 0.8) is None  # on the threshold: no count settles it
+    assert R.more_to_decide(0.5, 0.0, 10, 0.8) == 1  # never "0 more" for an undecided check
+
+
+def test_diagnosis_follows_the_decision_tree(small):
+    rep = R.retrieval_report(small, ["mrr"])
+    mrr = rep.aggregate(["mrr"])["mrr"]
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.0, mrr=mrr["ci_high"] + 0.01, ndcg=0.0, min_queries=1))
+    assert d.verdict == "ranking" and "MRR = 0.50 <" in d.advice and "reranker" in d.advice
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.0, mrr=0.0, ndcg=0.0, min_queries=1))
+    assert d.verdict == "healthy" and "faithfulness unknown (no answers judged)" in d.advice
     assert rep.diagnosis(R.Thresholds(k=3)).verdict == "not_enough_data"  # 3 < 10 queries
+    assert rep.diagnosis(R.Thresholds(k=3, recall=0.0, mrr=0.4, ndcg=0.0, min_queries=1)).verdict == "undecided"
 
 
 def test_diagnosis_points_at_generation_when_answers_are_unfaithful(small):
@@ -333,8 +393,12 @@ def test_diagnosis_points_at_generation_when_answers_are_unfaithful(small):
     rep = R.retrieval_report(small, ["mrr"])
     assert rep.answers == {"yes": 0, "partly": 1, "no": 2}
     assert rep.faithfulness == pytest.approx(0.5 / 3)
-    d = rep.diagnosis(R.Thresholds(k=3, recall=0.5, mrr=0.4, ndcg=0.1, faithfulness=0.8, min_queries=1))
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.0, mrr=0.0, ndcg=0.0, faithfulness=0.8, min_queries=1))
+    faith = d.checks[3]
+    assert faith.value == pytest.approx(0.5 / 3) and faith.ci_high <= 0.5 and faith.n == 3
     assert d.verdict == "generation" and "17% of the answers are faithful" in d.advice
+    d = rep.diagnosis(R.Thresholds(k=3, recall=0.0, mrr=0.0, ndcg=0.0, faithfulness=0.3, min_queries=1))
+    assert d.verdict == "undecided" and "more judged answers" in d.advice
 
 
 # --- two retrievers ----------------------------------------------------------------------------------
@@ -499,7 +563,10 @@ def test_patched_report_equals_a_full_recompute_at_scale(tmp_path):
     for origin in ("log", "synthetic"):
         a, b = patched.segments()[origin], full.segments()[origin]
         assert a["n_queries"] == b["n_queries"] and _close(a["metrics"], b["metrics"])
-    assert patched.curve().equals(full.curve())
+    pc, fc = patched.curve(), full.curve()  # the bands' sums were patched: equal up to float rounding
+    assert pc[["metric", "k", "mean", "n"]].equals(fc[["metric", "k", "mean", "n"]])
+    assert np.allclose(pc[["ci_low", "ci_high"]].to_numpy(float), fc[["ci_low", "ci_high"]].to_numpy(float),
+                       rtol=0, atol=1e-9)
     synthetic = R.retrieval_report(db, specs, origin="synthetic", reuse=True)
     assert _close(synthetic.metrics, full.segments()["synthetic"]["metrics"])
 

@@ -28,6 +28,8 @@ Conventions:
   undefined the interval itself is None.
 - The bootstrap resamples pairs, or whole clusters of pairs (``clusters=``): ``run_agreement``
   resamples queries, since the chunks of one query are graded together and are not independent.
+- Names: ``DISPLAY_NAMES`` / ``display_name`` give each raw key the name people read ("Cohen's
+  kappa", "weighted kappa (linear)", "kappa, relevant vs not"...); JSON keeps the raw keys.
 - Human-human pairs: every pair of annotators who submitted a grade for the same item.
   Krippendorff's alpha weighs a pair from an item with m annotators by 1/(m-1), which makes it
   identical to the package's alpha over all annotators.
@@ -37,11 +39,13 @@ from .runs import Agreement, Comparison, compare_runs, drift, retriever_agreemen
 from .stats import (
     ANSWER_STATISTICS,
     DEFAULT_MIN_N,
+    DISPLAY_NAMES,
     STATISTICS,
     HumanPairs,
     OrdinalArrays,
     Stat,
     count_tables,
+    display_name,
     human_pairs,
     ordinal_agreement,
     ordinal_arrays,
@@ -51,7 +55,7 @@ from .stats import (
 )
 
 __all__ = [
-    "ANSWER_STATISTICS", "DEFAULT_MIN_N", "STATISTICS", "Agreement", "Comparison", "HumanPairs", "OrdinalArrays",
-    "Stat", "compare_runs", "count_tables", "drift", "human_pairs", "ordinal_agreement", "ordinal_arrays",
+    "ANSWER_STATISTICS", "DEFAULT_MIN_N", "DISPLAY_NAMES", "STATISTICS", "Agreement", "Comparison", "HumanPairs", "OrdinalArrays",
+    "Stat", "compare_runs", "count_tables", "display_name", "drift", "human_pairs", "ordinal_agreement", "ordinal_arrays",
     "paired_difference", "resample_indices", "retriever_agreement", "roc_auc", "run_agreement",
 ]

@@ -156,6 +156,10 @@ def run_agreement(db: sqlite_utils.Database, run_id: int, *, n_resamples: int = 
                                 alpha_data=hp.reliability if hp.first.size else None,
                                 names=("the first annotator", "the second annotator"),
                                 clusters=hp.clusters if by_query else None)
+    if hp.first.size == 0:  # say why the ceiling is missing in the words a lead uses
+        for stat in ceiling.values():
+            if stat.value is None or stat.n == 0:
+                stat.reason = "no overlap between annotators: no item was labeled by two of them"
     section = None
     if retrievers and by_query:
         logged = judges.retrievers(db)

@@ -37,6 +37,32 @@ STATISTICS: dict[str, str] = {
 }
 ANSWER_STATISTICS: dict[str, str] = {"roc_auc": "ROC AUC of the judge's faithfulness score vs humans' 'yes'"}
 
+#: What people call each statistic: the pages and the CLI's text show these, JSON keeps the raw keys.
+DISPLAY_NAMES: dict[str, str] = {
+    "exact_agreement": "exact agreement",
+    "cohen_kappa": "Cohen's kappa",
+    "kappa_linear": "weighted kappa (linear)",
+    "kappa_quadratic": "weighted kappa (quadratic)",
+    "kappa_collapsed": "kappa, relevant vs not",
+    "krippendorff_alpha": "Krippendorff's alpha",
+    "spearman_rho": "Spearman's rho",
+    "precision": "precision (relevant)",
+    "recall": "recall (relevant)",
+    "f1": "F1 (relevant)",
+    "bias": "bias (judge − human grade)",
+    "over_grading": "share graded higher",
+    "under_grading": "share graded lower",
+    "confusion_matrix": "confusion matrix",
+    "roc_auc": "ROC AUC (faithfulness score)",
+    "kendall_tau": "Kendall's tau",
+}
+
+
+def display_name(key: str) -> str:
+    """The name people read for a statistic's raw key (``cohen_kappa`` -> "Cohen's kappa"); an
+    unknown key is returned as it is."""
+    return DISPLAY_NAMES.get(key, key)
+
 
 @dataclass
 class Stat:

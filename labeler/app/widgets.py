@@ -97,19 +97,32 @@ def _team_progress(db_path: str) -> Any:
     return labels.progress(state.get_db(), with_grades=False)
 
 
+_OVERLAP_HELP = ("Items and labels are counted apart: with overlap, one item is labeled by several annotators, "
+                 "so it takes several labels and counts as done only when all of them finished it.")
+
+
 def progress_panel(db: Any, annotator: str) -> None:
-    """Mine (live) and the team's progress (refreshed every 10 s), items left, median time, ETA."""
+    """Mine (live) and the team's progress (refreshed every 10 s): items done (items), labels
+    submitted and still needed (labels; the overlap between them explained), median time, ETA."""
     team = _team_progress(state.db_path())
     mine = labels.annotator_counts(db, annotator)
     role = labels.get_role(db, annotator)
     st.markdown(f"**{escape_markdown(annotator)}**" + (f" · {role}" if role else ""))
     c1, c2 = st.columns(2)
-    c1.metric("My submitted", mine["submitted"])
-    c2.metric("Team submitted", max(team.submitted, mine["submitted"]))
-    c1.metric("Still needed", team.items_left, help="labels still needed: items x annotators, overlap included")
+    c1.metric("My labels", mine["submitted"], help="items I submitted")
+    c2.metric("Team labels", max(team.submitted, mine["submitted"]),
+              help="labels submitted by everyone: an item labeled by two annotators counts twice. " + _OVERLAP_HELP)
+    c1.metric("Labels still needed", team.items_left,
+              help=f"labels, not items: the {team.items_open:,} unfinished items still need this many labels. "
+                   + _OVERLAP_HELP)
     c2.metric("Median / item", _duration(team.median_seconds))
-    st.caption(f"ETA {_duration(team.eta_seconds)} with {team.active_annotators} active annotator(s); "
-               f"I skipped {mine['skipped']}, flagged {mine['flagged']}, discarded {mine['discarded']}")
+    now = team.labeling_now
+    who = (f"{now} annotator{'s' if now != 1 else ''} labeling in the app in the last {team.recent_minutes:.0f} min"
+           if now else f"nobody labeled in the app in the last {team.recent_minutes:.0f} min")
+    st.caption(f"ETA {_duration(team.eta_seconds)} with {who}; I skipped {mine['skipped']}, flagged "
+               f"{mine['flagged']}, discarded {mine['discarded']}",
+               help="ETA = labels still needed × median time per item ÷ annotators labeling now (imports do not "
+                    "count)")
     if team.items:
         st.progress(min(team.items_done / team.items, 1.0), text=f"{team.items_done} of {team.items} items done")
 

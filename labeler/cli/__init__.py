@@ -860,10 +860,10 @@ def _fmt_value(value: Any) -> str:
 
 def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None = None) -> str:
     if stat["value"] is None:
-        line = f"{name:<20} undefined: {stat.get('reason', '')}"
+        line = f"{name:<28} undefined: {stat.get('reason', '')}"
     else:
         ci = f"[{_fmt_value(stat['ci_low'])}, {_fmt_value(stat['ci_high'])}]" if stat["ci_low"] is not None else ""
-        line = f"{name:<20} {_fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
+        line = f"{name:<28} {_fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
     if ceiling is not None and ceiling.get("value") is not None:
         line += f"   human-human {_fmt_value(ceiling['value'])}"
     return line
@@ -957,7 +957,7 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
 
         labeler judge agreement 3 --json
     """
-    from ..agreement import run_agreement
+    from ..agreement import display_name, run_agreement
     from ..judge import gate
 
     db = _open(ctx)
@@ -974,12 +974,12 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
     for name, stat in result.statistics.items():
         if name != "confusion_matrix":
             ceiling = result.human_human.get(name)
-            click.echo(_stat_text(name, stat.to_dict(), ceiling.to_dict() if ceiling else None))
+            click.echo(_stat_text(display_name(name), stat.to_dict(), ceiling.to_dict() if ceiling else None))
     matrix = result.statistics["confusion_matrix"].value
     click.echo("confusion matrix (rows human, columns judge): " + " | ".join(" ".join(map(str, r)) for r in matrix))
     if out["retrievers"] and out["retrievers"]["metrics"]:
         for name, tau in out["retrievers"]["kendall_tau"].items():
-            click.echo(_stat_text(f"kendall_tau {name}", tau))
+            click.echo(_stat_text(f"{display_name('kendall_tau')} {name}", tau))
     if any(result.excluded.values()):
         click.echo("left out: " + ", ".join(f"{v} {k}" for k, v in result.excluded.items() if v))
     click.echo(f"gate: {'passed' if verdict.passed else 'failed'}: " + "; ".join(verdict.reasons))
@@ -1000,7 +1000,7 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
 
         labeler judge compare 3 4 --json
     """
-    from ..agreement import compare_runs
+    from ..agreement import compare_runs, display_name
 
     result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
     if as_json:
@@ -1013,9 +1013,10 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
         sa, sb = result.a.statistics[name], result.b.statistics[name]
         d = stat.to_dict()
         ci = f"[{_fmt_value(d['ci_low'])}, {_fmt_value(d['ci_high'])}]" if d["ci_low"] is not None else ""
-        click.echo(f"{name:<20} {_fmt_value(sa.value):>7} {_fmt_value(sb.value):>7}   B-A {_fmt_value(d['value']):>7} {ci}")
+        click.echo(f"{display_name(name):<28} {_fmt_value(sa.value):>7} {_fmt_value(sb.value):>7}   "
+                   f"B-A {_fmt_value(d['value']):>7} {ci}")
     click.echo(f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
-               f"kappa {_fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
+               f"Cohen's kappa {_fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
 
 
 @judge_group.command("list", context_settings=CONTEXT_SETTINGS)

@@ -41,7 +41,7 @@ from .items import (
     retriever_names,
 )
 from .pool import PoolChunk, Source, pool, requeue_after_ingest, set_pool_settings
-from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
+from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, labeling_now, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
 from .reads import Chunk, HistoryEntry, Item, get_item, history, previous_item
 from .streams import GradeEvent, StreamResult, apply_grade_events, stream_acks
@@ -115,6 +115,7 @@ __all__ = [
     "next_item",
     "pool",
     "previous_item",
+    "labeling_now",
     "progress",
     "queue_counts",
     "release",

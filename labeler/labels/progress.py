@@ -34,14 +34,18 @@ class AnnotatorProgress:
 class Progress:
     """Team progress.
 
-    ``items`` = queued items; ``items_done`` = those whose target of annotators all finished them;
-    ``items_left`` = open slots (for each unfinished item, its target minus those who finished
-    it) plus ``requeued`` (submitted items an ingest added pool chunks to, back with their
+    Items and labels are counted apart: with overlap (several annotators per item) one item takes
+    several labels. ``items`` = queued items; ``items_done`` = items whose target of annotators all
+    finished them; ``submitted`` / ``skipped`` / ... = labels (one per annotator and item);
+    ``items_left`` = labels still needed (for each unfinished item, its target minus those who
+    finished it) plus ``requeued`` (submitted items an ingest added pool chunks to, back with their
     annotators); ``median_seconds`` = median time of submitted items with time recorded (items with 0
     seconds are left out), per annotator and for the team; ``active_annotators`` = annotators who
     finished an item (submit, skip, flag, discard) within ``active_days`` of ``now``;
-    ``eta_seconds`` = items_left * median_seconds / active_annotators (0 when nothing is left, None
-    when there is no timing yet or nobody is active).
+    ``labeling_now`` = annotators whose Label page (a browser session of the app) saved a grade or a
+    submit within ``recent_minutes`` of ``now``: imports (``labeler import``, the demo) and scripts
+    do not count; ``eta_seconds`` = items_left * median_seconds / labeling_now (0 when nothing is
+    left, None when there is no timing yet or nobody is labeling now).
     """
 
     annotators: list[AnnotatorProgress] = field(default_factory=list)
@@ -55,7 +59,14 @@ class Progress:
     requeued: int = 0
     median_seconds: float | None = None
     active_annotators: int = 0
+    labeling_now: int = 0
+    recent_minutes: float = 30
     eta_seconds: float | None = None
+
+    @property
+    def items_open(self) -> int:
+        """Items some planned annotator has not finished yet."""
+        return self.items - self.items_done
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,8 +84,17 @@ def _median_seconds(db: sqlite_utils.Database, where: str, params: list[Any]) ->
     return (middle[0] + middle[1]) / 2
 
 
+def labeling_now(db: sqlite_utils.Database, *, now: When = None, minutes: float = 30) -> list[str]:
+    """Annotators whose Label page saved a grade or a submit within ``minutes`` of ``now``: the
+    grading widget's streams (``grade_streams``, written only by browser sessions of the app), so
+    imported labels and scripts never count as someone labeling."""
+    cutoff = stamp(parse_time(now) - timedelta(minutes=minutes))
+    return [r[0] for r in db.execute(
+        "SELECT DISTINCT annotator FROM grade_streams WHERE updated_at >= ? ORDER BY annotator", [cutoff])]
+
+
 def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float = 7,
-             with_grades: bool = True) -> Progress:
+             with_grades: bool = True, recent_minutes: float = 30) -> Progress:
     """Per-annotator and team progress with items left and ETA; see ``Progress``.
 
     Reads indexes only (a few ms at 100k labeled items), so a page may call it on every rerun.
@@ -112,11 +132,12 @@ def progress(db: sqlite_utils.Database, *, now: When = None, active_days: float 
         items=items, items_done=items - unfinished, items_left=left, requeued=requeued,
         median_seconds=_median_seconds(db, "status = 'submitted'", []),
         active_annotators=sum(p.active for p in people.values()),
+        labeling_now=len(labeling_now(db, now=now, minutes=recent_minutes)), recent_minutes=recent_minutes,
     )
     if left == 0:
         result.eta_seconds = 0.0
-    elif result.median_seconds is not None and result.active_annotators:
-        result.eta_seconds = left * result.median_seconds / result.active_annotators
+    elif result.median_seconds is not None and result.labeling_now:
+        result.eta_seconds = left * result.median_seconds / result.labeling_now
     return result
 
 

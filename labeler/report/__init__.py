@@ -6,7 +6,8 @@ human labels (:func:`labeler.labels.golden_labels`) from the database and hands 
 bootstrap CIs, the paired test). On top it adds what a team asks next: segments by origin, judged@k,
 the metric-vs-k curve, the worst queries, how many more labeled queries a CI half-width of 0.05
 needs, a paired comparison of two retrievers, and a diagnosis that follows the RAG-evaluation
-decision tree (retrieval, then ranking, then generation) and states the thresholds it used.
+decision tree (retrieval, then ranking, then generation), states the thresholds it used, and gives a
+verdict only where a 95% CI lies on one side of its threshold (else how many more labels would tell).
 
 Which queries count: those with at least one consolidated label (submitted, non-discarded);
 synthetic questions only once accepted in review. A query without any relevant chunk (grade >=
@@ -18,20 +19,20 @@ else ``production``, else a one-line error naming them); never one that logged n
 
 Modules: ``specs`` (spec expansion, constants), ``load`` (the small SQL helpers and the reuse of
 loaded inputs while the database is unchanged), ``core`` (:class:`Report`,
-:func:`retrieval_report`, the diagnosis), ``compare`` (two retrievers, paired test).
+:func:`retrieval_report`, the worst queries), ``diagnosis`` (the decision tree and its CI rule), ``compare`` (two retrievers, paired test).
 """
 
 from .compare import Comparison, compare_retrievers
 from .core import (
     PAGE_FAMILIES,
-    Diagnosis,
     Report,
-    Thresholds,
     curve_families,
     prepare,
     retrieval_report,
     worst_queries,
+    worst_ties,
 )
+from .diagnosis import NO_ANSWERS, Check, Diagnosis, Thresholds, more_to_decide
 from .load import clear_cache, data_token, logged_queries, resolve_retriever, retrievers
 from .specs import (
     DEFAULT_KS,
@@ -50,9 +51,11 @@ __all__ = [
     "DEFAULT_METRICS",
     "HALF_WIDTH",
     "JUDGED_MINIMUM",
+    "NO_ANSWERS",
     "PAGE_FAMILIES",
     "ORIGINS",
     "Z95",
+    "Check",
     "Comparison",
     "Diagnosis",
     "Report",
@@ -65,9 +68,11 @@ __all__ = [
     "expand_specs",
     "judged_warning",
     "logged_queries",
+    "more_to_decide",
     "prepare",
     "resolve_retriever",
     "retrieval_report",
     "retrievers",
     "worst_queries",
+    "worst_ties",
 ]

@@ -17,6 +17,7 @@ import sqlite_utils
 from .. import db as store
 from .. import metrics as m
 from ..labels._common import When, stamp
+from .diagnosis import Diagnosis, Thresholds, diagnose
 from .load import (
     _REPORTS,
     _answer_judgments,
@@ -38,59 +39,6 @@ from .specs import (
     judged_warning,
 )
 from .state import Measured
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The cut-offs of the diagnosis decision tree (each a mean over labeled queries, 0..1).
-
-    ``k``: the cutoff of recall@k and nDCG@k. ``recall``: recall@k below it means the relevant
-    chunks are not retrieved. ``mrr`` / ``ndcg``: with good recall, MRR or nDCG@k below it means
-    they are ranked too low. ``faithfulness``: with good retrieval, the share of production answers
-    judged faithful to the chunks (yes = 1, partly = 0.5) below it points at generation.
-    ``min_queries``: fewer labeled queries with a relevant chunk than this and no verdict is given.
-    """
-
-    k: int = 5
-    recall: float = 0.8
-    mrr: float = 0.6
-    ndcg: float = 0.6
-    faithfulness: float = 0.8
-    min_queries: int = 10
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """Where the pipeline loses quality. ``verdict``: ``retrieval``, ``ranking``, ``generation``,
-    ``healthy`` or ``not_enough_data``; ``values`` holds the means the tree looked at (None when
-    unknown) and ``thresholds`` the cut-offs it used."""
-
-    verdict: str
-    title: str
-    advice: str
-    values: dict[str, float | None]
-    thresholds: Thresholds
-    n_queries: int
-
-
-_ADVICE = {
-    "not_enough_data": ("Not enough labels yet",
-                        "Label at least {min_queries} queries that have a relevant chunk before reading a verdict."),
-    "retrieval": ("Retrieval is the bottleneck",
-                  "recall@{k} = {recall:.2f} < {t_recall}: the relevant chunks are not in the top {k}. Fix "
-                  "chunking (size, overlap, boundaries), the embeddings (a stronger or domain-tuned model), or "
-                  "add hybrid search (BM25 + vectors)."),
-    "ranking": ("Ranking is the bottleneck",
-                "recall@{k} = {recall:.2f} passes {t_recall}, but {low}: the relevant chunks are retrieved "
-                "but ranked too low. Add a reranker (a cross-encoder over the top candidates)."),
-    "generation": ("Generation is the bottleneck",
-                   "Retrieval is good (recall@{k} = {recall:.2f}, MRR = {mrr:.2f}), but only {faithfulness:.0%} "
-                   "of the answers are faithful to the chunks (< {t_faithfulness:.0%}). Fix the generation: "
-                   "prompt, grounding and citation instructions, or the model."),
-    "healthy": ("No bottleneck found",
-                "recall@{k} = {recall:.2f}, MRR = {mrr:.2f}, nDCG@{k} = {ndcg:.2f} and faithfulness {faith} "
-                "all pass their thresholds."),
-}
 
 
 @dataclass
@@ -220,7 +168,8 @@ class Report:
 
     def curve(self, names: Sequence[str] = ("recall", "precision", "ndcg"),
               ks: Sequence[int] | None = None) -> pd.DataFrame:
-        """Mean of each metric at each cutoff: columns metric, k, mean, n (long form, for a chart).
+        """Mean of each metric at each cutoff with its 95% bootstrap CI: columns metric, k, mean,
+        ci_low, ci_high, n (long form, for a chart; None where no query has a relevant chunk).
         ``ks`` defaults to 1, 2, 3, 5, 10, 20 up to the deepest logged rank, plus the specs' cutoffs."""
         if ks is None:
             deepest = int(self.per_query["n_retrieved"].max()) if len(self.per_query) else 10
@@ -231,44 +180,26 @@ class Report:
             m.parse_metric(s)
         rows = []
         if len(self.per_query):
-            values = self._extra(specs)
+            stats = self.aggregate(specs)
             for name in names:
                 for k in ks:
-                    v = values[f"{name}@{k}"]
-                    rows.append({"metric": name, "k": int(k), "mean": float(v.mean()) if v.notna().any() else None,
-                                 "n": int(v.notna().sum())})
-        return pd.DataFrame(rows, columns=["metric", "k", "mean", "n"])
+                    v = stats[f"{name}@{k}"]
+                    rows.append({"metric": name, "k": int(k), "mean": v["mean"], "ci_low": v["ci_low"],
+                                 "ci_high": v["ci_high"], "n": int(v["n"])})
+        return pd.DataFrame(rows, columns=["metric", "k", "mean", "ci_low", "ci_high", "n"])
+
+    def aggregate(self, specs: Sequence[str], confidence: float = 0.95) -> dict[str, dict]:
+        """Mean, 95% CI and n of any specs on the report's queries (same seed and resamples as the
+        tiles): {spec: {"mean", "ci_low", "ci_high", "n"}}."""
+        return self._measured.aggregate(list(dict.fromkeys(specs)), self.filters.get("origin"), seed=self.seed,
+                                        n_resamples=self.n_resamples, confidence=confidence)
 
     def diagnosis(self, thresholds: Thresholds | None = None) -> Diagnosis:
-        """Follow the decision tree: low recall@k -> retrieval; good recall but low MRR or nDCG@k ->
-        ranking; good retrieval but low answer faithfulness -> generation; else healthy."""
-        t = thresholds or Thresholds()
-        specs = [f"recall@{t.k}", "mrr", f"ndcg@{t.k}"]
-        n = self.n_queries - self.n_without_relevant
-        values: dict[str, float | None] = dict.fromkeys(specs)
-        if n:
-            extra = self._extra(specs)
-            values = {s: float(extra[s].mean()) for s in specs}
-        values["faithfulness"] = self.faithfulness
-        recall, mrr, ndcg, faith = values[specs[0]], values["mrr"], values[specs[2]], values["faithfulness"]
-        if n < t.min_queries:
-            verdict = "not_enough_data"
-        elif recall < t.recall:
-            verdict = "retrieval"
-        elif mrr < t.mrr or ndcg < t.ndcg:
-            verdict = "ranking"
-        elif faith is not None and faith < t.faithfulness:
-            verdict = "generation"
-        else:
-            verdict = "healthy"
-        title, advice = _ADVICE[verdict]
-        advice = advice.format(
-            k=t.k, recall=recall or 0.0, mrr=mrr or 0.0, ndcg=ndcg or 0.0, faithfulness=faith or 0.0,
-            min_queries=t.min_queries, t_recall=t.recall, t_mrr=t.mrr, t_ndcg=t.ndcg, t_faithfulness=t.faithfulness,
-            faith="unknown (no answer judged yet)" if faith is None else f"{faith:.0%}",
-            low=" and ".join(f"{name} = {v:.2f} < {cut}" for name, v, cut in
-                             (("MRR", mrr, t.mrr), (f"nDCG@{t.k}", ndcg, t.ndcg)) if v is not None and v < cut))
-        return Diagnosis(verdict, title, advice, values, t, n)
+        """Follow the decision tree (low recall@k -> retrieval; good recall but low MRR or nDCG@k ->
+        ranking; good retrieval but low answer faithfulness -> generation; else healthy), stating a
+        verdict only where the 95% CI is on one side of the threshold: see
+        :mod:`labeler.report.diagnosis`."""
+        return diagnose(self, thresholds)
 
 
 def retrieval_report(
@@ -363,20 +294,57 @@ def prepare(db: sqlite_utils.Database, families: Sequence[str] = PAGE_FAMILIES, 
 def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = None, *,
                   limit: int = 20) -> pd.DataFrame:
     """The ``limit`` queries with the lowest ``spec`` (default: the report's first spec), lowest
-    first, ties by query_id; queries without a relevant chunk are left out. Columns query_pk,
-    query_id, origin, question, value, n_relevant, n_retrieved."""
+    first; queries without a relevant chunk are left out. Ties are broken by how far the relevant
+    chunks sit: the first relevant rank, deepest first (no relevant chunk retrieved at all comes
+    first), then the count of relevant chunks missing from the top k (k = the spec's cutoff, the
+    whole logged ranking for specs without one), most first; then query_id. Columns query_pk,
+    query_id, origin, question, value, first_relevant_rank (None: none retrieved), missing_relevant,
+    k (the cutoff missing_relevant counts from), n_relevant, n_retrieved. :func:`worst_ties` says when the list cuts through a tie."""
     spec = spec or report.specs[0]
     if spec not in report.per_query.columns:
         raise ReportError(f"the report has no metric {spec!r}; it has: {', '.join(report.specs)}")
-    pq = report.per_query[report.per_query[spec].notna()]
-    if len(pq) > limit:
-        # partial selection first: sorting 100k rows on every rerun is the slow part
-        cut = np.partition(pq[spec].to_numpy(), limit - 1)[limit - 1]
-        pq = pq[pq[spec] <= cut]
-    pq = pq.sort_values([spec, "query_id"], kind="stable").head(limit)
+    values = report.per_query[spec].to_numpy(dtype=float)
+    keep = ~np.isnan(values)
+    if keep.sum() > limit:
+        # partial selection first: sorting 100k rows on every rerun is the slow part; every query
+        # tied with the cut stays in, the tie-breakers decide among them
+        cut = np.partition(values[keep], limit - 1)[limit - 1]
+        keep &= values <= cut + _TIE
+    pq = report.per_query[keep]
+    k = m.parse_metric(spec).k or max(1, int(report.per_query["n_retrieved"].max()))
+    depth = report._extra(["mrr", f"recall@{k}"])[keep]
+    mrr = depth["mrr"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore"):
+        first = np.where(mrr > 0, np.round(1.0 / mrr), np.inf)
+    n_relevant = pq["n_relevant"].to_numpy(dtype=float)
+    missing = np.round(n_relevant * (1.0 - depth[f"recall@{k}"].to_numpy(dtype=float))).astype(np.int64)
+    order = pd.DataFrame({"value": np.round(pq[spec].to_numpy(dtype=float), 12), "first": -first,
+                          "missing": -missing, "query_id": pq["query_id"].to_numpy()})
+    rows = order.sort_values(["value", "first", "missing", "query_id"], kind="stable").index[:limit]
+    pos = order.index.get_indexer(rows)
+    pq = pq.iloc[pos]
     questions = dict(db.execute("SELECT pk, question FROM queries WHERE pk IN (SELECT value FROM json_each(?))",
                                 [_json_ints(pq["query_pk"])]).fetchall())
     return pd.DataFrame({"query_pk": pq["query_pk"].to_numpy(), "query_id": pq["query_id"].to_numpy(),
                          "origin": pq["origin"].to_numpy(), "question": [questions.get(int(p)) for p in pq["query_pk"]],
-                         "value": pq[spec].to_numpy(dtype=float), "n_relevant": pq["n_relevant"].to_numpy(),
+                         "value": pq[spec].to_numpy(dtype=float),
+                         "first_relevant_rank": pd.Series([None if np.isinf(f) else int(f) for f in first[pos]], dtype=object),
+                         "missing_relevant": missing[pos], "k": k, "n_relevant": pq["n_relevant"].to_numpy(),
                          "n_retrieved": pq["n_retrieved"].to_numpy()})
+
+
+_TIE = 1e-12  # per-query values closer than this count as tied
+
+
+def worst_ties(report: Report, spec: str, worst: pd.DataFrame) -> str | None:
+    """"12 queries at 0.000, showing 10" when the worst-queries list ``worst`` (of ``spec``) stops
+    inside a group of tied values, so the list does not look like an order it is not; else None."""
+    if worst.empty:
+        return None
+    last = float(worst["value"].iloc[-1])
+    values = report.per_query[spec].to_numpy(dtype=float)
+    tied = int((np.abs(values[~np.isnan(values)] - last) <= _TIE).sum())
+    shown = int((np.abs(worst["value"].to_numpy(dtype=float) - last) <= _TIE).sum())
+    if tied <= shown:
+        return None
+    return f"{tied:,} queries at {last:.3f}, showing {shown}"

@@ -34,6 +34,19 @@ def test_dashboard_disagreements_tag_and_relabel(tmp_path, ingest_tiny, start_ap
     page.get_by_role("link", name="Judge").click()
     page.get_by_text("Gate not passed").wait_for()
     page.get_by_text("rows: consolidated human grade", exact=False).wait_for()
+    # the dot-and-whisker chart: every statistic named for people, the judge's dot and CI whisker next to
+    # the human-human ceiling's, and the gate's bar as a tick on the statistic it checks
+    whiskers = page.get_by_test_id("stVegaLiteChart").first
+    gate_bar = whiskers.locator('svg [aria-roledescription="tick"]')
+    gate_bar.first.wait_for(state="attached")
+    assert gate_bar.count() == 1 and "kappa, relevant vs not" in gate_bar.first.get_attribute("aria-label")
+    labels = whiskers.locator("svg .role-axis-label text").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert "Cohen's kappa" in labels and "kappa, relevant vs not" in labels and "cohen_kappa" not in labels
+    dots = whiskers.locator('svg [aria-roledescription="point"]').evaluate_all(
+        "ps => ps.map(p => p.getAttribute('aria-label'))")
+    assert any("human-human (ceiling)" in d for d in dots) and any("judge vs humans" in d for d in dots)
+    assert whiskers.locator('svg [aria-roledescription="rule mark"]').count() == len(dots)  # a whisker per dot
+    assert page.get_by_text("None", exact=True).count() == 0
 
     page.get_by_role("tab", name="Disagreements").click()
     page.get_by_text(HOSTILE, exact=False).first.wait_for()

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from labeler import agreement, judge, llm
-from labeler.app import auth, state, widgets
+from labeler.app import auth, charts, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -62,7 +62,23 @@ def _num(value: Any) -> str:
 
 
 def _ci(stat: agreement.Stat | None) -> str:
-    return "" if stat is None or stat.ci_low is None else f"{stat.ci_low:.3f} – {stat.ci_high:.3f}"
+    return "–" if stat is None or stat.ci_low is None else f"{stat.ci_low:.3f} – {stat.ci_high:.3f}"
+
+
+def _value(stat: agreement.Stat | None) -> str:
+    return "–" if stat is None else _num(stat.value)
+
+
+def _note(stat: agreement.Stat | None, ceiling: agreement.Stat | None, has_ceiling: bool) -> str:
+    """Why a cell shows –: the judge's reason, then the ceiling's (never the word None)."""
+    parts = []
+    if stat is not None and (stat.reason or stat.note):
+        parts.append(f"judge: {stat.reason or stat.note}")
+    if not has_ceiling:
+        parts.append("ceiling: not computed between annotators")
+    elif ceiling is not None and (ceiling.reason or ceiling.note):
+        parts.append(f"ceiling: {ceiling.reason or ceiling.note}")
+    return "; ".join(parts)
 
 
 def _levels(a: agreement.Agreement) -> list[str]:
@@ -103,19 +119,24 @@ with tab_agree:
             if name == "confusion_matrix":
                 continue
             ceiling = current.human_human.get(name)
-            rows.append({"statistic": name, "judge vs humans": stat.value, "95% CI": _ci(stat), "n": stat.n,
-                         "human-human (ceiling)": ceiling.value if ceiling else None, "ceiling CI": _ci(ceiling),
-                         "ceiling n": ceiling.n if ceiling else None,
-                         "note": stat.reason or stat.note or ""})
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="jd_stats", height=35 * (len(rows) + 1) + 3,
-                     column_config={"judge vs humans": st.column_config.NumberColumn(format="%.3f"),
-                                    "human-human (ceiling)": st.column_config.NumberColumn(format="%.3f")})
+            rows.append({"statistic": agreement.display_name(name), "judge vs humans": _value(stat),
+                         "95% CI": _ci(stat), "n": stat.n, "human-human (ceiling)": _value(ceiling),
+                         "ceiling CI": _ci(ceiling), "ceiling n": _num(ceiling.n if ceiling else None),
+                         "note": _note(stat, ceiling, name in current.human_human)})
+        chart = charts.agreement_whiskers(current, verdict.settings or judge.gate_settings(db))
+        if chart is not None:
+            st.altair_chart(chart, width="stretch", key="jd_whiskers")
+        if not any(s.defined for name, s in current.human_human.items() if name != "confusion_matrix"):
+            reason = next((s.reason for s in current.human_human.values() if s.reason), "no human-human pairs")
+            st.caption(f"No human-human ceiling to compare with: {widgets.escape_markdown(reason)}.")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="jd_stats", height=35 * (len(rows) + 1) + 3)
         b = current.n_resamples
         unit = "queries (all chunks of a drawn query together)" if current.run.kind == "relevance" else "items"
         st.caption(f"95% percentile bootstrap CIs resampling {unit}, {b} resamples, seed {current.seed}; n counts "
                    f"pairs. Relevant = grade ≥ "
                    f"{current.threshold}. Human-human: every pair of annotators on the same item "
-                   f"({current.human_items} overlapped items). Undefined statistics show – with the reason. Left out: "
+                   f"({current.human_items} overlapped items). Undefined statistics show – with the reason (note column); the chart leaves them "
+                   "out, and bias (in grade steps). The red tick is the gate's bar. Left out: "
                    + (", ".join(f"{v} {k}" for k, v in current.excluded.items() if v) or "nothing") + ".")
         matrix = current.statistics["confusion_matrix"].value
         grades = _levels(current)
@@ -135,8 +156,8 @@ with tab_agree:
         if section and section["metrics"]:
             st.markdown(f"**Retrievers by judge vs by humans** (same {section['queries']} queries, k={section['k']})")
             st.dataframe(pd.DataFrame([
-                {"retriever": r, "metric": spec, "humans": by["human"].value, "humans CI": _ci(by["human"]),
-                 "judge": by["judge"].value, "judge CI": _ci(by["judge"]), "n": by["human"].n}
+                {"retriever": r, "metric": spec, "humans": _value(by["human"]), "humans CI": _ci(by["human"]),
+                 "judge": _value(by["judge"]), "judge CI": _ci(by["judge"]), "n": by["human"].n}
                 for r, specs in section["metrics"].items() for spec, by in specs.items()]),
                 hide_index=True, key="jd_retrievers")
             st.caption("Kendall's tau between the retrievers' order by humans and by the judge: "
@@ -231,15 +252,15 @@ with tab_compare:
                 cmp = None
             if cmp is not None:
                 st.dataframe(pd.DataFrame([
-                    {"statistic": name, "A": cmp.a.statistics[name].value, "A CI": _ci(cmp.a.statistics[name]),
-                     "B": cmp.b.statistics[name].value, "B CI": _ci(cmp.b.statistics[name]),
-                     "B − A": diff.value, "B − A CI": _ci(diff), "note": diff.reason or ""}
-                    for name, diff in cmp.difference.items()]), hide_index=True, key="jd_compare",
-                    column_config={c: st.column_config.NumberColumn(format="%.3f") for c in ("A", "B", "B − A")})
+                    {"statistic": agreement.display_name(name), "A": _value(cmp.a.statistics[name]),
+                     "A CI": _ci(cmp.a.statistics[name]), "B": _value(cmp.b.statistics[name]),
+                     "B CI": _ci(cmp.b.statistics[name]), "B − A": _value(diff), "B − A CI": _ci(diff),
+                     "note": diff.reason or ""}
+                    for name, diff in cmp.difference.items()]), hide_index=True, key="jd_compare")
                 between = cmp.between
                 st.caption(f"B − A is paired: both runs on the same {cmp.common} human-labeled items, the same "
                            f"resamples. Run A vs run B on the {between['exact_agreement'].n} items both judged: exact "
-                           f"agreement {_num(between['exact_agreement'].value)}, kappa "
+                           f"agreement {_num(between['exact_agreement'].value)}, Cohen's kappa "
                            f"{_num(between['cohen_kappa'].value)}.")
 
 # --- run a judge --------------------------------------------------------------------------------------------
@@ -321,8 +342,9 @@ with tab_run:
     if runs:
         st.markdown("**All runs**")
         st.dataframe(pd.DataFrame([{"run": r.id, "created": r.created_at, "judge": r.judge, "rubric": r.rubric,
-                                    "model": r.model, "temperature": r.temperature, "items": r.on_set,
-                                    "n": r.items, "failed": r.failed, "status": r.status, "cost": r.cost}
+                                    "model": r.model, "temperature": _num(r.temperature), "items": r.on_set,
+                                    "n": r.items, "failed": r.failed, "status": r.status,
+                                    "cost": "unknown" if r.cost is None else f"${r.cost:.4f}"}
                                    for r in runs]), hide_index=True, key="jd_runs")
 
 # --- stability and drift --------------------------------------------------------------------------------
@@ -365,7 +387,9 @@ with tab_stable:
             st.altair_chart(alt.Chart(long).mark_line(point=True).encode(
                 x=alt.X("run_id:O", title="run"), y=alt.Y("value:Q", title="kappa"), color="kappa:N",
                 tooltip=["run_id", "created_at", "kappa", "value"]), width="stretch", key="jd_drift_chart")
-            st.dataframe(frame, hide_index=True, key="jd_drift")
+            # as text: the first run has no previous one, shown as – rather than None
+            st.dataframe(frame.astype(object).map(lambda v: _num(None if v is None or v != v else v)),
+                         hide_index=True, key="jd_drift")
 
 # --- rubric editor and gate -----------------------------------------------------------------------------
 

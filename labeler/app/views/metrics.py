@@ -15,7 +15,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import report as reports
-from labeler.app import auth, state, topic_sections, widgets
+from labeler.app import auth, charts, state, topic_sections, widgets
 from labeler.errors import LabelerError
 
 FAMILIES = ["recall", "precision", "hit", "ndcg", "ndcg_exp", "mrr", "ap"]
@@ -84,7 +84,14 @@ if rep.n_queries == 0:
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+    return "unknown" if value is None else f"{value:.{digits}f}"
+
+
+def cell(value: float | int | None, digits: int = 3, missing: str = "–") -> str:
+    """A table cell as text: a missing value reads as a dash (the caption says why), never None."""
+    if value is None or value != value:
+        return missing
+    return f"{value:,}" if isinstance(value, int) else f"{value:.{digits}f}"
 
 
 # --- tiles -----------------------------------------------------------------------------------------
@@ -98,7 +105,8 @@ with st.container(key="m_tiles"):
             with col:
                 st.metric(spec, fmt(v["mean"]), border=True,
                           help=f"mean over {v['n']} queries with a relevant chunk")
-                st.caption(f"95% CI [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] · n = {v['n']}")
+                st.caption(f"95% CI [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] · n = {v['n']}" if v["n"]
+                           else "unknown: no query with a relevant chunk")
 st.caption("Judged (share of the top k with any human label): " + " · ".join(
     f"{spec} {fmt(v['mean'], 2)}" for spec, v in rep.judged.items()))
 for line in rep.judged_warnings():
@@ -125,7 +133,9 @@ if len(known) >= 2:
         st.dataframe(pd.DataFrame([
             {"metric": spec, f"A: {cmp_a}": v["a"], f"B: {cmp_b}": v["b"], "A − B": v["diff"], "CI low": v["ci_low"],
              "CI high": v["ci_high"], "p": v["p_value"], "n": v["n"]}
-            for spec, v in comparison.metrics.items()]), hide_index=True, key="m_compare")
+            for spec, v in comparison.metrics.items() if v["n"]]), hide_index=True, key="m_compare")
+        if empty := [spec for spec, v in comparison.metrics.items() if not v["n"]]:
+            st.caption(f"Not compared (no query both ran has a relevant chunk): {', '.join(empty)}")
         st.caption("Judged (share of the top k with any human label): " + " · ".join(
             f"{widgets.escape_markdown(r)} {spec} {fmt(v, 2)}" for r, values in comparison.judged.items()
             for spec, v in values.items()))
@@ -138,10 +148,7 @@ left, right = st.columns(2, gap="large")
 with left:
     st.subheader("Metric vs k")
     curve = rep.curve(names=reports.curve_families(families))
-    chart = alt.Chart(curve.dropna(subset=["mean"])).mark_line(point=True).encode(
-        x=alt.X("k:Q", title="k"), y=alt.Y("mean:Q", title="mean", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("metric:N", title="metric"), tooltip=["metric", "k", alt.Tooltip("mean:Q", format=".3f"), "n"])
-    st.altair_chart(chart, width="stretch")
+    st.altair_chart(charts.metric_curve(curve), width="stretch", key="m_curve")
 with right:
     st.subheader("Per-query values")
     hist_spec = st.selectbox("Metric", rep.specs, key="m_hist_metric")
@@ -159,13 +166,21 @@ if worst is None:
     st.caption("The per-query list is for leads (annotators label blind).")
 elif worst.empty:
     st.caption("No query with a relevant chunk.")
+else:
+    tie = reports.worst_ties(rep, hist_spec, worst)
+    st.caption("Lowest first; equal values: the one whose first relevant chunk sits deepest, then the one missing "
+               "most relevant chunks from the top k." + (f" **{tie}** (the rest tie with the last one shown)."
+                                                         if tie else ""))
 for row in [] if worst is None else worst.itertuples(index=False):
     with st.container(border=True, key=f"m_worst_{row.query_pk}"):
         a, b, c = st.columns([1, 8, 1], vertical_alignment="center")
         a.markdown(f"**{fmt(row.value)}**", help=hist_spec)
         with b:
+            first = ("no relevant chunk retrieved" if row.first_relevant_rank is None
+                     else f"first relevant at rank {row.first_relevant_rank}")
             st.caption(f"{widgets.escape_markdown(row.query_id)} · {row.origin} · {row.n_relevant} relevant, "
-                       f"{row.n_retrieved} retrieved")
+                       f"{row.n_retrieved} retrieved · {first} · {row.missing_relevant} relevant missing from the "
+                       f"top {row.k}")
             widgets.plain_block(row.question)
         if c.button("Open", key=f"m_open_{row.query_pk}", help="Open this query in the Label page"):
             st.session_state[state.OPEN_QUERY] = int(row.query_pk)
@@ -173,47 +188,51 @@ for row in [] if worst is None else worst.itertuples(index=False):
 
 # --- segments, more labels, diagnosis --------------------------------------------------------------
 
-st.subheader("Log vs synthetic")
 segments = rep.segments("origin")
-seg_cols = st.columns(max(len(segments), 1))
-for col, (name, seg) in zip(seg_cols, segments.items(), strict=False):
-    with col:
-        st.markdown(f"**{widgets.escape_markdown(name)}** · {seg['n_queries']} queries "
-                    f"({seg['n_without_relevant']} without a relevant chunk)")
-        st.dataframe(pd.DataFrame([{"metric": s, "mean": v["mean"], "ci_low": v["ci_low"], "ci_high": v["ci_high"],
-                                    "n": v["n"]} for s, v in seg["metrics"].items()]),
-                     hide_index=True, key=f"m_seg_{name}")
-if "synthetic" not in segments:
-    st.caption("No accepted synthetic question is labeled yet: only real traffic is measured.")
+if len(segments) > 1:  # one segment would only repeat the tiles
+    st.subheader("By origin")
+    seg_cols = st.columns(len(segments))
+    for col, (name, seg) in zip(seg_cols, segments.items(), strict=True):
+        with col:
+            st.markdown(f"**{widgets.escape_markdown(name)}** · {seg['n_queries']} queries "
+                        f"({seg['n_without_relevant']} without a relevant chunk)")
+            st.dataframe(pd.DataFrame([{"metric": s, "mean": cell(v["mean"]), "95% CI": (
+                f"[{cell(v['ci_low'])}, {cell(v['ci_high'])}]" if v["n"] else "–"), "n": v["n"]}
+                for s, v in seg["metrics"].items()]), hide_index=True, key=f"m_seg_{name}")
+    st.caption("– = no query of that origin has a relevant chunk.")
+elif segments:
+    st.caption(f"Every labeled query here has origin {next(iter(segments))}"
+               + ("; no accepted synthetic question is labeled yet, so only real traffic is measured."
+                  if "synthetic" not in segments else "."))
 
 st.subheader("How many more labeled queries?")
 needed = rep.more_needed(reports.HALF_WIDTH)
 most = max((v["more_needed"] for v in needed.values() if v["more_needed"] is not None), default=None)
 st.metric("More labeled queries for a CI half-width of ±0.05", "–" if most is None else f"{most:,}",
           help="max over the metrics of ceil((1.96 · sd / 0.05)² − n), sd = per-query standard deviation")
-st.dataframe(pd.DataFrame([{"metric": s, "n": v["n"], "sd": v["sd"], "half-width now": v["half_width"],
-                            "more needed": v["more_needed"]} for s, v in needed.items()]),
+st.dataframe(pd.DataFrame([{"metric": s, "n": v["n"], "sd": cell(v["sd"]), "half-width now": cell(v["half_width"]),
+                            "more needed": cell(v["more_needed"])} for s, v in needed.items()]),
              hide_index=True, key="m_needed")
+if any(v["sd"] is None for v in needed.values()):
+    st.caption("– = fewer than two queries with a relevant chunk: no spread to extrapolate from.")
 
 st.subheader("Diagnosis")
 diagnosis = rep.diagnosis()
 with st.container(border=True, key="m_diagnosis"):
     show = {"retrieval": st.error, "ranking": st.warning, "generation": st.warning, "healthy": st.success,
-            "not_enough_data": st.info}[diagnosis.verdict]
+            "undecided": st.info, "not_enough_data": st.info}[diagnosis.verdict]
     show(f"**{diagnosis.title}**. {diagnosis.advice}")
     t = diagnosis.thresholds
+    reads = {"passes": "passes", "fails": "fails", "undecided": "can't tell yet", "unknown": "unknown"}
     st.dataframe(pd.DataFrame([
-        {"check": f"recall@{t.k}", "value": diagnosis.values.get(f"recall@{t.k}"), "threshold": t.recall,
-         "fails means": "retrieval: chunking, embeddings, hybrid search"},
-        {"check": "mrr", "value": diagnosis.values.get("mrr"), "threshold": t.mrr, "fails means": "ranking: add a reranker"},
-        {"check": f"ndcg@{t.k}", "value": diagnosis.values.get(f"ndcg@{t.k}"), "threshold": t.ndcg,
-         "fails means": "ranking: add a reranker"},
-        {"check": "faithfulness", "value": diagnosis.values.get("faithfulness"), "threshold": t.faithfulness,
-         "fails means": "generation: prompt, grounding, model"},
-    ]), hide_index=True, key="m_diag_table")
-    st.caption(f"Checked in this order; a verdict needs at least {t.min_queries} queries with a relevant chunk "
-               f"({diagnosis.n_queries} now). Faithfulness = share of production answers judged faithful "
-               "(yes = 1, partly = ½) on the Label page.")
+        {"check": c.name, "value [95% CI]": c.shown(), "threshold": c.threshold, "reads": reads[c.reading],
+         "more to tell": c.need_text().removeprefix("need ") if c.reading == "undecided" else "",
+         "fails means": c.fails_means} for c in diagnosis.checks]), hide_index=True, key="m_diag_table")
+    st.caption(f"Checked in this order. A check passes or fails only when its whole 95% CI is on one side of the "
+               f"threshold; else the verdict waits for more labels (about (1.96 · sd / distance to the threshold)² "
+               f"values in all, sd = the per-query standard deviation). A verdict also needs at least "
+               f"{t.min_queries} queries with a relevant chunk ({diagnosis.n_queries} now). Faithfulness = share of "
+               "production answers judged faithful (yes = 1, partly = ½) on the Label page.")
 
 # --- topics, coverage and signals (labeler.app.topic_sections) -------------------------------------
 
