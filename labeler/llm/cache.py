@@ -77,7 +77,8 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
         tasks=len(tasks), unique=len(units), cached=len(cached), to_request=len(units) - len(cached),
         input_tokens=input_tokens, output_tokens=output_tokens,
         cost=config.cost(input_tokens, output_tokens), cost_max=config.cost(input_tokens, output_max),
-        model=config.model, notes=notes)
+        model=config.model, notes=notes, cost_batch=config.cost(input_tokens, output_tokens, batch=True),
+        cost_batch_max=config.cost(input_tokens, output_max, batch=True))
 
 
 

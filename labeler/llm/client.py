@@ -86,6 +86,8 @@ class LLMConfig:
     max_retry_after_s: float = 120
     input_price_per_1m: float | None = None
     output_price_per_1m: float | None = None
+    batch_input_price_per_1m: float | None = None
+    batch_output_price_per_1m: float | None = None
     expected_output_tokens: int = 256
     token_limit_param: str = "max_tokens"
     embedding_model: str | None = None
@@ -157,8 +159,18 @@ class LLMConfig:
         return (self.input_price_per_1m if self.input_price_per_1m is not None else table[0],
                 self.output_price_per_1m if self.output_price_per_1m is not None else table[1])
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        prices = self.prices()
+    def batch_prices(self) -> tuple[float, float] | None:
+        """(input, output) USD per 1M tokens through the Batch API: the configured batch prices, else
+        half the direct prices (OpenAI's batch discount)."""
+        direct = self.prices()
+        configured = (self.batch_input_price_per_1m, self.batch_output_price_per_1m)
+        if direct is None and None in configured:
+            return None
+        return (configured[0] if configured[0] is not None else direct[0] / 2,  # type: ignore[index]
+                configured[1] if configured[1] is not None else direct[1] / 2)  # type: ignore[index]
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, *, batch: bool = False) -> float | None:
+        prices = self.batch_prices() if batch else self.prices()
         if prices is None:
             return None
         return (prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1_000_000
@@ -223,7 +235,8 @@ class RunSummary:
 @dataclass
 class Estimate:
     """A pre-run estimate: tokens by the chars/4 rule (about +-20% for English), cost in USD
-    (None for unknown prices) at the expected output size and at ``max_tokens`` (``cost_max``)."""
+    (None for unknown prices) at the expected output size and at ``max_tokens`` (``cost_max``);
+    ``cost_batch``/``cost_batch_max`` the same at Batch API prices."""
 
     tasks: int
     unique: int
@@ -235,6 +248,8 @@ class Estimate:
     cost_max: float | None
     model: str
     notes: list[str] = field(default_factory=list)
+    cost_batch: float | None = None
+    cost_batch_max: float | None = None
 
 
 # --- requests, schemas and hashes ------------------------------------------------------------
@@ -277,8 +292,9 @@ def _strict(node: Any, root: dict[str, Any]) -> Any:
     return out
 
 
-def _schema_name(model: type[pydantic.BaseModel]) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", model.__name__)[:64] or "answer"
+def _schema_name(model: type[pydantic.BaseModel] | str) -> str:
+    name = model if isinstance(model, str) else model.__name__
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "answer"
 
 
 def request_params(config: LLMConfig, task: Task) -> dict[str, Any]:
