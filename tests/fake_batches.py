@@ -9,7 +9,8 @@ errors naming the line), ``"finalizing"``, ``"completed"`` (every line answered)
 Each line is answered by the server's own chat-completions logic (``FakeOpenAI.complete``), so
 responders and prompt fault markers work as for direct calls. Per-line faults by custom_id
 (``line_faults``): ``"500"``/``"429"`` (a non-200 line in the error file), ``"invalid_json"`` (an
-answer that is not JSON), ``"garbled"`` (an output line that is not JSON), ``"drop"`` (no line).
+answer that is not JSON), ``"garbled"`` (an output line that is not JSON), ``"drop"`` (no line), ``"invalid"`` (the line fails
+validation, so the whole batch does).
 ``interrupt[file_id] = n`` cuts the next download of that file after ``n`` bytes.
 """
 
@@ -113,6 +114,8 @@ class BatchStore:
                         problem = f"url must be {batch['endpoint']} with method POST"
                     elif not isinstance(line.get("body"), dict) or "model" not in line["body"]:
                         problem = "body.model is missing"
+                    if self.line_faults.get(line.get("custom_id")) == "invalid":
+                        problem = "body.messages is not a valid list of messages"
                     seen.add(line.get("custom_id"))
                 except ValueError:
                     problem = "the line is not valid JSON"

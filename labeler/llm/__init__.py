@@ -18,26 +18,27 @@ runner), ``batch`` (the OpenAI Batch API runner: submit, collect, cancel), ``emb
 from __future__ import annotations
 
 from ..errors import LLMError
+from . import batch
 from .cache import estimate
 from .client import (
-                     DEFAULT_MODEL,
-                     MODES,
-                     PRICES,
-                     REPAIR_PROMPT_V1,
-                     SCHEMA_PROMPT_V1,
-                     Estimate,
-                     LLMConfig,
-                     Progress,
-                     RunSummary,
-                     Task,
-                     json_schema_for,
-                     request_body,
-                     request_params,
-                     task_hash,
+    DEFAULT_MODEL,
+    MODES,
+    PRICES,
+    REPAIR_PROMPT_V1,
+    SCHEMA_PROMPT_V1,
+    Estimate,
+    LLMConfig,
+    Progress,
+    RunSummary,
+    Task,
+    json_schema_for,
+    request_body,
+    request_params,
+    task_hash,
 )
 from .direct import run_tasks
 from .embeddings import embed
 
-__all__ = ["DEFAULT_MODEL", "MODES", "PRICES", "REPAIR_PROMPT_V1", "SCHEMA_PROMPT_V1", "Estimate", "LLMConfig", "LLMError",
+__all__ = ["DEFAULT_MODEL", "batch", "MODES", "PRICES", "REPAIR_PROMPT_V1", "SCHEMA_PROMPT_V1", "Estimate", "LLMConfig", "LLMError",
            "Progress", "RunSummary", "Task", "embed", "estimate", "json_schema_for", "request_body",
            "request_params", "run_tasks", "task_hash"]

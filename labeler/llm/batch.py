@@ -311,7 +311,7 @@ def _send(db: sqlite_utils.Database, client: openai.OpenAI, key: str, *, recover
         batch = _find_batch(client, key, row.input_file_id) if recovering else None
         if batch is None:
             batch = _api(f"creating the batch of {filename}", lambda: client.batches.create(
-                input_file_id=row.input_file_id, endpoint=ENDPOINT, completion_window="24h",
+    input_file_id=row.input_file_id, endpoint=ENDPOINT, completion_window="24h",
                 metadata={"labeler_key": key}))
         _update_from(db, key, batch)
 
@@ -533,13 +533,15 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
     for start in range(0, len(hashes), 500):
         part = hashes[start:start + 500]
         open_items.update(db.execute(
-            f"SELECT hash, request FROM llm_batch_items WHERE batch_key = ? AND state = 'sent' "
+    f"SELECT hash, request FROM llm_batch_items WHERE batch_key = ? AND state = 'sent' "
             f"AND hash IN ({', '.join('?' * len(part))})", [b.key, *part]).fetchall())
     states: list[tuple[str, str, str]] = []
     with transaction(db):
         for h, status, body, error in parsed:
             if h is None or h not in open_items:
                 continue  # collected before (an interrupted download read again), or not ours
+            if error and error.startswith(("batch_expired", "batch_cancelled")):
+                continue  # never ran: left for the rest (re-batched, run directly or failed)
             request = open_items.pop(h)
             record = json.loads(request)
             record["engine"] = "batch"

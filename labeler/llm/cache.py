@@ -22,7 +22,7 @@ def _load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]
         chunk = hashes[start:start + 500]
         marks = ",".join("?" * len(chunk))
         for h, parsed in db.execute(
-                f"SELECT hash, parsed FROM llm_calls WHERE status = 'ok' AND hash IN ({marks})", chunk):
+    f"SELECT hash, parsed FROM llm_calls WHERE status = 'ok' AND hash IN ({marks})", chunk):
             found[h] = parsed
     return found
 
@@ -111,6 +111,6 @@ def failure_reasons(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, s
         chunk = hashes[start:start + 500]
         marks = ",".join("?" * len(chunk))
         for h, error in db.execute(
-                f"SELECT hash, error FROM llm_calls WHERE status = 'failed' AND hash IN ({marks})", chunk):
+    f"SELECT hash, error FROM llm_calls WHERE status = 'failed' AND hash IN ({marks})", chunk):
             found[h] = error or "failed"
     return found

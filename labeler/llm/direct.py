@@ -170,14 +170,14 @@ class _Run:
                 self._record(unit, model, error)
             except sqlite3.Error as e:  # cannot store: stop sending (unstored answers would be paid twice)
                 self.fatal = self.fatal or DatabaseError(
-                    f"cannot store an LLM result in the database: {e}; nothing more was sent, rerun to resume")
+    f"cannot store an LLM result in the database: {e}; nothing more was sent, rerun to resume")
 
     def _record(self, unit: _Unit, model: pydantic.BaseModel | None, error: str | None) -> None:
         config, task = self.config, unit.task
         cost = config.cost(unit.prompt_tokens, unit.completion_tokens)
         if unit.requests:
             _store(self.db, call_row(
-                unit.hash, config, request_record(config, task, unit.mode, unit.repair), model=model, error=error,
+    unit.hash, config, request_record(config, task, unit.mode, unit.repair), model=model, error=error,
                 raw=unit.raw, prompt_tokens=unit.prompt_tokens, completion_tokens=unit.completion_tokens,
                 requests=unit.requests, cost=cost))
         s = self.summary
