@@ -11,7 +11,8 @@ responders and prompt fault markers work as for direct calls. Per-line faults by
 (``line_faults``): ``"500"``/``"429"`` (a non-200 line in the error file), ``"invalid_json"`` (an
 answer that is not JSON), ``"garbled"`` (an output line that is not JSON), ``"drop"`` (no line), ``"invalid"`` (the line fails
 validation, so the whole batch does).
-``interrupt[file_id] = n`` cuts the next download of that file after ``n`` bytes.
+``interrupt[file_id] = n`` cuts the next download of that file after ``n`` bytes. From another
+process: ``POST /_batches/{id}/advance`` with ``{"status": ..., "done": ...}``.
 """
 
 from __future__ import annotations
@@ -199,6 +200,10 @@ class BatchStore:
     def handle(self, handler: Any, method: str, path: str, query: dict[str, str], raw: bytes) -> bool:
         """Serve a /v1/files or /v1/batches request; False when the path is not one of them."""
         parts = [p for p in path.split("/") if p]
+        if method == "POST" and len(parts) == 3 and parts[0] == "_batches" and parts[2] == "advance":
+            body = json.loads(raw or b"{}")  # the test's remote control, for a server in another process
+            handler._send(200, self.advance(parts[1], body["status"], done=body.get("done")))
+            return True
         if parts[:1] == ["v1"]:
             parts = parts[1:]
         if not parts or parts[0] not in ("files", "batches"):

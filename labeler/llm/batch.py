@@ -34,9 +34,10 @@ import openai
 import pydantic
 import sqlite_utils
 
+from .. import accounts
 from ..db import dumps, now, transaction
 from ..errors import LLMError
-from .cache import _load_cached, _store, call_row, request_record
+from .cache import _load_cached, _store, call_row, request_record, store_many
 from .client import (
     LLMConfig,
     Task,
@@ -226,15 +227,12 @@ def _api(what: str, call: Callable[[], Any]) -> Any:
 def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], *, owner: str, run_id: int,
            max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, client: openai.OpenAI | None = None) -> Submitted:
     """Send the requests of ``tasks`` not already answered in the cache as batches of run ``run_id``
-    of ``owner``; returns once the batches are created (their ids and state stored)."""
+    of ``owner``; returns once the batches are created (their ids and state stored). ``tasks`` is
+    read once, as a stream: a generator of a million tasks is never held whole."""
     _owner(owner)
-    units: dict[str, Task] = {}
-    for task in tasks:
-        units.setdefault(task_hash(config, task), task)
-    cached = _load_cached(db, list(units))
-    todo = ((h, request_record(config, t, "json_schema")) for h, t in units.items() if h not in cached)
-    keys = _write_parts(db, config, todo, owner=owner, run_id=run_id, max_lines=max_lines, max_bytes=max_bytes)
-    sent = len(units) - len(cached)
+    counts = {"cached": 0, "sent": 0}
+    keys = _write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
+                        max_lines=max_lines, max_bytes=max_bytes)
     if keys:
         own = client is None
         client = client or client_for(config)
@@ -245,44 +243,68 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
             if own:
                 client.close()
     return Submitted(owner, run_id, _rows(db, f"key IN ({', '.join('?' * len(keys))})", keys) if keys else [],
-                     cached=len(cached), sent=sent)
+                     cached=counts["cached"], sent=counts["sent"])
+
+
+def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
+          counts: dict[str, int]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(hash, request record) of each distinct request not answered in the cache, in task order."""
+    seen: set[str] = set()
+    chunk: list[tuple[str, Task]] = []
+
+    def flush() -> Iterator[tuple[str, dict[str, Any]]]:
+        cached = _load_cached(db, [h for h, _ in chunk])
+        counts["cached"] += len(cached)
+        for h, task in chunk:
+            if h not in cached:
+                counts["sent"] += 1
+                yield h, request_record(config, task, "json_schema")
+        chunk.clear()
+
+    for task in tasks:
+        h = task_hash(config, task)
+        if h in seen:
+            continue
+        seen.add(h)
+        chunk.append((h, task))
+        if len(chunk) >= 2_000:
+            yield from flush()
+    yield from flush()
 
 
 def _write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
                  owner: str, run_id: int, max_lines: int, max_bytes: int) -> list[str]:
-    """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes; one
+    """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes, one
     transaction a part, rows in state 'building'. Returns the parts' keys."""
-    stored = {name: getattr(config, name) for name in _CONFIG_FIELDS}
-    first = db.execute("SELECT coalesce(max(part), -1) + 1 FROM llm_batches WHERE owner = ? AND run_id = ?",
-                       [owner, run_id]).fetchone()[0]
+    stored = dumps({name: getattr(config, name) for name in _CONFIG_FIELDS})
+    part = db.execute("SELECT coalesce(max(part), -1) + 1 FROM llm_batches WHERE owner = ? AND run_id = ?",
+                      [owner, run_id]).fetchone()[0]
     keys: list[str] = []
-    part: list[tuple[str, str]] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal part, size
-        if not part:
-            return
-        key = f"labeler-{owner}-{run_id}-{first + len(keys)}-{secrets.token_hex(3)}"
-        stamp = now()
+    pending = next(todo, None)
+    while pending is not None:
+        key = f"labeler-{owner}-{run_id}-{part}-{secrets.token_hex(3)}"
+        lines = size = 0
+        rows: list[tuple[str, str, str]] = []
         with transaction(db):
+            stamp = now()
             db.execute("INSERT INTO llm_batches (key, owner, run_id, part, model, config, requests, bytes, state, "
-                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'building', ?, ?)",
-                       [key, owner, run_id, first + len(keys), config.model, dumps(stored), len(part), size, stamp,
-                        stamp])
-            db.conn.executemany("INSERT INTO llm_batch_items (batch_key, hash, request) VALUES (?, ?, ?)",
-                                ((key, h, r) for h, r in part))
+                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 'building', ?, ?)",
+                       [key, owner, run_id, part, config.model, stored, stamp, stamp])
+            while pending is not None:
+                h, record = pending
+                line_bytes = len(batch_line(h, record).encode()) + 1
+                if lines and (lines >= max_lines or size + line_bytes > max_bytes):
+                    break
+                rows.append((key, h, dumps(record)))
+                lines, size = lines + 1, size + line_bytes
+                if len(rows) >= 2_000:
+                    db.conn.executemany("INSERT INTO llm_batch_items (batch_key, hash, request) VALUES (?, ?, ?)", rows)
+                    rows.clear()
+                pending = next(todo, None)
+            db.conn.executemany("INSERT INTO llm_batch_items (batch_key, hash, request) VALUES (?, ?, ?)", rows)
+            db.execute("UPDATE llm_batches SET requests = ?, bytes = ? WHERE key = ?", [lines, size, key])
         keys.append(key)
-        part, size = [], 0
-
-    for h, record in todo:
-        text = dumps(record)
-        line_bytes = len(batch_line(h, record).encode()) + 1
-        if part and (len(part) >= max_lines or size + line_bytes > max_bytes):
-            flush()
-        part.append((h, text))
-        size += line_bytes
-    flush()
+        part += 1
     return keys
 
 
@@ -373,8 +395,11 @@ def refresh(db: sqlite_utils.Database, config: LLMConfig, *, client: openai.Open
     return list_batches(db, owner=owner, run_id=run_id)
 
 
-def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, client: openai.OpenAI | None = None) -> BatchInfo:
-    """Cancel batch ``batch_id`` (a batch id or labeler's key); its finished lines are still collected."""
+def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, client: openai.OpenAI | None = None,
+           by: str | None = None) -> BatchInfo:
+    """Cancel batch ``batch_id`` (a batch id or labeler's key); its finished lines are still collected.
+    ``by`` as in :func:`collect`."""
+    accounts.require(db, by, "llm", "cancelling a batch")
     rows = _rows(db, "batch_id = ? OR key = ?", [batch_id, batch_id])
     if not rows or rows[0].batch_id is None:
         raise LLMError(f"no batch {batch_id!r}; `labeler llm batches` lists them")
@@ -415,9 +440,11 @@ def _task(record: dict[str, Any], h: str, schema: type[pydantic.BaseModel]) -> T
 
 
 def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None = None, run_id: int | None = None,
-            direct_rest: bool = False, client: openai.OpenAI | None = None) -> Collected:
+            direct_rest: bool = False, client: openai.OpenAI | None = None, by: str | None = None) -> Collected:
     """Collect every finished, not yet collected batch (all, or one run's); see the module docstring.
-    Collecting again changes nothing."""
+    Collecting again changes nothing. May pay for direct retries and new batches: ``by`` (the
+    signed-in account) must be allowed to run LLM jobs (``None`` is the local operator)."""
+    accounts.require(db, by, "llm", "collecting Batch API results")
     result = Collected()
     own = client is None
     client = client or client_for(config)
@@ -525,6 +552,8 @@ def _download(client: openai.OpenAI, file_id: str) -> Iterator[str]:
 
 def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lines: list[bytes],
                  schema: type[pydantic.BaseModel], prior: dict[str, tuple[str, bool]], result: Collected) -> None:
+    """Validate and store a chunk of output / error lines in one transaction, with their lines'
+    state; lines already collected (a download read again) are skipped."""
     parsed = [_parse_line(raw) for raw in lines]
     hashes = [p[0] for p in parsed if p[0]]
     if not hashes:
@@ -533,50 +562,53 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
     for start in range(0, len(hashes), 500):
         part = hashes[start:start + 500]
         open_items.update(db.execute(
-    f"SELECT hash, request FROM llm_batch_items WHERE batch_key = ? AND state = 'sent' "
+            f"SELECT hash, request FROM llm_batch_items WHERE batch_key = ? AND state = 'sent' "
             f"AND hash IN ({', '.join('?' * len(part))})", [b.key, *part]).fetchall())
+    rows: list[dict[str, Any]] = []
     states: list[tuple[str, str, str]] = []
+    spent = [0, 0, 0.0, False]  # prompt tokens, completion tokens, cost, cost known
+    prices = config.batch_prices()
+    for h, status, body, error in parsed:
+        if h is None or h not in open_items:
+            continue  # collected before (an interrupted download read again), or not ours
+        if error and error.startswith(("batch_expired", "batch_cancelled")):
+            continue  # never ran: left for the rest (re-batched, run directly or failed)
+        request = open_items.pop(h)
+        request = request[:-1] + ', "engine": "batch"}'  # the request record, marked as sent in a batch
+        pt = ct = 0
+        model = raw = None
+        if status == 200 and isinstance(body, dict):
+            raw = body
+            usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+            pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            try:
+                content, truncated = completion_content(body)
+                model, error = validate_content(schema, content, truncated)
+                if model is None:
+                    prior[h] = (content, truncated)
+                    error = f"invalid output from the batch: {error}"
+            except _Failed as e:
+                error = str(e)
+        elif error is None:
+            message = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else None
+            error = f"HTTP {status}: {message or 'no message'}"
+        cost = (pt * prices[0] + ct * prices[1]) / 1_000_000 if prices else None
+        rows.append(call_row(h, config, request, model=model, error=error, raw=raw, prompt_tokens=pt,
+                             completion_tokens=ct, requests=1, cost=cost))
+        # a refusal is an answer (the direct runner does not retry it either); the rest are retried
+        final = model is not None or (error or "").startswith("refusal")
+        states.append(("ok" if model is not None else "failed" if final else "retry", b.key, h))
+        result.ok += model is not None
+        result.failed += model is None and final
+        spent[0], spent[1] = spent[0] + pt, spent[1] + ct
+        if cost is not None:
+            spent[2], spent[3] = spent[2] + cost, True
     with transaction(db):
-        for h, status, body, error in parsed:
-            if h is None or h not in open_items:
-                continue  # collected before (an interrupted download read again), or not ours
-            if error and error.startswith(("batch_expired", "batch_cancelled")):
-                continue  # never ran: left for the rest (re-batched, run directly or failed)
-            request = open_items.pop(h)
-            record = json.loads(request)
-            record["engine"] = "batch"
-            pt = ct = 0
-            model = raw = None
-            if status == 200 and isinstance(body, dict):
-                raw = body
-                usage = body.get("usage") or {}
-                pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-                try:
-                    completion = openai.types.chat.ChatCompletion.model_validate(body)
-                    content, truncated = completion_content(completion)
-                    model, error = validate_content(_task(record, h, schema), content, truncated)
-                    if model is None:
-                        prior[h] = (content, truncated)
-                        error = f"invalid output from the batch: {error}"
-                except _Failed as e:
-                    error = str(e)
-                except pydantic.ValidationError as e:
-                    error = f"unreadable response body: {_short(e, 200)}"
-            elif error is None:
-                message = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else None
-                error = f"HTTP {status}: {message or 'no message'}"
-            _store(db, call_row(h, config, record, model=model, error=error, raw=raw, prompt_tokens=pt,
-                                completion_tokens=ct, requests=1, cost=config.cost(pt, ct, batch=True)))
-            # a refusal is an answer (the direct runner does not retry it either); the rest are retried
-            final = model is not None or (error or "").startswith("refusal")
-            states.append(("ok" if model is not None else "failed" if final else "retry", b.key, h))
-            result.ok += model is not None
-            result.failed += model is None and final
-            cost = config.cost(pt, ct, batch=True)
-            db.execute("UPDATE llm_batches SET prompt_tokens = prompt_tokens + ?, completion_tokens = "
-                       "completion_tokens + ?, cost = CASE WHEN ? IS NULL THEN cost ELSE coalesce(cost, 0) + ? END "
-                       "WHERE key = ?", [pt, ct, cost, cost, b.key])
+        store_many(db, rows)
         db.conn.executemany("UPDATE llm_batch_items SET state = ? WHERE batch_key = ? AND hash = ?", states)
+        db.execute("UPDATE llm_batches SET prompt_tokens = prompt_tokens + ?, completion_tokens = "
+                   "completion_tokens + ?, cost = CASE WHEN ? THEN coalesce(cost, 0) + ? ELSE cost END WHERE key = ?",
+                   [spent[0], spent[1], spent[3], spent[2], b.key])
 
 
 def _items(db: sqlite_utils.Database, key: str, state: str) -> list[tuple[str, dict[str, Any]]]:

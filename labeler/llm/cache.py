@@ -82,6 +82,30 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
 
 
 
+def store_many(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> None:
+    """``_store`` for many rows of distinct hashes at once (the caller holds a transaction): one
+    read of the rows already there, one write."""
+    if not rows:
+        return
+    old: dict[str, tuple] = {}
+    hashes = [r["hash"] for r in rows]
+    for start in range(0, len(hashes), 500):
+        part = hashes[start:start + 500]
+        for found in db.execute("SELECT hash, status, prompt_tokens, completion_tokens, cost, requests, created_at "
+                                f"FROM llm_calls WHERE hash IN ({', '.join('?' * len(part))})", part):
+            old[found[0]] = found[1:]
+    fresh = []
+    for row in rows:
+        if row["hash"] in old:
+            _store(db, row)  # rare: an earlier attempt is there; add up the ledger row by row
+        else:
+            fresh.append(row)
+    if fresh:
+        columns = list(fresh[0])
+        db.conn.executemany(f"INSERT INTO llm_calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                            [[r[c] for c in columns] for r in fresh])
+
+
 def request_record(config: LLMConfig, task: Task, mode: str, repair: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``llm_calls.request`` records of a request: model, messages, parameters, schema, mode."""
     request = {"model": config.model, "messages": task.messages, "params": request_params(config, task),

@@ -336,9 +336,14 @@ def _with_schema_prompt(messages: list[dict[str, Any]], schema: dict[str, Any]) 
     return out
 
 
+_FENCED = re.compile(r"\s*```(?:json)?\s*(.*?)\s*```\s*", flags=re.S)
+
+
 def _strip_fences(text: str) -> str:
     # json_object / prompt-mode servers (Ollama, small models) often wrap JSON in ``` fences.
-    match = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, flags=re.S)
+    if "```" not in text:
+        return text
+    match = _FENCED.fullmatch(text)
     return match.group(1) if match else text
 
 
@@ -393,26 +398,38 @@ def request_body(config: LLMConfig, task: Task, messages: list[dict[str, Any]], 
 
 
 def completion_content(completion: Any) -> tuple[str, bool]:
-    """The answer text of a chat completion and whether it was cut at ``max_tokens``; raises
-    ``_Failed`` on a refusal, a content filter or an empty answer."""
-    if not completion.choices:
+    """The answer text of a chat completion (the client's object, or its JSON as a dict, as a batch
+    output line holds it) and whether it was cut at ``max_tokens``; raises ``_Failed`` on a
+    refusal, a content filter or an empty answer."""
+    if isinstance(completion, dict):
+        choices = completion.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") or {}
+        content, refusal, finish = message.get("content"), message.get("refusal"), choice.get("finish_reason")
+    else:
+        choices = completion.choices
+        choice = choices[0] if choices else None
+        message = choice.message if choice else None
+        content, refusal = (message.content, getattr(message, "refusal", None)) if message else (None, None)
+        finish = choice.finish_reason if choice else None
+    if not choices:
         raise _Failed("empty response: no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    refusal = getattr(message, "refusal", None)
     if refusal:
         raise _Failed(f"refusal: {_short(Exception(refusal), 300)}")
-    if choice.finish_reason == "content_filter":
+    if finish == "content_filter":
         raise _Failed("refusal: blocked by the server's content filter")
-    if not (message.content or "").strip():
+    if not isinstance(content, str) or not content.strip():
         raise _Failed("refusal: empty response")
-    return message.content, choice.finish_reason == "length"
+    return content, finish == "length"
 
 
-def validate_content(task: Task, content: str, truncated: bool) -> tuple[pydantic.BaseModel | None, str | None]:
-    """(the validated answer, None) or (None, the reason it does not validate)."""
+def validate_content(task: Task | type[pydantic.BaseModel], content: str,
+                     truncated: bool) -> tuple[pydantic.BaseModel | None, str | None]:
+    """(the validated answer, None) or (None, the reason it does not validate); ``task`` a task or
+    its schema."""
+    schema = task.schema if isinstance(task, Task) else task
     try:
-        return task.schema.model_validate_json(_strip_fences(content)), None
+        return schema.model_validate_json(_strip_fences(content)), None
     except pydantic.ValidationError as e:
         return None, ("truncated output (finish_reason=length); " if truncated else "") + _short(e)
 
