@@ -48,3 +48,38 @@ def test_annotator_without_llm_rights_sees_batches_but_collects_nothing(judged, 
     at = page("bob")
     assert not at.success and list(batches_table(at)["collected"]) == [""]
     assert judge.get_run(db, run.id).status == "submitted"
+
+
+def test_synth_page_submits_a_batch_and_collects_it_when_opened(tmp_path, monkeypatch):
+    import json
+
+    import labeler
+    from tests.fake_openai import FakeOpenAI, synth_responder
+    from tests.test_app_synth import page as synth_page
+    from tests.test_synth import KEY, LOGS, corpus_records
+
+    path = tmp_path / "synth.db"
+    db = labeler.connect(path)
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus_records()))
+    (tmp_path / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LOGS))
+    labeler.ingest_corpus(db, tmp_path / "corpus.jsonl")
+    labeler.ingest_logs(db, tmp_path / "logs.jsonl")
+    monkeypatch.setenv("LABELER_DB", str(path))
+    with FakeOpenAI(responder=synth_responder()) as s:
+        monkeypatch.setenv("OPENAI_BASE_URL", s.url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        at = synth_page("views/synth.py")
+        at.number_input(key="sy_n").set_value(6)
+        at.text_input(key="sy_model").set_value("gpt-4o-mini")
+        at.checkbox(key="sy_batch").check()
+        at.button(key="sy_estimate").click()
+        ok(at)
+        assert "(batch $" in {m.label: m.value for m in at.metric}["Cost"]
+        at.button(key="sy_generate_batch").click()
+        ok(at)
+        assert at.subheader[-1].value.endswith("(submitted)") and s.total == 0
+        [b] = llm.batch.list_batches(db, owner="synth")
+        s.batch.advance(b.batch_id, "completed")
+        again = synth_page("views/synth.py")
+        assert any("Collected 1 batch(es): 3 answers stored" in x.value for x in again.success)
+        assert db.execute("SELECT count(*) FROM queries WHERE origin = 'synthetic'").fetchone()[0] == 6

@@ -321,3 +321,23 @@ def test_synth_generate_batch_stores_questions_when_collected(db, tmp_path):
         assert stored == 6 and status == "finished"
         direct = synth.generate(synth_db, cfg, options)
         assert direct.summary.cached == 3 and direct.already == 6 and s.total == 3
+
+
+def test_cli_lists_and_cancels_batches(tmp_path, server, monkeypatch):
+    path = tmp_path / "c.db"
+    db = store.connect(path)
+    sub = batch.submit(db, config(server), tasks(3), owner="demo", run_id=7)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["--db", str(path), "llm", "batches"])
+    assert r.exit_code == 0 and sub.batches[0].batch_id in r.output and "demo run 7" in r.output
+    r = runner.invoke(cli, ["--db", str(path), "llm", "cancel", sub.batches[0].batch_id])
+    assert r.exit_code == 0 and r.output.strip() == f"{sub.batches[0].batch_id}: cancelling"
+    r = runner.invoke(cli, ["--db", str(path), "llm", "cancel", "batch-unknown"])
+    assert r.exit_code == 1 and "no batch 'batch-unknown'" in r.output and "Traceback" not in r.output
+    server.batch.advance(sub.batches[0].batch_id, "cancelled", done=1)
+    r = runner.invoke(cli, ["--db", str(path), "llm", "batches", "--offline", "--json"])
+    assert json.loads(r.stdout)[0]["state"] == "cancelling"  # offline: what the database holds
+    r = runner.invoke(cli, ["--db", str(path), "llm", "collect", "--all", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["ok"] == 1
