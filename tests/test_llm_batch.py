@@ -266,6 +266,8 @@ def test_judge_run_batch_via_the_cli_returns_at_once_then_collect_finishes_it(tm
         assert b["batch_id"] == run["batches"][0] and b["requests"] == 24 and b["state"] == "validating"
         r = runner.invoke(cli, ["--db", str(path), "llm", "collect", f"judge:{run['id']}"])
         assert r.exit_code == 0 and "1 batch(es) still running" in r.output
+        r = runner.invoke(cli, ["--db", str(path), "judge", "run", "--resume", str(run["id"])])
+        assert r.exit_code == 1 and "waiting for its batches" in r.output and s.total == 0
         s.batch.advance(b["batch_id"], "completed")
         r = runner.invoke(cli, ["--db", str(path), "llm", "collect", f"judge:{run['id']}"])
         assert r.exit_code == 0 and f"finished judge run {run['id']}" in r.output, r.output
