@@ -1042,3 +1042,34 @@ def m015_ingest_undo(db: sqlite_utils.Database) -> None:
     as a record of what was loaded and removed."""
     for statement in _statements(_SCHEMA_M015_UNDO):
         db.execute(statement)
+
+
+# --- m016: OpenAI Batch API runs (labeler.llm.batch) -------------------------------------------
+
+_M016_LLM_BATCHES = [
+    # One row per batch file: ``key`` is labeler's name for it (also the uploaded file's name and the
+    # batch's metadata, so a file or batch whose id was never stored is found again), ``state`` is
+    # 'building' (rows written, not uploaded), 'uploaded' (file id known, no batch yet) or the
+    # batch's own status; counts and spend are the provider's and what collect stored.
+    "CREATE TABLE llm_batches (key TEXT PRIMARY KEY, owner TEXT NOT NULL, run_id INTEGER NOT NULL, "
+    "part INTEGER NOT NULL, model TEXT NOT NULL, config TEXT NOT NULL, requests INTEGER NOT NULL, "
+    "bytes INTEGER NOT NULL DEFAULT 0, input_file_id TEXT, batch_id TEXT UNIQUE, state TEXT NOT NULL, "
+    "completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0, output_file_id TEXT, "
+    "error_file_id TEXT, error TEXT, collected INTEGER NOT NULL DEFAULT 0, collected_at TEXT, "
+    "prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0, cost REAL, "
+    "created_at TEXT NOT NULL, updated_at TEXT NOT NULL)",
+    "CREATE INDEX llm_batches_run ON llm_batches (owner, run_id)",
+    # One row per request line: ``hash`` is the line's custom_id and its llm_calls key; ``request`` the
+    # llm_calls request record (the line's body is rebuilt from it); ``state`` sent -> ok | failed |
+    # retry (answered badly: retried once directly) | rest (never answered: expired or cancelled).
+    "CREATE TABLE llm_batch_items (batch_key TEXT NOT NULL REFERENCES llm_batches (key), hash TEXT NOT NULL, "
+    "state TEXT NOT NULL DEFAULT 'sent', request TEXT NOT NULL, PRIMARY KEY (batch_key, hash)) WITHOUT ROWID",
+]
+
+
+@migrations()
+def m016_llm_batches(db: sqlite_utils.Database) -> None:
+    """Batches sent to the OpenAI Batch API (``llm_batches``) and their request lines
+    (``llm_batch_items``): enough to find, collect, cancel or re-send them from any process."""
+    for statement in _M016_LLM_BATCHES:
+        db.execute(statement)

@@ -12,7 +12,8 @@ attempts, ``[[fault:500]]`` = always), by a plan of request numbers, by a callab
 drawn from a seeded hash of the prompt. The server counts requests in total and per prompt, where
 the prompt is the user messages before the first assistant turn (so a repair request and a
 json_object retry count as further attempts of the same prompt). ``GET /_stats`` returns the
-counts as JSON, for use from another process.
+counts as JSON, for use from another process. ``/v1/files`` and ``/v1/batches`` (the Batch API,
+with a lifecycle the test drives and per-line faults) are served by ``tests/fake_batches.py``.
 
 Use from pytest via ``FakeOpenAI`` (a context manager), or run
 ``python tests/fake_openai.py --port 8000 --latency 0.2 --fault-rate 0.2``.
@@ -34,6 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+try:
+    from tests.fake_batches import BatchStore
+except ImportError:  # run as a script: python tests/fake_openai.py
+    from fake_batches import BatchStore  # type: ignore[no-redef]
 
 FAULT_KINDS = ("429", "500", "503", "hang", "invalid_json", "truncated_json", "refusal", "empty")
 EMBEDDING_DIMS = 64
@@ -245,7 +252,8 @@ class FakeOpenAI:
                  fault_rate: float = 0.0, fault_kinds: Sequence[str] = FAULT_KINDS,
                  fault_seed: int = 0, permanent_fraction: float = 0.25,
                  plan: Mapping[int, Fault] | None = None,
-                 faults: Callable[[dict[str, Any], int], Fault | None] | None = None) -> None:
+                 faults: Callable[[dict[str, Any], int], Fault | None] | None = None,
+                 batch_auto: str | None = None) -> None:
         unknown = set(fault_kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
@@ -256,6 +264,7 @@ class FakeOpenAI:
         self.fault_rate, self.fault_kinds, self.fault_seed = fault_rate, tuple(fault_kinds), fault_seed
         self.permanent_fraction, self.plan, self.faults = permanent_fraction, dict(plan or {}), faults
         self.lock = threading.Condition()
+        self.batch = BatchStore(self, auto=batch_auto)  # /v1/files and /v1/batches (tests/fake_batches.py)
         self.stopping = threading.Event()
         self.reset()
         self._httpd: ThreadingHTTPServer | None = None
@@ -300,6 +309,65 @@ class FakeOpenAI:
                 fault = Fault(kind, None if rng.random() < self.permanent_fraction else rng.randint(1, 2))
         return fault if fault is not None and fault.applies(attempt) else None
 
+
+    # -- chat completions (shared by /v1/chat/completions and batch lines) ----------------------
+
+    def complete(self, request: dict[str, Any], *, wait: bool) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """(status, body, headers) of one chat completion request; ``wait``: apply latency and hangs
+        (a batch line is answered at once)."""
+        messages = request.get("messages", [])
+        key = prompt_key(messages)
+        with self.lock:
+            self.total += 1
+            number = self.total
+            attempt = self.by_prompt[key]
+            self.by_prompt[key] += 1
+            self.lock.notify_all()
+        fmt = (request.get("response_format") or {}).get("type")
+        fault = self.fault_for(request, key, attempt, number)
+        outcome = fault.kind if fault else "ok"
+        if (fmt == "json_schema" and self.reject_json_schema) or (fmt == "json_object" and self.reject_json_object):
+            outcome = f"rejected_{fmt}"
+        with self.lock:
+            self.by_outcome[outcome] += 1
+            self.log.append({"n": number, "key": key, "attempt": attempt, "format": fmt,
+                             "outcome": outcome, "t": time.monotonic()})
+        if self.latency and wait:
+            self.stopping.wait(self.latency)
+        if outcome.startswith("rejected_"):
+            return _error_body(400, f"Invalid parameter: 'response_format' of type '{fmt}' is not supported "
+                               "with this model.", "invalid_request_error", param="response_format")
+        kind = fault.kind if fault else None
+        if kind == "429":
+            ra = fault.retry_after if fault.retry_after is not None else self.retry_after
+            status, body, _ = _error_body(429, "Rate limit reached. Please try again later.", "rate_limit_error")
+            return status, body, {"Retry-After": f"{ra:g}"}
+        if kind in ("500", "503"):
+            return _error_body(int(kind), "The server had an error while processing your request.", "server_error")
+        if kind == "hang" and wait:
+            self.stopping.wait(self.hang_s)
+        answer = self.responder(request)
+        content: str | None = answer if isinstance(answer, str) else json.dumps(answer)
+        refusal, finish = None, "stop"
+        if kind == "invalid_json":
+            content = "Sure! Here is the JSON you asked for: {answer: oops"
+        elif kind == "truncated_json":
+            content, finish = content[: max(1, len(content) // 2)], "length"
+        elif kind == "refusal":
+            content, refusal = None, "I'm sorry, but I can't help with that request."
+        elif kind == "empty":
+            content = ""
+        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
+        completion_tokens = max(1, len(content or refusal or "") // 4)
+        return 200, {
+            "id": f"chatcmpl-fake-{number}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "fake-model"), "system_fingerprint": "fp_fake",
+            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                         "message": {"role": "assistant", "content": content, "refusal": refusal}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }, {}
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     @property
@@ -327,12 +395,17 @@ class FakeOpenAI:
             self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(5)
+        self.batch.dir.cleanup()
 
     def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _error_body(status: int, message: str, kind: str, param: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": None}}, {}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -386,7 +459,21 @@ class _Handler(BaseHTTPRequestHandler):
                                   for i, t in enumerate(inputs)],
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
+    def _batch_api(self, method: str, raw: bytes = b"") -> bool:
+        url = urlsplit(self.path)
+        if self.fake.api_key is not None and self.headers.get("Authorization") != f"Bearer {self.fake.api_key}" \
+                and url.path.startswith(("/v1/files", "/v1/batches")):
+            self._error(401, "Incorrect API key provided.", "invalid_request_error")
+            return True
+        return self.fake.batch.handle(self, method, url.path, dict(parse_qsl(url.query)), raw)
+
+    def do_DELETE(self) -> None:
+        if not self._batch_api("DELETE"):
+            self._error(404, f"no route {self.path}", "not_found")
+
     def do_GET(self) -> None:
+        if self._batch_api("GET"):
+            return
         if self.path.rstrip("/") == "/_stats":
             self._send(200, self.fake.stats())
         elif self.path.rstrip("/") == "/v1/models":
@@ -402,6 +489,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake.reset()
             self._send(200, {"ok": True})
             return
+        if self._batch_api("POST", raw):
+            return
         if self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
             self._embeddings(raw)
             return
@@ -413,64 +502,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             request = json.loads(raw)
-            messages = request["messages"]
+            request["messages"]  # noqa: B018 (a KeyError answers 400)
         except (ValueError, KeyError, TypeError):
             self._error(400, "request body must be JSON with messages", "invalid_request_error")
             return
-        key = prompt_key(messages)
-        with fake.lock:
-            fake.total += 1
-            number = fake.total
-            attempt = fake.by_prompt[key]
-            fake.by_prompt[key] += 1
-            fake.lock.notify_all()
-        fmt = (request.get("response_format") or {}).get("type")
-        fault = fake.fault_for(request, key, attempt, number)
-        outcome = fault.kind if fault else "ok"
-        if (fmt == "json_schema" and fake.reject_json_schema) or (fmt == "json_object" and fake.reject_json_object):
-            outcome = f"rejected_{fmt}"
-        with fake.lock:
-            fake.by_outcome[outcome] += 1
-            fake.log.append({"n": number, "key": key, "attempt": attempt, "format": fmt,
-                             "outcome": outcome, "t": time.monotonic()})
-        if fake.latency:
-            fake.stopping.wait(fake.latency)
-        if outcome.startswith("rejected_"):
-            self._error(400, f"Invalid parameter: 'response_format' of type '{fmt}' is not supported "
-                        "with this model.", "invalid_request_error", param="response_format")
-            return
-        kind = fault.kind if fault else None
-        if kind == "429":
-            ra = fault.retry_after if fault.retry_after is not None else fake.retry_after
-            self._error(429, "Rate limit reached. Please try again later.", "rate_limit_error",
-                        {"Retry-After": f"{ra:g}"})
-            return
-        if kind in ("500", "503"):
-            self._error(int(kind), "The server had an error while processing your request.", "server_error")
-            return
-        if kind == "hang":
-            fake.stopping.wait(fake.hang_s)
-        answer = fake.responder(request)
-        content: str | None = answer if isinstance(answer, str) else json.dumps(answer)
-        refusal, finish = None, "stop"
-        if kind == "invalid_json":
-            content = "Sure! Here is the JSON you asked for: {answer: oops"
-        elif kind == "truncated_json":
-            content, finish = content[: max(1, len(content) // 2)], "length"
-        elif kind == "refusal":
-            content, refusal = None, "I'm sorry, but I can't help with that request."
-        elif kind == "empty":
-            content = ""
-        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
-        completion_tokens = max(1, len(content or refusal or "") // 4)
-        self._send(200, {
-            "id": f"chatcmpl-fake-{number}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.get("model", "fake-model"), "system_fingerprint": "fp_fake",
-            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                         "message": {"role": "assistant", "content": content, "refusal": refusal}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        })
+        status, body, headers = fake.complete(request, wait=True)
+        self._send(status, body, headers)
 
 
 def fake_embedding(text: str, dims: int = EMBEDDING_DIMS) -> list[float]:
@@ -494,11 +531,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--hang", type=float, default=5.0, help="seconds a hang stalls")
     parser.add_argument("--reject-json-schema", action="store_true")
     parser.add_argument("--api-key", default=None, help="require this bearer key")
+    parser.add_argument("--batch-auto", default=None, help="move new batches straight to this status (completed)")
     args = parser.parse_args(argv)
     server = FakeOpenAI(port=args.port, latency=args.latency, fault_rate=args.fault_rate,
                         fault_seed=args.fault_seed, fault_kinds=args.fault_kinds.split(","),
                         permanent_fraction=args.permanent_fraction, retry_after=args.retry_after,
-                        hang_s=args.hang, reject_json_schema=args.reject_json_schema, api_key=args.api_key)
+                        hang_s=args.hang, reject_json_schema=args.reject_json_schema, api_key=args.api_key,
+                        batch_auto=args.batch_auto)
     server.start()
     print(json.dumps({"url": server.url, "port": server.port}), flush=True)
     done = threading.Event()

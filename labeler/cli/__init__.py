@@ -418,11 +418,15 @@ def synth() -> None:
               show_default=True, help="TF-IDF cosine at which a question is a near-duplicate.")
 @click.option("--concurrency", type=click.IntRange(1, 256), help="Parallel requests (default 8).")
 @click.option("--dry-run", is_flag=True, help="Print the token and cost estimate; send nothing.")
+@click.option("--batch", "as_batch", is_flag=True,
+              help="Send through the Batch API (half price, results within 24 h); returns at once.")
+@click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
 @json_option
 @click.pass_context
 def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, model: str | None, types: str,
                        persona: str | None, language: str | None, strategy: str, multi_hop: float,
-                       duplicate_threshold: float, concurrency: int | None, dry_run: bool, as_json: bool) -> None:
+                       duplicate_threshold: float, concurrency: int | None, dry_run: bool, as_batch: bool,
+                       wait: bool, as_json: bool) -> None:
     """Generate synthetic questions from seed chunks; they are stored pending review.
 
     Needs OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in
@@ -449,12 +453,28 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
             return
         e = plan.estimate
         cost = "unknown cost (no price for this model)" if e.cost is None else \
-            f"about ${e.cost:.4f} (at most ${e.cost_max:.4f})"
+            f"about ${e.cost:.4f} (at most ${e.cost_max:.4f}; ${e.cost_batch:.4f} as a batch)"
         click.echo(f"dry run: {e.to_request} request(s) to {e.model} ({e.cached} cached) for up to "
                    f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): ~{e.input_tokens} input + "
                    f"~{e.output_tokens} output tokens, {cost}; nothing was sent")
         for note in plan.notes + e.notes:
             click.echo(f"note: {note}", err=True)
+        return
+    if as_batch:
+        result = synthesis.generate(db, config, options, batch=True)
+        if wait and result.status == "submitted":
+            from .llm import collect_summary, wait_for
+
+            wait_for(db, config, "synth", result.run_id, 30)
+            click.echo(collect_summary(llm.batch.collect(db, config, owner="synth", run_id=result.run_id)))
+            return
+        if as_json:
+            _print_json(result.to_dict())
+        elif result.status == "submitted":
+            click.echo(f"synth run {result.run_id} submitted as {len(result.batches)} batch(es): "
+                       f"{', '.join(result.batches)}; collect with: labeler llm collect synth:{result.run_id}")
+        else:
+            click.echo(f"synth run {result.run_id}: everything was cached; stored {len(result.stored)} question(s)")
         return
     update, close = _progress_bar("generating")
     try:
@@ -881,10 +901,14 @@ def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None =
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --limit sample.")
 @click.option("--resume", "resume_id", type=int, metavar="RUN_ID", help="Finish a cancelled or failed run instead.")
 @click.option("--dry-run", is_flag=True, help="Only estimate tokens and cost; send nothing.")
+@click.option("--batch", "as_batch", is_flag=True,
+              help="Send through the Batch API (half price, results within 24 h); returns at once.")
+@click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
 @json_option
 @click.pass_context
 def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int | None, model: str | None,
-                  rubric: str | None, seed: int, resume_id: int | None, dry_run: bool, as_json: bool) -> None:
+                  rubric: str | None, seed: int, resume_id: int | None, dry_run: bool, as_batch: bool, wait: bool,
+                  as_json: bool) -> None:
     """Run a judge over the human-labeled items (to calibrate) or the unlabeled ones (to pre-label).
 
     Pre-labeling needs a calibration run of the same judge, rubric, model and temperature that
@@ -911,15 +935,33 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
             run = resume_run(db, config, resume_id, progress=progress)
         else:
             run = run_judge(db, config, judge_name, on=on_set, limit=limit, rubric=rubric, seed=seed,
-                            progress=progress, dry_run=dry_run)
+                            progress=None if as_batch else progress, dry_run=dry_run, batch=as_batch)
     finally:
         close()
+    if run.status == "submitted" and wait:
+        from ..llm import batch
+        from .llm import collect_summary, wait_for
+
+        wait_for(db, config, "judge", run.id, 30)
+        click.echo(collect_summary(batch.collect(db, config, owner="judge", run_id=run.id)), err=as_json)
+        from ..judge import get_run
+
+        run = get_run(db, run.id)
+    if run.status == "submitted":
+        if as_json:
+            _print_json(run.to_dict())
+        else:
+            click.echo(f"run {run.id}: {run.judge} on {run.items} {run.on_set} items submitted as "
+                       f"{len(run.batches)} batch(es): {', '.join(run.batches)}; "
+                       f"collect with: labeler llm collect judge:{run.id}")
+        return
     if as_json:
         _print_json(run.to_dict())
         return
     if run.estimate is not None:
         e = run.estimate
-        cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f})" if e.cost is not None else "unknown"
+        cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f}); as a batch ${e.cost_batch:.4f}" \
+            if e.cost is not None else "unknown"
         click.echo(f"dry run of {run.judge} ({run.rubric}) on {run.items} {run.on_set} items with {e.model}: "
                    f"{e.to_request} requests to send, {e.cached} cached; ~{e.input_tokens} input and "
                    f"~{e.output_tokens} output tokens; cost {cost}")
@@ -1045,6 +1087,7 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
 
 from . import ingests as _ingests  # noqa: E402,F401 - registers `ingest list/undo` and `queries remove`
 from . import items as _items  # noqa: E402,F401 - registers `labeler items`
+from . import llm as _llm  # noqa: E402,F401 - registers `labeler llm`
 from . import search as _search  # noqa: E402,F401 - registers `labeler search`
 from . import topics as _topics  # noqa: E402,F401 - registers topics, coverage, drift and split
 from . import users as _users  # noqa: E402,F401 - registers `labeler users` and `labeler audit`

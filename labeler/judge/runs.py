@@ -50,6 +50,7 @@ class JudgeRun:
     params: dict[str, Any] = field(default_factory=dict)
     estimate: llm.Estimate | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)
+    batches: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -166,7 +167,9 @@ def _run_from_row(row: dict[str, Any]) -> JudgeRun:
     names = {f.name for f in dataclasses.fields(JudgeRun)}
     values = {k: v for k, v in row.items() if k in names}
     values["params"] = store.loads(row["params"]) or {}
-    if values["status"] == "running" and not owners.alive(row.get("owner")):
+    if values["status"] == "running" and values["params"].get("engine") == "batch":
+        values["status"] = "submitted"  # waiting for its batches: `labeler llm collect` finishes it
+    elif values["status"] == "running" and not owners.alive(row.get("owner")):
         values["status"] = "interrupted"  # its process was killed: `--resume` finishes it
     return JudgeRun(**values)
 
@@ -195,7 +198,7 @@ def list_runs(db: sqlite_utils.Database, *, kind: str | None = None) -> list[Jud
 
 def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, judge: Judge, rubric: str,
              items: list[JudgeItem], progress: Callable[[llm.Progress], None] | None,
-             cancel: threading.Event | None) -> JudgeRun:
+             cancel: threading.Event | None, *, cached_only: bool = False) -> JudgeRun:
     settings = run.params["scale"]
     tasks, skipped = _tasks(judge, items, rubric, settings)
     stop = _AnyEvent(cancel)
@@ -211,12 +214,15 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
             stop.set()
 
     try:
-        summary = llm.run_tasks(db, config, tasks, progress=report, cancel=stop)
+        summary = llm.run_tasks(db, config, tasks, progress=report, cancel=stop, cached_only=cached_only)
     except LabelerError as e:
         with store.transaction(db):
             db.execute("UPDATE judge_runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
                        [str(e), store.now(), run.id])
         raise
+    if cached_only:  # a batch run read back: its answers were paid for by its batches
+        summary.done, summary.cached = summary.cached, 0
+        summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = llm.batch.run_spend(db, "judge", run.id)
     at = store.now()
     ok_rows, failed_rows = [], []
     for t in tasks:
@@ -265,7 +271,8 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
 def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, on: str = "labeled",
               limit: int | None = None, rubric: int | str | None = None, seed: int = 0, max_chunks: int = 10,
               calibration_run: int | None = None, progress: Callable[[llm.Progress], None] | None = None,
-              cancel: threading.Event | None = None, dry_run: bool = False, by: str | None = None) -> JudgeRun:
+              cancel: threading.Event | None = None, dry_run: bool = False, by: str | None = None,
+              batch: bool = False) -> JudgeRun:
     """Run ``judge`` over the labeled (calibrate) or unlabeled (pre-label) items; return the run.
 
     A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
@@ -281,6 +288,10 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     grades never become suggestions. ``progress``/``cancel`` as in ``llm.run_tasks``: a cancelled run keeps what was
     done, has status ``cancelled`` and can be finished with ``resume_run``. A progress callback that
     raises (Streamlit's rerun) cancels the same way and the exception is re-raised after storing.
+
+    ``batch``: hand the requests to the Batch API (``labeler.llm.batch``) and return at once with
+    status ``submitted`` and the batch ids; ``labeler llm collect`` stores the answers and finishes
+    the run (requests already cached are not sent; when nothing is left to send the run finishes now).
     """
     j = get_judge(judge)
     r = get_rubric(db, judge, rubric)
@@ -289,6 +300,8 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
              "threshold": settings["threshold"]}
     items = select_items(db, j, on=on, limit=limit, seed=seed, max_chunks=max_chunks)
     params = {"seed": seed, "limit": limit, "max_chunks": max_chunks, "scale": scale}
+    if batch:
+        params["engine"] = "batch"
     run = JudgeRun(None, j.name, j.kind, r.name, r.hash, config.model, config.temperature, on, "dry_run",
                    items=len(items), params=params)
     if dry_run:
@@ -315,6 +328,19 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
         run.id = cur.lastrowid
         db.conn.executemany("INSERT INTO judge_labels (run_id, query_pk, doc_pk, status, updated_at) "
                             "VALUES (?, ?, ?, 'pending', ?)", [[run.id, i.query_pk, i.doc_pk, at] for i in items])
+    if batch:
+        tasks, _ = _tasks(j, items, r.text, scale)
+        try:
+            submitted = llm.batch.submit(db, config, tasks, owner="judge", run_id=run.id)
+        except LabelerError as e:
+            with store.transaction(db):
+                db.execute("UPDATE judge_runs SET error = ? WHERE id = ?", [str(e), run.id])
+            raise
+        if not submitted.batches:  # everything was cached
+            return _execute(db, config, run, j, r.text, items, progress, cancel, cached_only=True)
+        result = get_run(db, run.id)
+        result.batches = [b.batch_id or b.key for b in submitted.batches]
+        return result
     return _execute(db, config, run, j, r.text, items, progress, cancel)
 
 
@@ -333,6 +359,9 @@ def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
     LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
     accounts.require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
+    if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
+        raise JudgeError(f"run {run_id} is waiting for its batches: `labeler llm collect judge:{run_id}` "
+                         "finishes it (`labeler llm cancel BATCH` to stop them)")
     j = get_judge(run.judge)
     text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
     keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
@@ -433,3 +462,26 @@ def judge_answers(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
     verdicts = {keys[k]: judge.parse(a, settings) for k, a in summary.results.items()}
     failures = {keys[k]: reason for k, reason in [*summary.failed, *skipped]}
     return AnswerVerdicts(run, verdicts, failures, summary.cost)
+
+
+# --- the Batch API engine (labeler.llm.batch calls these when a run's batches are collected) --------------
+
+def _batch_schema(db: sqlite_utils.Database, run_id: int) -> type:
+    run = get_run(db, run_id)
+    return get_judge(run.judge).schema(run.params["scale"])
+
+
+def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int) -> JudgeRun:
+    """Store a batch run's answers (all in the LLM cache by now) as its judge labels."""
+    run = get_run(db, run_id)
+    j = get_judge(run.judge)
+    text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
+    keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
+                      "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
+    with store.transaction(db):
+        db.execute("UPDATE judge_runs SET params = json_remove(params, '$.engine') WHERE id = ?", [run_id])
+    return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
+                    None, None, cached_only=True)
+
+
+llm.batch.register_owner(llm.batch.BatchOwner("judge", _batch_schema, _batch_finish))

@@ -99,13 +99,14 @@ class GenerateResult:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     already: int = 0
     status: str = "finished"
+    batches: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.summary
         by_reason: dict[str, int] = {}
         for r in self.rejected:
             by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
-        return {"run_id": self.run_id, "status": self.status, "setting": self.plan.setting,
+        return {"run_id": self.run_id, "status": self.status, "batches": self.batches, "setting": self.plan.setting,
                 "model": self.plan.model, "seeds": len(self.plan.seeds), "stored": len(self.stored),
                 "rejected": len(self.rejected), "rejected_by_reason": by_reason, "already_stored": self.already,
                 "rejections": self.rejected,
@@ -185,7 +186,7 @@ def plan_generation(db: sqlite_utils.Database, config: llm.LLMConfig, options: S
 
 def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions | None = None, *,
              progress: Callable[[llm.Progress], None] | None = None, cancel: threading.Event | None = None,
-             index: CorpusIndex | None = None, by: str | None = None) -> GenerateResult:
+             index: CorpusIndex | None = None, by: str | None = None, batch: bool = False) -> GenerateResult:
     """Generate, check and store synthetic questions; see the package docstring.
 
     A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
@@ -196,11 +197,27 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
     recorded as ``cancelled``, and a rerun with the same options resumes from the cache. If
     ``progress`` raises (Streamlit stopping a script), the run stops the same way, stores what it
     has, and re-raises. Raises ``LLMError`` when the endpoint cannot be used (key, model, URL).
+
+    ``batch``: hand the requests to the Batch API (``labeler.llm.batch``) and return at once with
+    status ``submitted`` (``result.batches`` the batch ids); ``labeler llm collect`` checks and
+    stores the questions when the batches are done.
     """
     accounts.require(db, by, "llm", "generating synthetic questions")
     index = index if index is not None else CorpusIndex(db)
     plan = plan_generation(db, config, options, index=index)
     run_id = _start_run(db, plan)
+    if batch:
+        submitted = llm.batch.submit(db, config, plan.tasks, owner="synth", run_id=run_id)
+        if submitted.batches:
+            with store.transaction(db):
+                db.execute("UPDATE synth_runs SET summary = ? WHERE id = ?",
+                           [store.dumps({"engine": "batch", "options": asdict(plan.options),
+                                         "batches": [b.batch_id for b in submitted.batches]}), run_id])
+            result = GenerateResult(run_id=run_id, plan=plan, summary=llm.RunSummary(total=len(plan.tasks)),
+                                    status="submitted")
+            result.batches = [b.batch_id or b.key for b in submitted.batches]
+            return result
+        return _finish_batch(db, config, run_id, plan, index)  # everything was cached
     stop = cancel or threading.Event()
     raised: list[BaseException] = []
 
@@ -325,3 +342,31 @@ def _candidates(index: CorpusIndex, question: str, seed: Seed, k: int) -> list[t
     hits = [(h.doc_pk, h.score) for h in index.search(question, k)]
     have = {pk for pk, _ in hits}
     return hits + [(pk, None) for pk in seed.doc_pks if pk not in have]
+
+
+# --- the Batch API engine (labeler.llm.batch calls these when a run's batches are collected) ----
+
+def _finish_batch(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, plan: SynthPlan,
+                  index: CorpusIndex) -> GenerateResult:
+    summary = llm.run_tasks(db, config, plan.tasks, cached_only=True)
+    summary.done, summary.cached = summary.cached, 0
+    summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = llm.batch.run_spend(db, "synth", run_id)
+    result = GenerateResult(run_id=run_id, plan=plan, summary=summary)
+    _store_results(db, plan, summary, result, index)
+    info = result.to_dict()
+    info.pop("rejections")
+    info.pop("query_pks")
+    _finish_run(db, run_id, result.status, info)
+    return result
+
+
+def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int) -> GenerateResult:
+    """Check and store a batch run's questions (its answers are all in the LLM cache by now): the
+    plan is rebuilt from the options stored at submission."""
+    summary = store.loads(db.execute("SELECT summary FROM synth_runs WHERE id = ?", [run_id]).fetchone()[0]) or {}
+    options = SynthOptions(**summary.get("options", {}))
+    index = CorpusIndex(db)
+    return _finish_batch(db, config, run_id, plan_generation(db, config, options, index=index), index)
+
+
+llm.batch.register_owner(llm.batch.BatchOwner("synth", lambda db, run_id: GeneratedBatch, _batch_finish))

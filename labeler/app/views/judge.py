@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from labeler import agreement, judge, llm
-from labeler.app import auth, charts, state, widgets
+from labeler.app import auth, batches, charts, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -276,10 +276,13 @@ with tab_run:
                            "passing gate)")
         limit = c3.number_input("Sample size (0 = all)", min_value=0, value=0, step=50, key="jd_limit")
         model = c4.text_input("Model", value=_config().model, key="jd_model")
+        as_batch = st.checkbox("Run as batch", key="jd_batch",
+                               help="Send through the Batch API: half price, results within 24 hours; this page "
+                                    "collects them when opened")
         estimate_clicked = st.form_submit_button("Estimate cost", type="primary", key="jd_estimate")
     if estimate_clicked:
         st.session_state[PLAN] = {"judge": judge_name, "on": on, "limit": int(limit) or None,
-                                  "model": model.strip() or None}
+                                  "model": model.strip() or None, "batch": as_batch}
     if st.session_state.get(RUNNING):
         st.warning("The last run was interrupted. What finished is stored; it can be resumed below.")
         st.session_state[RUNNING] = False
@@ -295,7 +298,7 @@ with tab_run:
             e = dry.estimate
             widgets.stat_tiles({"Items": dry.items, "Requests": f"{e.to_request} ({e.cached} cached)",
                                 "Input tokens": f"~{e.input_tokens:,}",
-                                "Cost": "unknown" if e.cost is None else f"${e.cost:.4f}"})
+                                "Cost": batches.estimate_cost(e)})
             st.caption(widgets.escape_markdown(
                 f"{dry.judge} with rubric {dry.rubric} on model {e.model} at "
                 f"{config.base_url or 'api.openai.com'}; API key {'set' if config.has_api_key else 'not set'}."))
@@ -306,7 +309,16 @@ with tab_run:
             if not may_run:
                 st.info("Judge runs cost money: leads run them, or annotators a lead allowed in Settings.",
                         icon=":material/lock:")
-            if st.button(f"Run on {dry.items} items", key="jd_go", disabled=not usable or not dry.items or not may_run):
+            as_batch = bool(plan.get("batch"))
+            if as_batch and st.button(f"Submit {dry.items} items as a batch", key="jd_go_batch",
+                                      disabled=not usable or not dry.items or not may_run):
+                try:
+                    st.session_state[LAST] = judge.run_judge(db, config, plan["judge"], on=plan["on"],
+                                                             limit=plan["limit"], batch=True, by=me).to_dict()
+                except LabelerError as err:
+                    widgets.show_error(err)
+            if not as_batch and st.button(f"Run on {dry.items} items", key="jd_go",
+                                          disabled=not usable or not dry.items or not may_run):
                 bar = st.progress(0.0, text="Starting")
                 st.button("Cancel", key="jd_cancel", help="Stop sending; what finished is stored")
                 st.session_state[RUNNING] = True
@@ -329,6 +341,9 @@ with tab_run:
                             "Cost": "unknown" if last["cost"] is None else f"${last['cost']:.4f}"})
         if last["failures"]:
             st.dataframe(pd.DataFrame(last["failures"], columns=["item", "reason"]), hide_index=True, key="jd_failures")
+        if last["status"] == "submitted":
+            st.caption(f"Submitted as {len(last['batches'])} batch(es); this page collects them when they finish.")
+    batches.panel(db, "judge", _config(), by=me, may_run=may_run)
     unfinished = [r for r in runs if r.status in ("cancelled", "failed", "running", "interrupted")]
     if unfinished:
         resume_id = st.selectbox("Resume a run", [r.id for r in unfinished], key="jd_resume_pick",

@@ -8,11 +8,11 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from labeler import llm, synth
-from labeler.app import auth, state, widgets
+from labeler.app import auth, batches, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
-OPTIONS = "synth_options"  # the SynthOptions and model the estimate was made for
+OPTIONS = "synth_options"  # the SynthOptions, model and "run as batch" the estimate was made for
 RESULT = "synth_result"  # the last run's summary (GenerateResult.to_dict())
 RUNNING = "synth_running"  # set while a run is in progress: still set on the next run = interrupted
 REPORT = "synth_report"
@@ -55,13 +55,16 @@ with tab_generate:
         c1, c2 = st.columns(2)
         multi_hop = c1.slider("Share of two-chunk (multi-hop) questions", 0.0, 1.0, 0.0, 0.05, key="sy_multi_hop")
         threshold = c2.slider("Near-duplicate threshold (TF-IDF cosine)", 0.5, 1.0, 0.85, 0.01, key="sy_dup")
+        as_batch = st.checkbox("Run as batch", key="sy_batch",
+                               help="Send through the Batch API: half price, results within 24 hours; this page "
+                                    "collects them when opened")
         estimate_clicked = st.form_submit_button("Estimate cost", type="primary", key="sy_estimate")
     if estimate_clicked:
         try:
             st.session_state[OPTIONS] = (synth.SynthOptions(
                 n=int(n), per_chunk=int(per_chunk), seed=int(seed), question_types=tuple(types),
                 persona=persona.strip() or None, language=language.strip() or None, strategy=strategy,
-                multi_hop=float(multi_hop), duplicate_threshold=float(threshold)), model.strip() or None)
+                multi_hop=float(multi_hop), duplicate_threshold=float(threshold)), model.strip() or None, as_batch)
         except LabelerError as e:
             st.session_state.pop(OPTIONS, None)
             widgets.show_error(e)
@@ -73,7 +76,7 @@ with tab_generate:
 
     chosen = st.session_state.get(OPTIONS)
     if chosen is not None:
-        options, model_name = chosen
+        options, model_name, as_batch = chosen
         try:
             config = _config(model_name)
             index = widgets.corpus_index(db)
@@ -88,7 +91,7 @@ with tab_generate:
                 "Requests": f"{e.to_request} ({e.cached} cached)",
                 "Input tokens": f"~{e.input_tokens:,}",
                 "Output tokens": f"~{e.output_tokens:,}",
-                "Cost": "unknown" if e.cost is None else f"${e.cost:.4f}",
+                "Cost": batches.estimate_cost(e),
             })
             st.caption(widgets.escape_markdown(
                 f"Model {e.model} at {_host(config.base_url)}; API key "
@@ -106,8 +109,15 @@ with tab_generate:
             if not may_run:
                 st.info("Generating costs money: leads run it, or annotators a lead allowed in Settings.",
                         icon=":material/lock:")
-            if st.button(f"Generate {len(plan.seeds) * options.per_chunk} questions", key="sy_generate",
-                         disabled=not usable or not may_run):
+            if as_batch and st.button(f"Submit {len(plan.seeds) * options.per_chunk} questions as a batch",
+                                      key="sy_generate_batch", disabled=not usable or not may_run):
+                try:
+                    result = synth.generate(db, config, options, index=index, by=auth.me(), batch=True)
+                    st.session_state[RESULT] = result.to_dict()
+                except LabelerError as err:
+                    widgets.show_error(err)
+            if not as_batch and st.button(f"Generate {len(plan.seeds) * options.per_chunk} questions",
+                                          key="sy_generate", disabled=not usable or not may_run):
                 bar = st.progress(0.0, text="Starting")
                 st.button("Cancel", key="sy_cancel", help="Stop sending; what finished is stored")
                 st.session_state[RUNNING] = True
@@ -142,6 +152,9 @@ with tab_generate:
                          hide_index=True, key="sy_run_rejections")
         for note in m["notes"]:
             st.caption(f"Note: {widgets.escape_markdown(note)}")
+        if result["status"] == "submitted":
+            st.caption(f"Submitted as {len(result['batches'])} batch(es); this page collects them when they finish.")
+    batches.panel(db, "synth", _config(None), by=auth.me(), may_run=auth.may_run_llm())
 
 with tab_rejections:
     rows = synth.rejections(db, limit=1000)

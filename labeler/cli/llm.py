@@ -1,0 +1,151 @@
+"""``labeler llm``: the Batch API runs that ``judge run --batch`` and ``synth generate --batch`` submit
+(``batches``, ``collect``, ``cancel``), and the ``--wait`` progress shared by those commands."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from . import (
+    CONTEXT_SETTINGS,
+    LabelerGroup,
+    _open,
+    _print_json,
+    _progress_bar,
+    _secrets_toml,
+    cli,
+    json_option,
+)
+
+
+def _config() -> Any:
+    from ..llm import LLMConfig
+
+    return LLMConfig.from_env(_secrets_toml())
+
+
+def wait_for(db: Any, config: Any, owner: str, run_id: int, poll_s: float) -> None:
+    """Poll a run's batches until all are finished, with a progress bar on request counts."""
+    from ..llm import batch
+
+    update, close = _progress_bar(f"{owner} run {run_id} (batch)")
+    try:
+        batch.wait(db, config, owner=owner, run_id=run_id, poll_s=poll_s,
+                   progress=update if sys.stderr.isatty() else None)
+    finally:
+        close()
+
+
+def collect_summary(result: Any) -> str:
+    line = (f"collected {len(result.batches)} batch(es): {result.ok} answers stored, {result.failed} failed, "
+            f"{result.retried} retried directly")
+    if result.rebatched:
+        line += f", {result.rebatched} sent again in a new batch"
+    if result.run_direct:
+        line += f", {result.run_direct} run directly"
+    if result.finished_runs:
+        line += "; finished " + ", ".join(f"{kind} run {run}" for kind, run in result.finished_runs)
+    if result.waiting:
+        line += f"; {len(result.waiting)} batch(es) still running"
+    return line
+
+
+@cli.group("llm", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def llm_group() -> None:
+    """Batch API runs: list the batches, collect finished ones, cancel one.
+
+    `labeler judge run --batch` and `labeler synth generate --batch` submit them.
+
+    Example:
+
+        labeler llm collect --all
+    """
+
+
+@llm_group.command("batches", context_settings=CONTEXT_SETTINGS)
+@click.option("--offline", is_flag=True, help="Show what the database holds; do not ask the provider.")
+@json_option
+@click.pass_context
+def llm_batches_cmd(ctx: click.Context, offline: bool, as_json: bool) -> None:
+    """List the batches (state, request counts, cost, age), asking the provider for the state of
+    unfinished ones first.
+
+    Example:
+
+        labeler llm batches --json
+    """
+    from ..llm import batch
+
+    db = _open(ctx)
+    rows = batch.list_batches(db) if offline else batch.refresh(db, _config())
+    if as_json:
+        _print_json([b.to_dict() for b in rows])
+        return
+    if not rows:
+        click.echo("no batches yet: labeler judge run --batch, or labeler synth generate --batch")
+    ages = batch.ages(rows)
+    for b in rows:
+        cost = f"${b.cost:.4f}" if b.cost is not None else "-"
+        collected = "collected" if b.collected_at else ""
+        click.echo(f"{b.batch_id or b.key:<28} {b.owner} run {b.run_id:<5} {b.state:<11} {b.requests:>6} requests "
+                   f"{b.completed:>6} done {b.failed:>5} failed  {cost:<10} {ages[b.key]:>7}  {collected}")
+
+
+@llm_group.command("collect", context_settings=CONTEXT_SETTINGS)
+@click.argument("run", required=False)
+@click.option("--all", "collect_all", is_flag=True, help="Collect every finished batch.")
+@click.option("--direct-rest", is_flag=True,
+              help="Run the requests an expired batch never ran directly instead of in a new batch.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="First poll every SECONDS until the run's batches are finished.")
+@json_option
+@click.pass_context
+def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, direct_rest: bool, wait_s: float | None,
+                    as_json: bool) -> None:
+    """Download finished batches, store every answer in the LLM cache and finish their runs.
+
+    RUN is judge:ID or synth:ID (a bare number is a judge run). Collecting twice changes nothing.
+
+    Example:
+
+        labeler llm collect judge:12
+    """
+    from ..llm import batch
+
+    if (run is None) == (not collect_all):
+        raise click.UsageError("give a RUN (judge:12, synth:3) or --all")
+    owner = run_id = None
+    if run is not None:
+        kind, _, number = run.rpartition(":")
+        if not number.isdigit() or kind not in ("", "judge", "synth"):
+            raise click.BadParameter(f"{run!r}: use judge:ID or synth:ID", param_hint="RUN")
+        owner, run_id = kind or "judge", int(number)
+    db = _open(ctx)
+    config = _config()
+    if wait_s is not None and owner is not None:
+        wait_for(db, config, owner, run_id, wait_s)
+    result = batch.collect(db, config, owner=owner, run_id=run_id, direct_rest=direct_rest)
+    if as_json:
+        _print_json(result.to_dict())
+        return
+    click.echo(collect_summary(result))
+    for note in result.notes:
+        click.echo(f"  {note}", err=True)
+
+
+@llm_group.command("cancel", context_settings=CONTEXT_SETTINGS)
+@click.argument("batch_id")
+@click.pass_context
+def llm_cancel_cmd(ctx: click.Context, batch_id: str) -> None:
+    """Cancel a batch; what it finished is still collected, the rest is recorded as failed.
+
+    Example:
+
+        labeler llm cancel batch_abc123
+    """
+    from ..llm import batch
+
+    b = batch.cancel(_open(ctx), _config(), batch_id)
+    click.echo(f"{b.batch_id}: {b.state}")

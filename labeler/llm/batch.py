@@ -1,0 +1,449 @@
+"""The batch runner: big runs through the OpenAI Batch API (``/v1/files`` + ``/v1/batches``).
+
+``submit`` builds each request exactly as the direct runner does (``request_record`` ->
+``batch_body``), leaves out requests already answered in ``llm_calls``, splits the rest into
+files of at most 50,000 lines and 190 MB, uploads them (``purpose="batch"``) and creates the
+batches, storing every step in ``llm_batches`` / ``llm_batch_items`` first: a line's ``custom_id``
+is the request's cache hash. ``collect`` streams finished output and error files line by line,
+validates each answer like a direct call and stores it in ``llm_calls`` under that hash (so a later
+direct run pays nothing), chunk by chunk with the lines' state, so an interrupted download is
+collected again without counting anything twice. A bad line (non-200, invalid output, missing) is
+retried once directly (an invalid answer gets the repair request); the lines an expired batch never
+ran are re-batched, or run directly with ``direct_rest``. When every batch of a run is collected,
+the run's owner (``judge``, ``synth``) reads its results back from the cache. Collecting lives in
+``batch_collect`` and is re-exported here (``batch.collect``).
+
+A process killed between uploading a file and creating its batch leaves a row that names the file
+(``<key>.jsonl``) and the batch (metadata ``labeler_key``): the next ``submit``/``collect`` finds
+and reuses them, or deletes a partial upload, so nothing is billed twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import logging
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pydantic
+import sqlite_utils
+
+from .. import accounts
+from ..db import dumps, now, transaction
+from ..errors import LLMError
+from .cache import _load_cached, request_record
+from .client import (
+    LLMConfig,
+    Task,
+    _api_message,
+    _schema_name,
+    _short,
+    _strict,
+    task_hash,
+)
+
+log = logging.getLogger("labeler.llm")
+
+MAX_LINES = 50_000
+MAX_BYTES = 190 * 1024 * 1024
+ENDPOINT = "/v1/chat/completions"
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+_CONFIG_FIELDS = ("model", "temperature", "max_tokens", "token_limit_param", "input_price_per_1m",
+                  "output_price_per_1m", "batch_input_price_per_1m", "batch_output_price_per_1m")
+
+
+# --- owners: the runs that hand work to batches ---------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchOwner:
+    """A kind of run that submits batches: ``schema(db, run_id)`` is the answer model of its
+    requests; ``finish(db, config, run_id)`` reads the run's results back once every batch is
+    collected (``run_tasks(..., cached_only=True)``)."""
+
+    kind: str
+    schema: Callable[[sqlite_utils.Database, int], type[pydantic.BaseModel]]
+    finish: Callable[[sqlite_utils.Database, LLMConfig, int], Any]
+
+
+_OWNERS: dict[str, BatchOwner] = {}
+
+
+def register_owner(owner: BatchOwner) -> BatchOwner:
+    _OWNERS[owner.kind] = owner
+    return owner
+
+
+def _owner(kind: str) -> BatchOwner:
+    if kind not in _OWNERS:  # the built-in owners register when their package is imported
+        try:
+            importlib.import_module(f"labeler.{kind}")
+        except ImportError:
+            pass
+    if kind not in _OWNERS:
+        raise LLMError(f"unknown batch owner {kind!r}; known: {', '.join(sorted(_OWNERS)) or 'none'}")
+    return _OWNERS[kind]
+
+
+# --- records ------------------------------------------------------------------------------------------
+
+@dataclass
+class BatchInfo:
+    """One stored batch (``batch_id`` None until the provider created it)."""
+
+    key: str
+    owner: str
+    run_id: int
+    part: int
+    model: str
+    state: str
+    requests: int
+    completed: int = 0
+    failed: int = 0
+    collected: int = 0
+    bytes: int = 0
+    batch_id: str | None = None
+    input_file_id: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    collected_at: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Submitted:
+    """What ``submit`` did: the batches created, requests answered from the cache, lines sent."""
+
+    owner: str
+    run_id: int
+    batches: list[BatchInfo]
+    cached: int
+    sent: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"owner": self.owner, "run_id": self.run_id, "cached": self.cached, "sent": self.sent,
+                "batches": [b.batch_id for b in self.batches]}
+
+
+_COLUMNS = [f.name for f in dataclasses.fields(BatchInfo)]
+
+
+def _rows(db: sqlite_utils.Database, where: str = "1", params: Iterable[Any] = ()) -> list[BatchInfo]:
+    cur = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM llm_batches WHERE {where} ORDER BY created_at, key",
+                     list(params))
+    return [BatchInfo(*row) for row in cur.fetchall()]
+
+
+def list_batches(db: sqlite_utils.Database, *, owner: str | None = None, run_id: int | None = None) -> list[BatchInfo]:
+    """The stored batches (all, or one run's), oldest first. Reads the database only; ``refresh``
+    asks the provider for their state."""
+    return _rows(db, "(?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR run_id = ?2)", [owner, run_id])
+
+
+def _set(db: sqlite_utils.Database, key: str, **values: Any) -> None:
+    values["updated_at"] = now()
+    with transaction(db):
+        db.execute(f"UPDATE llm_batches SET {', '.join(f'{k} = ?' for k in values)} WHERE key = ?",
+                   [*values.values(), key])
+
+
+# --- requests as batch lines ---------------------------------------------------------------------------
+
+def batch_body(record: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body of a batch line from an ``llm_calls`` request record: the body the direct runner
+    sends in json_schema mode (server-specific parameters inline, as the client's ``extra_body`` does)."""
+    return {"model": record["model"], **record["params"], "messages": record["messages"],
+            "response_format": _response_format(record["schema_name"], dumps(record["schema"]))}
+
+
+@functools.lru_cache(maxsize=64)
+def _response_format(schema_name: str, schema_json: str) -> dict[str, Any]:
+    # every line of a run has the same schema: made strict once, not 200,000 times
+    schema = json.loads(schema_json)
+    return {"type": "json_schema", "json_schema": {"name": _schema_name(schema_name),
+                                                   "schema": _strict(schema, schema), "strict": True}}
+
+
+def batch_line(h: str, record: dict[str, Any]) -> str:
+    """One line of a batch input file (JSONL): ``custom_id`` is the request's cache hash."""
+    return dumps({"custom_id": h, "method": "POST", "url": ENDPOINT, "body": batch_body(record)})
+
+
+def client_for(config: LLMConfig) -> openai.OpenAI:
+    if not config.has_api_key and not config.base_url:
+        raise LLMError("no OpenAI API key: set OPENAI_API_KEY in the environment or in "
+                       ".streamlit/secrets.toml (for a local server set OPENAI_BASE_URL instead)")
+    key = config.api_key.get_secret_value() if isinstance(config.api_key, pydantic.SecretStr) else None
+    return openai.OpenAI(api_key=key or "unused", base_url=config.base_url, timeout=config.timeout_s,
+                         max_retries=config.max_retries)
+
+
+def _api(what: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except openai.APIStatusError as e:
+        raise LLMError(f"Batch API: {what} failed (HTTP {e.status_code}: {_api_message(e)})") from None
+    except openai.APIError as e:
+        raise LLMError(f"Batch API: {what} failed ({_short(e, 200)}); run the command again") from None
+
+
+# --- submitting ----------------------------------------------------------------------------------------
+
+def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], *, owner: str, run_id: int,
+           max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, client: openai.OpenAI | None = None) -> Submitted:
+    """Send the requests of ``tasks`` not already answered in the cache as batches of run ``run_id``
+    of ``owner``; returns once the batches are created (their ids and state stored). ``tasks`` is
+    read once, as a stream: a generator of a million tasks is never held whole."""
+    _owner(owner)
+    counts = {"cached": 0, "sent": 0}
+    keys = _write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
+                        max_lines=max_lines, max_bytes=max_bytes)
+    if keys:
+        own = client is None
+        client = client or client_for(config)
+        try:
+            for key in keys:
+                _send(db, client, key, recovering=False)
+        finally:
+            if own:
+                client.close()
+    return Submitted(owner, run_id, _rows(db, f"key IN ({', '.join('?' * len(keys))})", keys) if keys else [],
+                     cached=counts["cached"], sent=counts["sent"])
+
+
+def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
+          counts: dict[str, int]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(hash, request record) of each distinct request not answered in the cache, in task order."""
+    seen: set[str] = set()
+    chunk: list[tuple[str, Task]] = []
+
+    def flush() -> Iterator[tuple[str, dict[str, Any]]]:
+        cached = _load_cached(db, [h for h, _ in chunk])
+        counts["cached"] += len(cached)
+        for h, task in chunk:
+            if h not in cached:
+                counts["sent"] += 1
+                yield h, request_record(config, task, "json_schema")
+        chunk.clear()
+
+    for task in tasks:
+        h = task_hash(config, task)
+        if h in seen:
+            continue
+        seen.add(h)
+        chunk.append((h, task))
+        if len(chunk) >= 2_000:
+            yield from flush()
+    yield from flush()
+
+
+def _write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
+                 owner: str, run_id: int, max_lines: int, max_bytes: int) -> list[str]:
+    """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes, one
+    transaction a part, rows in state 'building'. Returns the parts' keys."""
+    stored = dumps({name: getattr(config, name) for name in _CONFIG_FIELDS})
+    part = db.execute("SELECT coalesce(max(part), -1) + 1 FROM llm_batches WHERE owner = ? AND run_id = ?",
+                      [owner, run_id]).fetchone()[0]
+    keys: list[str] = []
+    pending = next(todo, None)
+    while pending is not None:
+        key = f"labeler-{owner}-{run_id}-{part}-{secrets.token_hex(3)}"
+        lines = size = 0
+        rows: list[tuple[str, str, str]] = []
+        with transaction(db):
+            stamp = now()
+            db.execute("INSERT INTO llm_batches (key, owner, run_id, part, model, config, requests, bytes, state, "
+                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 'building', ?, ?)",
+                       [key, owner, run_id, part, config.model, stored, stamp, stamp])
+            while pending is not None:
+                h, record = pending
+                line_bytes = len(batch_line(h, record).encode()) + 1
+                if lines and (lines >= max_lines or size + line_bytes > max_bytes):
+                    break
+                rows.append((key, h, dumps(record)))
+                lines, size = lines + 1, size + line_bytes
+                if len(rows) >= 2_000:
+                    db.conn.executemany("INSERT INTO llm_batch_items (batch_key, hash, request) VALUES (?, ?, ?)", rows)
+                    rows.clear()
+                pending = next(todo, None)
+            db.conn.executemany("INSERT INTO llm_batch_items (batch_key, hash, request) VALUES (?, ?, ?)", rows)
+            db.execute("UPDATE llm_batches SET requests = ?, bytes = ? WHERE key = ?", [lines, size, key])
+        keys.append(key)
+        part += 1
+    return keys
+
+
+def _lines(db: sqlite_utils.Database, key: str) -> Iterator[bytes]:
+    for h, request in db.execute("SELECT hash, request FROM llm_batch_items WHERE batch_key = ?", [key]):
+        yield batch_line(h, json.loads(request)).encode() + b"\n"
+
+
+def _send(db: sqlite_utils.Database, client: openai.OpenAI, key: str, *, recovering: bool) -> None:
+    """Upload part ``key`` and create its batch, whichever of the two is not yet done. When
+    ``recovering`` (an earlier process stopped half-way) the file and batch are looked up first."""
+    row = _rows(db, "key = ?", [key])[0]
+    filename = f"{key}.jsonl"
+    if row.state == "building":
+        file_id = _find_file(client, filename, row.bytes) if recovering else None
+        if file_id is None:
+            with tempfile.TemporaryFile() as fh:  # the file is streamed from the database, never held whole
+                for line in _lines(db, key):
+                    fh.write(line)
+                fh.seek(0)
+                file_id = _api(f"uploading {filename}",
+                               lambda: client.files.create(file=(filename, fh), purpose="batch")).id
+        _set(db, key, input_file_id=file_id, state="uploaded")
+        row.state, row.input_file_id = "uploaded", file_id
+    if row.state == "uploaded":
+        batch = _find_batch(client, key, row.input_file_id) if recovering else None
+        if batch is None:
+            batch = _api(f"creating the batch of {filename}", lambda: client.batches.create(
+    input_file_id=row.input_file_id, endpoint=ENDPOINT, completion_window="24h",
+                metadata={"labeler_key": key}))
+        _update_from(db, key, batch)
+
+
+def _find_file(client: openai.OpenAI, filename: str, size: int) -> str | None:
+    """An uploaded file of this name from a process that stopped before storing its id: reused
+    when complete, deleted when not."""
+    for f in _api("listing files", lambda: list(client.files.list(purpose="batch"))):
+        if f.filename != filename:
+            continue
+        if f.bytes == size:
+            log.info("reusing uploaded file %s (%s)", f.id, filename)
+            return f.id
+        log.info("deleting partial upload %s (%s: %d of %d bytes)", f.id, filename, f.bytes, size)
+        _api(f"deleting {f.id}", lambda f=f: client.files.delete(f.id))
+    return None
+
+
+def _find_batch(client: openai.OpenAI, key: str, file_id: str | None) -> Any:
+    for b in _api("listing batches", lambda: list(client.batches.list(limit=100))):
+        if (b.metadata or {}).get("labeler_key") == key or (file_id and b.input_file_id == file_id):
+            log.info("adopting batch %s created for %s", b.id, key)
+            return b
+    return None
+
+
+def _update_from(db: sqlite_utils.Database, key: str, batch: Any) -> None:
+    counts = batch.request_counts
+    errors = None
+    if batch.errors and batch.errors.data:
+        errors = "; ".join(f"line {e.line}: {e.message}" if e.line is not None else str(e.message)
+                           for e in batch.errors.data[:5])
+    _set(db, key, batch_id=batch.id, state=batch.status, completed=counts.completed if counts else 0,
+         failed=counts.failed if counts else 0, output_file_id=batch.output_file_id,
+         error_file_id=batch.error_file_id, error=errors)
+
+
+def recover(db: sqlite_utils.Database, client: openai.OpenAI) -> list[str]:
+    """Finish every part a stopped process left uploaded-but-not-created or half-built."""
+    keys = [b.key for b in _rows(db, "state IN ('building', 'uploaded')")]
+    for key in keys:
+        _send(db, client, key, recovering=True)
+    return keys
+
+
+def refresh(db: sqlite_utils.Database, config: LLMConfig, *, client: openai.OpenAI | None = None,
+            owner: str | None = None, run_id: int | None = None) -> list[BatchInfo]:
+    """Ask the provider for the state of every unfinished batch (all, or one run's); return them all."""
+    own = client is None
+    client = client or client_for(config)
+    try:
+        recover(db, client)
+        for b in list_batches(db, owner=owner, run_id=run_id):
+            if b.batch_id and not b.finished:
+                _update_from(db, b.key, _api(f"reading batch {b.batch_id}", lambda b=b: client.batches.retrieve(b.batch_id)))
+    finally:
+        if own:
+            client.close()
+    return list_batches(db, owner=owner, run_id=run_id)
+
+
+def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, client: openai.OpenAI | None = None,
+           by: str | None = None) -> BatchInfo:
+    """Cancel batch ``batch_id`` (a batch id or labeler's key); its finished lines are still collected.
+    ``by`` as in :func:`collect`."""
+    accounts.require(db, by, "llm", "cancelling a batch")
+    rows = _rows(db, "batch_id = ? OR key = ?", [batch_id, batch_id])
+    if not rows or rows[0].batch_id is None:
+        raise LLMError(f"no batch {batch_id!r}; `labeler llm batches` lists them")
+    own = client is None
+    client = client or client_for(config)
+    try:
+        _update_from(db, rows[0].key, _api(f"cancelling {batch_id}", lambda: client.batches.cancel(rows[0].batch_id)))
+    finally:
+        if own:
+            client.close()
+    return _rows(db, "key = ?", [rows[0].key])[0]
+
+
+def wait(db: sqlite_utils.Database, config: LLMConfig, *, owner: str, run_id: int, poll_s: float = 30,
+         progress: Callable[[int, int], None] | None = None, timeout_s: float | None = None,
+         client: openai.OpenAI | None = None) -> list[BatchInfo]:
+    """Poll until every batch of the run is finished; ``progress(done, total)`` on request counts."""
+    started = time.monotonic()
+    while True:
+        batches = refresh(db, config, client=client, owner=owner, run_id=run_id)
+        if progress is not None:
+            progress(sum(b.completed + b.failed for b in batches), sum(b.requests for b in batches))
+        if all(b.finished for b in batches):
+            return batches
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            return batches
+        time.sleep(poll_s)
+
+
+def run_spend(db: sqlite_utils.Database, owner: str, run_id: int) -> tuple[int, int, float | None, int]:
+    """(prompt tokens, completion tokens, cost, answered lines) of a run's batches."""
+    pt, ct, cost, n = db.execute(
+        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), sum(cost), "
+        "(SELECT count(*) FROM llm_batch_items i JOIN llm_batches x ON x.key = i.batch_key "
+        " WHERE x.owner = ?1 AND x.run_id = ?2 AND i.state = 'ok') "
+        "FROM llm_batches WHERE owner = ?1 AND run_id = ?2", [owner, run_id]).fetchone()
+    return int(pt), int(ct), cost, int(n)
+
+
+def ages(batches: list[BatchInfo]) -> dict[str, str]:
+    """A short age ("3 h", "2 d") per batch key, from ``created_at``."""
+    from datetime import UTC, datetime
+
+    out = {}
+    for b in batches:
+        try:
+            seconds = (datetime.now(UTC) - datetime.fromisoformat(str(b.created_at).replace("Z", "+00:00"))).total_seconds()
+        except ValueError:
+            out[b.key] = "?"
+            continue
+        for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+            if seconds >= size:
+                out[b.key] = f"{int(seconds // size)} {unit}"
+                break
+        else:
+            out[b.key] = f"{int(seconds)} s"
+    return out
+
+
+
+
+# collecting needs submit (an expired batch's rest goes out again), so it lives in its own module
+from .batch_collect import Collected, collect  # noqa: E402,F401

@@ -1,0 +1,140 @@
+"""The ``llm_calls`` table as cache and ledger: one row per distinct request (its ``task_hash``),
+holding the request, the raw response, the validated output (``parsed``) and what was spent over
+every attempt. Only ``ok`` rows are cache hits; a failure never overwrites a success. Both runners
+write here, so an answer from a batch is a cache hit for a later direct run and the other way round."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pydantic
+import sqlite_utils
+
+from ..db import dumps, now, transaction
+from .client import Estimate, LLMConfig, Task, _model_schema, json_schema_for, request_params, task_hash
+
+
+def _load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for start in range(0, len(hashes), 500):
+        chunk = hashes[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for h, parsed in db.execute(
+    f"SELECT hash, parsed FROM llm_calls WHERE status = 'ok' AND hash IN ({marks})", chunk):
+            found[h] = parsed
+    return found
+
+
+def _store(db: sqlite_utils.Database, row: dict[str, Any]) -> None:
+    """Upsert one result. Tokens, cost and requests add up over attempts (the ledger); a failure
+    never overwrites a success that another process stored meanwhile."""
+    with transaction(db):
+        old = db.execute("SELECT status, prompt_tokens, completion_tokens, cost, requests, created_at "
+                         "FROM llm_calls WHERE hash = ?", [row["hash"]]).fetchone()
+        if old is not None:
+            row["prompt_tokens"] += old[1] or 0
+            row["completion_tokens"] += old[2] or 0
+            costs = [c for c in (old[3], row["cost"]) if c is not None]
+            row["cost"] = sum(costs) if costs else None
+            row["requests"] += old[4] or 0
+            row["created_at"] = old[5]
+            if old[0] == "ok" and row["status"] != "ok":
+                db.execute("UPDATE llm_calls SET prompt_tokens = ?, completion_tokens = ?, cost = ?, "
+                           "requests = ?, updated_at = ? WHERE hash = ?",
+                           [row["prompt_tokens"], row["completion_tokens"], row["cost"],
+                            row["requests"], row["updated_at"], row["hash"]])
+                return
+        columns = list(row)
+        db.execute(f"INSERT OR REPLACE INTO llm_calls ({', '.join(columns)}) "
+                   f"VALUES ({', '.join('?' * len(columns))})", [row[c] for c in columns])
+
+
+def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterable[Task]) -> Estimate:
+    """Tokens and cost of running ``tasks`` now, counting only requests not already cached in ``db``.
+
+    Input tokens are chars/4 of the messages and the schema plus 4 per message; output tokens are
+    ``task.expected_output_tokens`` or ``config.expected_output_tokens``, capped at ``max_tokens``.
+    """
+    units: dict[str, Task] = {}
+    tasks = list(tasks)
+    for task in tasks:
+        units.setdefault(task_hash(config, task), task)
+    cached = set(_load_cached(db, list(units))) if db is not None else set()
+    input_tokens = output_tokens = output_max = 0
+    for h, task in units.items():
+        if h in cached:
+            continue
+        text = json.dumps(task.messages, ensure_ascii=False) + json.dumps(json_schema_for(task.schema))
+        input_tokens += len(text) // 4 + 4 * len(task.messages)
+        expected = task.expected_output_tokens or config.expected_output_tokens
+        cap = task.params.get(config.token_limit_param, config.max_tokens)
+        output_tokens += min(expected, cap) if cap else expected
+        output_max += cap or expected
+    notes = [note] if (note := config.price_note()) else []
+    return Estimate(
+        tasks=len(tasks), unique=len(units), cached=len(cached), to_request=len(units) - len(cached),
+        input_tokens=input_tokens, output_tokens=output_tokens,
+        cost=config.cost(input_tokens, output_tokens), cost_max=config.cost(input_tokens, output_max),
+        model=config.model, notes=notes, cost_batch=config.cost(input_tokens, output_tokens, batch=True),
+        cost_batch_max=config.cost(input_tokens, output_max, batch=True))
+
+
+
+def store_many(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> None:
+    """``_store`` for many rows of distinct hashes at once (the caller holds a transaction): one
+    read of the rows already there, one write."""
+    if not rows:
+        return
+    old: dict[str, tuple] = {}
+    hashes = [r["hash"] for r in rows]
+    for start in range(0, len(hashes), 500):
+        part = hashes[start:start + 500]
+        for found in db.execute("SELECT hash, status, prompt_tokens, completion_tokens, cost, requests, created_at "
+                                f"FROM llm_calls WHERE hash IN ({', '.join('?' * len(part))})", part):
+            old[found[0]] = found[1:]
+    fresh = []
+    for row in rows:
+        if row["hash"] in old:
+            _store(db, row)  # rare: an earlier attempt is there; add up the ledger row by row
+        else:
+            fresh.append(row)
+    if fresh:
+        columns = list(fresh[0])
+        db.conn.executemany(f"INSERT INTO llm_calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                            [[r[c] for c in columns] for r in fresh])
+
+
+def request_record(config: LLMConfig, task: Task, mode: str, repair: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``llm_calls.request`` records of a request: model, messages, parameters, schema, mode."""
+    request = {"model": config.model, "messages": task.messages, "params": request_params(config, task),
+               "schema_name": task.schema.__name__, "schema": json.loads(_model_schema(task.schema)), "mode": mode}
+    if repair:
+        request["repair"] = repair
+    return request
+
+
+def call_row(h: str, config: LLMConfig, request: dict[str, Any] | str, *, model: pydantic.BaseModel | str | None,
+             error: str | None, raw: Any, prompt_tokens: int, completion_tokens: int, requests: int,
+             cost: float | None) -> dict[str, Any]:
+    """An ``llm_calls`` row (``model`` the validated answer, or its JSON text)."""
+    stamp = now()
+    parsed = model.model_dump_json() if isinstance(model, pydantic.BaseModel) else model
+    return {"hash": h, "model": config.model, "request": request if isinstance(request, str) else dumps(request),
+            "response": (raw if isinstance(raw, str) else dumps(raw)) if raw is not None else None,
+            "parsed": parsed, "status": "ok" if parsed is not None else "failed", "error": error,
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "cost": cost,
+            "requests": requests, "created_at": stamp, "updated_at": stamp}
+
+
+def failure_reasons(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]:
+    """The stored reason of every failed call among ``hashes``."""
+    found: dict[str, str] = {}
+    for start in range(0, len(hashes), 500):
+        chunk = hashes[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for h, error in db.execute(
+    f"SELECT hash, error FROM llm_calls WHERE status = 'failed' AND hash IN ({marks})", chunk):
+            found[h] = error or "failed"
+    return found
