@@ -1,0 +1,85 @@
+"""PII and secret redaction, applied to every ingested record before anything is stored.
+
+Ingest (``labeler.ingest_logs`` / ``ingest_corpus``, the CLI and the Data page) redacts by default:
+the question, answer, chunk texts and titles, every string in meta, and the query and chunk ids.
+``redact=False`` (``--no-redact``, or the setting ``redact`` off) keeps the values; each ingest
+records which it did and how many values of each type it replaced (``ingests.redaction``), never
+the values. Error messages and rejected records are scrubbed the same way (``[EMAIL]``), so a raw
+value reaches no log line, stderr or rejects file either.
+
+Detectors: ``detectors`` (built in, regular expressions with checks), the setting
+``redact_patterns`` (``{"TYPE": "regex"}``, the user's own), and Presidio's analyzer when it is
+installed with a language model (``presidio``; optional, never required).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import sqlite_utils
+
+from .detectors import KINDS, Detectors, kind_name
+from .redactor import RecordRedaction, Redactor
+
+__all__ = ["KINDS", "Detectors", "RecordRedaction", "Redactor", "kind_name", "redact_log", "redactor_for",
+           "redaction_enabled"]
+
+KEY_SETTING = "redact_key"  # the database's own key of the pseudonyms in ids (made on first use)
+
+
+def redaction_enabled(db: sqlite_utils.Database) -> bool:
+    """The project setting ``redact`` (on unless a lead turned it off)."""
+    from .. import db as store
+
+    value = store.get_setting(db, "redact")
+    return True if value is None else bool(value)
+
+
+def _key(db: sqlite_utils.Database) -> bytes:
+    from .. import db as store
+
+    key = store.get_setting(db, KEY_SETTING)
+    if not key:
+        with store.transaction(db):
+            db.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)",
+                       [KEY_SETTING, store.dumps(secrets.token_hex(32))])
+        key = store.get_setting(db, KEY_SETTING)
+    return bytes.fromhex(key)
+
+
+def redactor_for(db: sqlite_utils.Database, redact: bool | None = None) -> Redactor | None:
+    """The redactor an ingest into ``db`` uses, or None when redaction is off (``redact``: the
+    caller's choice; None: the setting). User patterns come from the setting ``redact_patterns``."""
+    from .. import db as store
+
+    if redact is None:
+        redact = redaction_enabled(db)
+    if not redact:
+        return None
+    patterns = store.get_setting(db, "redact_patterns") or {}
+    from .presidio import analyzer
+
+    return Redactor(patterns, key=_key(db), extra=analyzer())
+
+
+def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
+    """A validated log record (``ingest.validate.validate_log``'s shape) with its values replaced,
+    numbered across its question, answer, chunks and meta; ``rec["redactions"]`` counts them."""
+    r = redactor.record()
+    rec["query_id"] = r.ident(rec["query_id"])
+    rec["question"] = r.text(rec["question"])
+    rec["answer"] = r.text(rec["answer"])
+    ids = rec["ids"]
+    for i, cid in enumerate(ids):
+        if redactor.find(cid):
+            ids[i] = r.ident(cid)
+    for column in ("texts", "titles"):
+        values = rec[column]
+        if values is not None:
+            rec[column] = [r.text(v) for v in values]
+    if rec.get("meta"):
+        rec["meta"] = r.value(rec["meta"])
+    if r.counts:
+        rec["redactions"] = r.counts
+    return rec

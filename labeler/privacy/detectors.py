@@ -1,0 +1,196 @@
+"""The built-in detectors of personal data and secrets: one combined regular expression whose
+branches are the kinds of value, each with a check that rejects look-alikes (Luhn for card
+numbers, mod-97 for IBANs, the address parser for IPv6, date and version shapes for phone numbers).
+
+Kinds (the placeholder's type): ``EMAIL``; ``PHONE`` (international ``+CC ...``, and national forms
+with a trunk 0, parentheses or the North American 3-3-4 shape; 7 to 15 digits; dates, versions,
+amounts and plain digit runs are left alone); ``CARD`` (13 to 19 digits, optionally grouped by
+spaces or dashes, Luhn-valid: random 16-digit numbers stay); ``IBAN`` (mod-97 valid); ``IP`` (IPv4
+and IPv6); ``NATIONAL_ID`` (US Social Security numbers ``123-45-6789`` with valid area, group and
+serial; UK National Insurance numbers ``QQ 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI
+``sk-...``, AWS access key ids ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``
+and ``github_pat_``, Slack ``xox?-``, Google ``AIza...``, Stripe ``sk_live_``/``rk_live_`` (and
+``_test_``), JWTs, PEM private-key blocks).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+
+KINDS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "NATIONAL_ID", "SECRET")
+
+# (group name, kind, pattern). Order matters: at one position the first branch that matches wins,
+# and a match its check rejects is kept as text (so a 16-digit number failing Luhn is no phone).
+_BRANCHES: list[tuple[str, str, str]] = [
+    ("pem", "SECRET", r"-----BEGIN[A-Z ]{0,30} PRIVATE KEY-----[\s\S]{0,20000}?-----END[A-Z ]{0,30} PRIVATE KEY-----"),
+    ("jwt", "SECRET", r"(?<![\w-])eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
+    ("openai", "SECRET", r"(?<![\w-])sk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,}"),
+    ("stripe", "SECRET", r"(?<![\w-])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    ("aws", "SECRET", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    ("github", "SECRET", r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("slack", "SECRET", r"(?<![\w-])xox[abposre]-[A-Za-z0-9-]{10,}"),
+    ("google", "SECRET", r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),
+    ("email", "EMAIL", r"(?<![\w.%+-])[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?![A-Za-z0-9])"),
+    ("iban", "IBAN", r"(?<![\w])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![a-z0-9])"),
+    ("nino", "NATIONAL_ID", r"(?<![\w])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])"),
+    ("ipv6", "IP", r"(?<![\w:.])(?=[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:)[0-9A-Fa-f:]{2,39}(?:(?<=:)\d{1,3}(?:\.\d{1,3}){3})?(?![\w:])"),
+    ("ipv4", "IP", r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"),
+    ("ssn", "NATIONAL_ID", r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"),
+    ("card", "CARD", r"(?<![\w.,-])\d(?:[ -]?\d){12,22}(?![\w])"),
+    ("phone", "PHONE", r"(?<![\w+.,/-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,5}){0,5}(?![\w]|[.,/-]\d)"),
+]
+
+# a string with none of these cannot hold a built-in match: most texts are skipped after one search
+PREFILTER = re.compile(r"[\d@]|::|sk-|[sr]k_|AKIA|ASIA|gh[pousr]_|github_pat_|xox|AIza|eyJ|-----BEGIN")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _ends(text: str, sep: str = " -") -> list[int]:
+    """Candidate ends of a match: the whole, then each shorter run ending before a separator."""
+    ends = [len(text)]
+    ends += [i for i in range(len(text) - 1, 0, -1) if text[i] in sep]
+    return ends
+
+
+def check_card(text: str) -> int:
+    for end in _ends(text):
+        digits = text[:end].replace(" ", "").replace("-", "")
+        if 13 <= len(digits) <= 19 and _luhn(digits) and len(set(digits)) > 1:
+            return end
+    return 0
+
+
+def _iban_ok(compact: str) -> bool:
+    moved = compact[4:] + compact[:4]
+    try:
+        return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
+    except ValueError:
+        return False
+
+
+def check_iban(text: str) -> int:
+    # the pattern may run on into following capitals or digits: the longest valid prefix wins
+    for end in range(len(text), 14, -1):
+        if text[end - 1] == " ":
+            continue
+        compact = text[:end].replace(" ", "")
+        if 15 <= len(compact) <= 34 and _iban_ok(compact):
+            return end
+    return 0
+
+
+def check_ipv6(text: str) -> int:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return 0
+    # "::" alone and clock-like runs of small numbers are not worth a placeholder
+    return len(text) if sum(c in "0123456789abcdefABCDEF" for c in text) >= 2 else 0
+
+
+def check_ssn(text: str) -> int:
+    area, group, serial = text.split("-")
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return 0
+    return len(text)
+
+
+def check_nino(text: str) -> int:
+    compact = text.replace(" ", "")
+    return 0 if compact[:2] in ("BG", "GB", "KN", "NK", "NT", "TN", "ZZ") else len(text)
+
+
+_DATE = re.compile(r"\d{4}[.-]\d{1,2}[.-]\d{1,2}|\d{1,2}[.-]\d{1,2}[.-]\d{2,4}")
+_NANP = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}")
+
+
+def check_phone(text: str) -> int:
+    digits = sum(c.isdigit() for c in text)
+    if not 7 <= digits <= 15:
+        return 0
+    if text[0] == "+":
+        return len(text) if digits >= 8 else 0
+    if _DATE.fullmatch(text):
+        return 0
+    if "(" in text or _NANP.fullmatch(text):
+        return len(text)
+    # a national number with its trunk 0, written in groups (a bare run of digits is an id)
+    if text[0] == "0" and any(c in " .-" for c in text) and digits >= 9:
+        return len(text)
+    return 0
+
+
+CHECKS: dict[str, Callable[[str], int]] = {
+    "card": check_card, "iban": check_iban, "ipv6": check_ipv6, "ssn": check_ssn, "nino": check_nino,
+    "phone": check_phone,
+}
+
+
+class Detectors:
+    """The combined pattern of the built-in detectors and the user's own (``{KIND: regex}``; a
+    user pattern has no check and comes first, so it wins where it overlaps a built-in one)."""
+
+    def __init__(self, patterns: dict[str, str] | None = None):
+        from ..errors import LabelerError
+
+        branches = []
+        self.kinds: dict[str, str] = {}
+        for i, (kind, pattern) in enumerate((patterns or {}).items()):
+            name = f"user{i}"
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise LabelerError(f"redaction pattern {kind}: not a valid regular expression ({e}); "
+                                   "fix it in the setting redact_patterns") from None
+            branches.append(f"(?P<{name}>{pattern})")
+            self.kinds[name] = kind_name(kind)
+        for name, kind, pattern in _BRANCHES:
+            branches.append(f"(?P<{name}>{pattern})")
+            self.kinds[name] = kind
+        self.regex = re.compile("|".join(branches))
+        self.prefilter = None if patterns else PREFILTER
+
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """The ``(start, end, kind)`` of every value found in ``text``, in order, not overlapping."""
+        if self.prefilter is not None and self.prefilter.search(text) is None:
+            return []
+        out = []
+        pos = 0
+        regex, kinds = self.regex, self.kinds
+        n = len(text)
+        while pos < n:
+            m = regex.search(text, pos)
+            if m is None:
+                break
+            start, end = m.span()
+            name = m.lastgroup
+            check = CHECKS.get(name)
+            if check is not None:
+                end = start + check(text[start:end])
+                if end == start:  # rejected: the text stays, and the search goes on after it
+                    pos = m.end() if m.end() > start else start + 1
+                    continue
+            if end == start:  # an empty user match
+                pos = start + 1
+                continue
+            out.append((start, end, kinds[name]))
+            pos = end
+        return out
+
+
+def kind_name(name: str) -> str:
+    """A user pattern's name as a placeholder type: upper case letters, digits and underscores."""
+    return re.sub(r"[^A-Z0-9_]", "_", name.strip().upper()) or "CUSTOM"
