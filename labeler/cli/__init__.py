@@ -148,6 +148,9 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
 
 
 def redact_option(f: Callable) -> Callable:
+    f = click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="TYPE=REGEX",
+                     help="Also replace what this regular expression matches, by [TYPE_n] (added to the "
+                          "setting redact_patterns), e.g. --redact-pattern CUSTOMER=CUST-\\d{6}.")(f)
     return click.option("--redact/--no-redact", default=None,
                         help="Replace personal data and secrets with placeholders before storing (default: "
                              "on, unless the setting redact is off).")(f)
@@ -178,8 +181,8 @@ LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
 @json_option
 @click.pass_context
 def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
-                    lenient: bool, max_line_mb: int, redact: bool | None, sample: float | None, seed: int,
-                    as_json: bool) -> None:
+                    lenient: bool, max_line_mb: int, redact: bool | None, redact_patterns: tuple[str, ...],
+                    sample: float | None, seed: int, as_json: bool) -> None:
     """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
     OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
     Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
@@ -200,11 +203,13 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
         labeler ingest logs big-*.jsonl.gz --sample 0.05 --seed 7
     """
     from ..ingest import ingest_logs, parse_mapping
+    from ..privacy import parse_patterns
 
     mapping = parse_mapping(maps)
     tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
     _run_ingest(ctx, files, None if tool else fmt, as_json, ingest_logs, mapping=mapping, lenient=lenient, tool=tool,
-                max_line_bytes=max_line_mb * 1024 * 1024, redact=redact, sample=sample, seed=seed)
+                max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
@@ -216,7 +221,7 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 @json_option
 @click.pass_context
 def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, lenient: bool,
-                      redact: bool | None, as_json: bool) -> None:
+                      redact: bool | None, redact_patterns: tuple[str, ...], as_json: bool) -> None:
     """Ingest the corpus: chunk records with id, text and optional title and source.
 
     FILE - reads standard input, as for labeler ingest logs.
@@ -226,8 +231,10 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
         labeler ingest corpus chunks.jsonl
     """
     from ..ingest import ingest_corpus
+    from ..privacy import parse_patterns
 
-    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient, redact=redact)
+    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns))
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)

@@ -59,21 +59,23 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
 
 def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                   lenient: bool = False, progress: Callable[[int, int], None] | None = None,
-                  name: str | None = None, by: str | None = None, redact: bool | None = None) -> IngestResult:
+                  name: str | None = None, by: str | None = None, redact: bool | None = None,
+                  redact_patterns: dict[str, str] | None = None) -> IngestResult:
     """Ingest a corpus file (records with id, text, title?, source?) into ``documents``.
 
     The corpus is authoritative: its text replaces text seen in logs. The same id twice in one
     file is an error naming both lines. Same strict/lenient rules as ``ingest_logs``.
     ``by``: the signed-in account; ingesting is for leads (``None``: the local operator).
     ``redact``: replace personal data and secrets in ids, texts, titles, sources and meta before
-    anything is stored, as for logs (None: the setting ``redact``, on by default).
+    anything is stored, as for logs (None: the setting ``redact``, on by default; ``redact_patterns``
+    as for logs).
     """
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
-    redactor = privacy.redactor_for(db, redact)
+    redactor = privacy.redactor_for(db, redact, redact_patterns)
     result = IngestResult(path=shown, kind="corpus", format=fmt, redacted=redactor is not None)
     records, bytes_read = iter_records(path, fmt, gz, json_columns={"meta", "metadata"})
     total = path.stat().st_size

@@ -115,7 +115,8 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 progress: Callable[[int, int], None] | None = None,
                 max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
                 parallel: bool | None = None, by: str | None = None, tool: str | None = None,
-                redact: bool | None = None, sample: float | None = None, seed: int = 0) -> IngestResult:
+                redact: bool | None = None, redact_patterns: dict[str, str] | None = None,
+                sample: float | None = None, seed: int = 0) -> IngestResult:
     """Ingest one production log file; see the package docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
@@ -128,7 +129,8 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     ``tool``: force a tool's reader (``phoenix``, ``otel``, ``otlp``, ``langsmith``, ``plain``...;
     ``fmt`` may name one too) instead of recognising each record (see ``formats``).
     ``redact``: replace personal data and secrets before anything is stored (``labeler.privacy``;
-    None: the setting ``redact``, on by default). ``sample``: keep a uniform sample, a rate below 1
+    None: the setting ``redact``, on by default; ``redact_patterns``: ``{TYPE: regex}`` added to
+    the setting's). ``sample``: keep a uniform sample, a rate below 1
     (hashed on the query id with ``seed``: consistent across files and re-ingests) or a number of
     records (a reservoir seeded with ``seed``); see ``sampling``.
 
@@ -144,7 +146,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
     spec = sampling.sample_spec(sample, seed)
-    redactor = privacy.redactor_for(db, redact)
+    redactor = privacy.redactor_for(db, redact, redact_patterns)
     result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool, redacted=redactor is not None, sample=spec)
     sampler = sampling.Sampler(spec)
     total = path.stat().st_size

@@ -22,8 +22,8 @@ import sqlite_utils
 from .detectors import KINDS, Detectors, kind_name
 from .redactor import RecordRedaction, Redactor
 
-__all__ = ["KINDS", "Detectors", "RecordRedaction", "Redactor", "kind_name", "redact_log", "redactor_for",
-           "redaction_enabled"]
+__all__ = ["KINDS", "Detectors", "RecordRedaction", "Redactor", "kind_name", "parse_patterns", "redact_log",
+           "redaction_enabled", "redactor_for", "set_redaction"]
 
 KEY_SETTING = "redact_key"  # the database's own key of the pseudonyms in ids (made on first use)
 
@@ -48,19 +48,51 @@ def _key(db: sqlite_utils.Database) -> bytes:
     return bytes.fromhex(key)
 
 
-def redactor_for(db: sqlite_utils.Database, redact: bool | None = None) -> Redactor | None:
+def redactor_for(db: sqlite_utils.Database, redact: bool | None = None,
+                 patterns: dict[str, str] | None = None) -> Redactor | None:
     """The redactor an ingest into ``db`` uses, or None when redaction is off (``redact``: the
-    caller's choice; None: the setting). User patterns come from the setting ``redact_patterns``."""
+    caller's choice; None: the setting). User patterns: the setting ``redact_patterns``, then
+    ``patterns`` (``{"TYPE": "regex"}``, e.g. from ``--redact-pattern``)."""
     from .. import db as store
 
     if redact is None:
         redact = redaction_enabled(db)
     if not redact:
         return None
-    patterns = store.get_setting(db, "redact_patterns") or {}
+    mine = {**(store.get_setting(db, "redact_patterns") or {}), **(patterns or {})}
     from .presidio import analyzer
 
-    return Redactor(patterns, key=_key(db), extra=analyzer())
+    return Redactor(mine, key=_key(db), extra=analyzer())
+
+
+def parse_patterns(lines: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``TYPE=regex`` lines (blank ones ignored) as ``{"TYPE": "regex"}``, each checked."""
+    from ..errors import LabelerError
+
+    out: dict[str, str] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        name, sep, pattern = line.partition("=")
+        if not sep or not name.strip() or not pattern.strip():
+            raise LabelerError(f"redaction pattern {line.strip()!r}: write TYPE=REGEX, e.g. CUSTOMER_ID=CUST-\\d{{6}}")
+        out[kind_name(name)] = pattern.strip()
+    Detectors(out)  # raises naming a pattern that does not compile
+    return out
+
+
+def set_redaction(db: sqlite_utils.Database, *, enabled: bool | None = None, patterns: dict[str, str] | None = None,
+                  by: str | None = None) -> None:
+    """Turn redaction at ingest on or off and set the user's patterns; leads only (``by``)."""
+    from .. import db as store
+
+    if patterns is not None:
+        patterns = {kind_name(k): v for k, v in patterns.items()}
+        Detectors(patterns)
+        if patterns != (store.get_setting(db, "redact_patterns") or {}):
+            store.set_setting(db, "redact_patterns", patterns, by=by)
+    if enabled is not None and enabled != redaction_enabled(db):
+        store.set_setting(db, "redact", bool(enabled), by=by)
 
 
 def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
