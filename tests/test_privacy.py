@@ -325,7 +325,7 @@ def test_data_page_upload_redacts(tmp_path, monkeypatch):
     db_path = tmp_path / "app.db"
     labeler.connect(db_path).close()
     monkeypatch.setenv("LABELER_DB", str(db_path))
-    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=30)
+    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=60)
     at.session_state["annotator"] = "lead"
     at.run()
     at.switch_page("views/data.py")
@@ -356,7 +356,7 @@ def test_settings_page_switch_and_patterns(tmp_path, monkeypatch):
     db_path = tmp_path / "app.db"
     labeler.connect(db_path).close()
     monkeypatch.setenv("LABELER_DB", str(db_path))
-    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=30)
+    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=60)
     at.session_state["annotator"] = "lead"
     at.run()
     at.switch_page("views/settings.py")

@@ -27,8 +27,8 @@ class Redactor:
 
     def __init__(self, patterns: dict[str, str] | None = None, *, key: bytes = b"", extra: Any = None):
         self.detectors = Detectors(patterns)
-        # nothing a built-in detector finds is shorter ("1.2.3.4", "fe80::1"); a user pattern may be
-        self.min_len = 1 if patterns or extra is not None else 7
+        # nothing a built-in detector finds is shorter (the IPv6 "1::2"); a user pattern may be
+        self.min_len = 1 if patterns or extra is not None else 4
         self.key = key
         self.extra = extra
         self.counts: dict[str, int] = {}
