@@ -102,14 +102,26 @@ def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
     rec["query_id"] = r.ident(rec["query_id"])
     rec["question"] = r.text(rec["question"])
     rec["answer"] = r.text(rec["answer"])
+    # the chunks repeat across queries: most are answered by the redactor's memory, looked up here
+    # directly (a call per chunk is a measurable share of a big ingest)
+    seen, find = redactor._found, redactor.find
     ids = rec["ids"]
     for i, cid in enumerate(ids):
-        if redactor.find(cid):
+        found = seen.get(cid)
+        if found is None:
+            found = find(cid)
+        if found:
             ids[i] = r.ident(cid)
     for column in ("texts", "titles"):
         values = rec[column]
         if values is not None:
-            rec[column] = [r.text(v) for v in values]
+            for i, v in enumerate(values):
+                if v:
+                    found = seen.get(v)
+                    if found is None:
+                        found = find(v)
+                    if found:
+                        values[i] = r.text(v)
     if rec.get("meta"):
         rec["meta"] = r.value(rec["meta"])
     if r.counts:
