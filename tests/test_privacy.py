@@ -247,7 +247,7 @@ def test_iban_needs_a_valid_check():
     "released 2026-11-01 at 12:30:45", "on 01.02.2026", "version 1.2.3 and v3.11.7", "build 20261101",
     "order 12345678", "ticket #482913", "id r1234567890", "costs 1 000 000 EUR", "ratio 0.5", "port 8080",
     "SKU-2026-0001", "isbn 978-3-16-148410-0", "random 1234567812345678", "ssn-shaped 000-12-3456",
-    "NI-shaped GB 12 34 56 A", "std::vector and Foo::bar", "sha1:0123456789abcdef", "sk-short", "AKIA123",
+    "NI-shaped GB 12 34 56 A", "std::vector and Foo::bar", "http://127.0.0.1:8501/data", "[::1]:80", "sha1:0123456789abcdef", "sk-short", "AKIA123",
 ])
 def test_look_alikes_are_left_alone(text):
     assert kinds(text) == []

@@ -1,13 +1,14 @@
-"""The built-in detectors of personal data and secrets: one combined regular expression whose
-branches are the kinds of value, each with a check that rejects look-alikes (Luhn for card
+"""The built-in detectors of personal data and secrets: regular expressions, one named branch per
+kind of value, combined by group, each with a check that rejects look-alikes (Luhn for card
 numbers, mod-97 for IBANs, the address parser for IPv6, date and version shapes for phone numbers).
 
 Kinds (the placeholder's type): ``EMAIL``; ``PHONE`` (international ``+CC ...``, and national forms
 with a trunk 0, parentheses or the North American 3-3-4 shape; 7 to 15 digits; dates, versions,
 amounts and plain digit runs are left alone); ``CARD`` (13 to 19 digits, optionally grouped by
 spaces or dashes, Luhn-valid: random 16-digit numbers stay); ``IBAN`` (mod-97 valid); ``IP`` (IPv4
-and IPv6); ``NATIONAL_ID`` (US Social Security numbers ``123-45-6789`` with valid area, group and
-serial; UK National Insurance numbers ``QQ 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI
+and IPv6, except loopback: 127.x.x.x and ::1 name no one);
+``NATIONAL_ID`` (US Social Security numbers ``123-45-6789`` with valid area, group and
+serial; UK National Insurance numbers ``AB 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI
 ``sk-...``, AWS access key ids ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``
 and ``github_pat_``, Slack ``xox?-``, Google ``AIza...``, Stripe ``sk_live_``/``rk_live_`` (and
 ``_test_``), JWTs, PEM private-key blocks).
@@ -102,9 +103,14 @@ def check_iban(text: str) -> int:
     return 0
 
 
+def check_ipv4(text: str) -> int:
+    return 0 if text.startswith("127.") else len(text)  # loopback names no one
+
+
 def check_ipv6(text: str) -> int:
     try:
-        ipaddress.IPv6Address(text)
+        if ipaddress.IPv6Address(text).is_loopback:
+            return 0
     except ValueError:
         return 0
     # "::" alone and clock-like runs of small numbers are not worth a placeholder
@@ -144,7 +150,8 @@ def check_phone(text: str) -> int:
 
 
 CHECKS: dict[str, Callable[[str], int]] = {
-    "card": check_card, "iban": check_iban, "ipv6": check_ipv6, "ssn": check_ssn, "nino": check_nino,
+    "card": check_card, "iban": check_iban, "ipv4": check_ipv4, "ipv6": check_ipv6, "ssn": check_ssn,
+    "nino": check_nino,
     "phone": check_phone,
 }
 
