@@ -417,7 +417,7 @@ def stats(db: sqlite_utils.Database) -> dict[str, Any]:
         "relevance_labels": one("SELECT count(*) FROM relevance_labels"),
         "labeled_queries": labeled,
         "unlabeled_queries": total_queries - labeled,
-        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done'"),
+        "ingests": one("SELECT count(*) FROM ingests WHERE state = 'done' AND undone_at IS NULL"),
     }
 
 
@@ -854,6 +854,194 @@ def index_pending(conn: sqlite3.Connection, limit: int = INDEX_CHUNK) -> bool:
                  "ORDER BY p.pk", [last])
     conn.execute("DELETE FROM documents_fts_pending WHERE pk <= ?", [last])
     return conn.execute("SELECT 1 FROM documents_fts_pending LIMIT 1").fetchone() is not None
+
+
+# --- m021: the search index stores Porter stems (labeler.search.fts) ---------------------------
+
+@migrations()
+def m021_search_porter(db: sqlite_utils.Database) -> None:
+    """Rebuild the corpus search index with the Porter stemmer (``porter unicode61 remove_diacritics
+    2``): "retrieval", "retrieve" and "retrieved" become one term. On CISI, BM25 and the "possibly
+    missed" fusion find more of the relevant chunks the retrievers missed with stems than with
+    words (see tests/test_search.py). The pending queue is emptied: the rebuild reads every document.
+
+    And a chunk's cached embedding goes when its text or title changes or the chunk is deleted:
+    the embedding search would otherwise rank it by the words it no longer has."""
+    db.execute("DROP TABLE IF EXISTS documents_fts_vocab")
+    db.execute("DROP TABLE IF EXISTS documents_fts")
+    db.execute("CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
+               "tokenize='porter unicode61 remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')")
+    # a word in a chunk's title counts twice a word in its text (ORDER BY rank): on CISI, BM25
+    # and the fusion find a little more of what the retrievers missed
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
+    db.execute("INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents "
+               "WHERE text IS NOT NULL")
+    db.execute("DELETE FROM documents_fts_pending")
+    db.execute("CREATE TRIGGER embeddings_stale AFTER UPDATE OF text, title ON documents "
+               "WHEN old.text IS NOT new.text OR old.title IS NOT new.title BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+    db.execute("CREATE TRIGGER embeddings_gone AFTER DELETE ON documents BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+# --- m014: the lead's desk: items, flags, question edits (labeler.labels.items, .flags) ----------
+
+_SCHEMA_M014_ITEMS_FLAGS = """
+ALTER TABLE queries ADD COLUMN discarded_at TEXT;
+ALTER TABLE queries ADD COLUMN discard_reason TEXT;
+CREATE INDEX queries_first_seen ON queries (first_seen);
+CREATE TABLE question_edits (
+    id INTEGER PRIMARY KEY,
+    query_pk INTEGER NOT NULL,
+    old TEXT NOT NULL,
+    new TEXT NOT NULL,
+    lead TEXT NOT NULL,
+    note TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX question_edits_query ON question_edits (query_pk, id);
+CREATE TABLE flag_resolutions (
+    id INTEGER PRIMARY KEY,
+    query_pk INTEGER NOT NULL,
+    annotator TEXT NOT NULL,
+    flag_reason TEXT,
+    action TEXT NOT NULL CHECK (action IN ('edited', 'discarded', 'unflagged')),
+    note TEXT,
+    lead TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX flag_resolutions_item ON flag_resolutions (query_pk, annotator, id);
+CREATE TABLE adjudication_requests (
+    query_pk INTEGER PRIMARY KEY,
+    lead TEXT NOT NULL,
+    note TEXT,
+    created_at TEXT NOT NULL
+)
+"""
+
+
+@migrations()
+def m014_items_flags(db: sqlite_utils.Database) -> None:
+    """The lead's desk: a query a lead discarded (``discarded_at``, ``discard_reason``: it leaves the
+    queue and the golden set), every edit of a question text with the text it replaced
+    (``question_edits``: the first row's ``old`` is the original), every flag a lead resolved with
+    the note the annotator sees (``flag_resolutions``), and items a lead sent to the Adjudication
+    page (``adjudication_requests``). The new tables name queries by pk without a foreign key, so
+    that removing a query never has to know about them."""
+    for statement in _statements(_SCHEMA_M014_ITEMS_FLAGS):
+        db.execute(statement)
+
+
+# --- m019: topics (labeler.topics), the locked holdout (labeler.holdout) --------------------------
+
+#: ``topic_models``: the current clustering of the logged questions (one row per build; the
+#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
+#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the
+#: L2-normalised centroids (float32 bytes, k x dims) and the similarity below which a question
+#: counts as far from every topic. ``topics``: each
+#: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
+#: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
+#: delete queries; stale rows are ignored by joining on ``queries``). ``holdout_splits``: every
+#: dev/holdout rule set (fraction, seed), the newest is in force; ``holdout_looks``: each time
+#: someone evaluated on the holdout.
+_M019_TOPICS_HOLDOUT = [
+    "CREATE TABLE topic_models (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, by TEXT, method TEXT NOT NULL, "
+    "k INTEGER NOT NULL, seed INTEGER NOT NULL, n_questions INTEGER NOT NULL, far_threshold REAL NOT NULL, "
+    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, components BLOB, centroids BLOB NOT NULL)",
+    "CREATE TABLE topics (model_id INTEGER NOT NULL REFERENCES topic_models (id), topic INTEGER NOT NULL, "
+    "label TEXT NOT NULL, terms TEXT NOT NULL, medoid_query_pk INTEGER, size INTEGER NOT NULL, "
+    "PRIMARY KEY (model_id, topic)) WITHOUT ROWID",
+    "CREATE TABLE query_topics (query_pk INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, topic INTEGER NOT NULL, "
+    "similarity REAL NOT NULL)",
+    "CREATE INDEX query_topics_topic ON query_topics (model_id, topic)",
+    "CREATE TABLE holdout_splits (id INTEGER PRIMARY KEY, fraction REAL NOT NULL, seed INTEGER NOT NULL, "
+    "created_at TEXT NOT NULL, by TEXT, forced INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE holdout_looks (id INTEGER PRIMARY KEY, at TEXT NOT NULL, by TEXT, split_id INTEGER, "
+    "what TEXT NOT NULL, questions INTEGER NOT NULL)",
+]
+
+
+@migrations()
+def m019_topics_signals_holdout(db: sqlite_utils.Database) -> None:
+    """Topics of the logged questions and the dev/holdout split (see ``_M019_TOPICS_HOLDOUT``).
+    Signals need no table: they are read, normalised, from the queries' ``meta``
+    (``labeler.signals``)."""
+    for statement in _M019_TOPICS_HOLDOUT:
+        db.execute(statement)
+
+
+# --- m018: sampling designs of the queue and all-traffic judge runs (labeler.estimate) ---------------
+
+_SCHEMA_M018_SAMPLING_DESIGNS = """
+CREATE TABLE queue_designs (
+    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
+    design TEXT NOT NULL,
+    inclusion_prob REAL,
+    draw_id INTEGER,
+    seed TEXT,
+    annotator TEXT NOT NULL,
+    handed_at TEXT NOT NULL
+);
+CREATE TABLE active_draws (
+    id INTEGER PRIMARY KEY,
+    judge_run INTEGER NOT NULL REFERENCES judge_runs (id),
+    retriever TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    budget REAL NOT NULL,
+    seed INTEGER NOT NULL,
+    population INTEGER NOT NULL,
+    drawn INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    created_by TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE active_draw_items (
+    draw_id INTEGER NOT NULL REFERENCES active_draws (id),
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    uncertainty REAL NOT NULL,
+    inclusion_prob REAL NOT NULL,
+    drawn INTEGER NOT NULL,
+    PRIMARY KEY (draw_id, query_pk)
+) WITHOUT ROWID;
+CREATE INDEX active_draw_items_drawn ON active_draw_items (draw_id, drawn, query_pk)
+"""
+
+_ON_SET_CHECK = "CHECK (on_set IN ('labeled', 'unlabeled'))"
+
+
+@migrations()
+def m018_sampling_designs(db: sqlite_utils.Database) -> None:
+    """What the prediction-powered estimates need: ``queue_designs`` records, for every query the
+    queue hands out, the design it was drawn under (the queue order, or ``active``) and its
+    inclusion probability; ``active_draws``/``active_draw_items`` keep each seeded active draw (the
+    probability of every traffic query and whether it was drawn); judge runs may cover ``all``
+    traffic (the CHECK on ``judge_runs.on_set`` gains that value: rows already there satisfy it,
+    so the stored schema text is edited in place, SQLite's documented way to loosen a CHECK)."""
+    for statement in _statements(_SCHEMA_M018_SAMPLING_DESIGNS):
+        db.execute(statement)
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'judge_runs'").fetchone()[0]
+    loosened = sql.replace(_ON_SET_CHECK, "CHECK (on_set IN ('labeled', 'unlabeled', 'all'))")
+    if loosened != sql:
+        version = db.execute("PRAGMA schema_version").fetchone()[0]
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'judge_runs'", [loosened])
+        db.execute(f"PRAGMA schema_version = {int(version) + 1}")
+        db.execute("PRAGMA writable_schema = OFF")
+
+
+# --- m015: undoing an ingest (labeler.ingest.undo) ----------------------------------------------
+
+_SCHEMA_M015_UNDO = """
+ALTER TABLE ingests ADD COLUMN undone_at TEXT;
+ALTER TABLE ingests ADD COLUMN undone_by TEXT
+"""
+
+
+@migrations()
+def m015_ingest_undo(db: sqlite_utils.Database) -> None:
+    """When an ingest was undone and by whom (``labeler.ingest.undo``); an undone ingest's row stays
+    as a record of what was loaded and removed."""
+    for statement in _statements(_SCHEMA_M015_UNDO):
+        db.execute(statement)
 
 
 # --- m017: redaction and sampling recorded on each ingest (labeler.privacy, ingest.sampling) --------

@@ -237,3 +237,20 @@ def test_adjudication_and_settings_pages(app_env):
     at = page(h.lead, "views/settings.py")
     check(at)  # account names are HTML-escaped plain text there
     assert any(html.escape(h.annotator) in b.proto.body for b in at.get("html"))
+
+
+def test_items_page_flag_inbox_and_lead_view(app_env):
+    h = app_env
+    at = page(h.lead, "views/items.py")
+    # the flag inbox: "Query <id> · flagged by <name> · <time>", and the reason
+    check(at, h.p("query_id-4"), h.annotator, h.p("flag_reason"))
+    q0 = h.open_pk - 5  # both labeled it, with a conflict
+    lead = AppTest.from_file(APP, default_timeout=30)
+    lead.session_state[state.ANNOTATOR] = h.lead
+    lead.session_state[state.LEAD_NOTICE] = h.p("notice")
+    lead.session_state[state.LEAD_ERROR] = h.p("error")
+    lead.query_params[state.ITEM_PARAM] = str(q0)
+    lead.run()
+    check(lead, h.p("query_id-0"), h.p("notice"), h.p("error"))
+    tables = [b.proto.body for b in lead.get("html") if "lb-lead-grades" in b.proto.body]
+    assert len(tables) == 1 and html.escape(h.annotator) in tables[0] and "<img" not in tables[0]

@@ -106,6 +106,9 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "users grant-llm": ["bob"], "users remove": ["bob"], "synth generate": ["--dry-run"], "synth report": [],
     "judge run": ["--dry-run"], "judge agreement": ["1"], "judge compare": ["1", "2"], "judge list": [],
     "eval": ["--golden", "golden.jsonl"], "search text": ["okta"], "search missed": [], "search embed": [],
+    "items": [],
+    "topics build": [], "topics show": [], "coverage": [], "drift": ["new.jsonl"], "split": [],
+    "ingest list": [], "ingest undo": ["1"], "queries remove": ["q1"],
 }
 
 

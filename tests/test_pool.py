@@ -171,6 +171,8 @@ def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, wr
     ingest_logs(db, write_log([record("q1", "bm25", ["c9", "c2", "c10", "c3"])]))
     assert L.next_item(db, "ann") == first  # back first, before q2
     assert (L.progress(db).requeued, L.progress(db).items_left) == (1, 2)  # q1 back, q2 open
+    counts = L.queue_counts(db)
+    assert (counts["requeued"], counts["requeued_slots"]) == (1, 1)  # labeler queue says so too
     item = L.get_item(db, first, "ann")
     assert item.requeued and item.status == "submitted"
     assert sorted(c.doc_id for c in item.chunks if c.new) == ["c10", "c9"]
@@ -180,6 +182,7 @@ def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, wr
     assert sorted(c.doc_id for c in L.get_item(db, first, "ann").chunks if c.new) == ["c10", "c9"]  # badge stays
     L.set_status(db, first, "ann", "submitted")
     assert not L.get_item(db, first, "ann").requeued
+    assert L.queue_counts(db)["requeued"] == 0
     assert L.get_item(db, L.next_item(db, "ann"), "ann").query_id == "q2"
     # an ingest that adds nothing new to the pool sends nothing back
     ingest_logs(db, write_log([record("q3", "production", ["e1"])]))

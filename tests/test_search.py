@@ -222,6 +222,21 @@ def test_embeddings_join_the_fusion_and_are_cached(labeled):
     assert len(llm.embed(db, config, ["I cannot log in since we turned on SSO"])[0]) == 64
 
 
+def test_a_changed_chunk_loses_its_old_vector_and_is_embedded_again(labeled, tmp_path):
+    db = labeled
+    with FakeOpenAI() as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="k", embedding_model="fake-embed")
+        assert embed_documents(db, config) == len(CORPUS)
+        refunds = pks(db, "refunds")[0]
+        changed = tmp_path / "changed.jsonl"
+        changed.write_text(json.dumps({"id": "refunds", "text": "Refunds take 30 days now."}) + "\n")
+        labeler.ingest_corpus(db, changed)
+        assert db.execute("SELECT count(*) FROM embeddings WHERE doc_pk = ?", [refunds]).fetchone()[0] == 0
+        assert embed_documents(db, config) == 1  # only the changed chunk costs a request
+        assert server.embedded_texts[-1] == "Refunds take 30 days now."
+        assert db.execute("SELECT count(*) FROM embeddings WHERE doc_pk = ?", [refunds]).fetchone()[0] == 1
+
+
 def test_embedding_errors_are_one_line(labeled):
     config = llm.LLMConfig(base_url="http://127.0.0.1:9/v1", api_key="k", embedding_model="m", max_retries=0,
                            timeout_s=2)
@@ -323,10 +338,12 @@ def test_cisi_missed_chunks_found(tmp_path):
     cisi.require_cisi()
     shares = missed_shares(tmp_path)
     print("\nCISI missed-chunk shares:", json.dumps(shares))
-    # measured: TF-IDF 3.3%, BM25 4.2%, fusion 8.0% of the relevant documents outside the pools
-    # (13.8%, 17.4%, 33.1% of what a top 10 can hold): fusion finds 2.4x, short of the 3x hoped for
-    assert shares["bm25"] > shares["tfidf"]
-    assert shares["fusion"] >= 2 * shares["tfidf"], shares
+    # measured: TF-IDF 3.3%, BM25 5.6%, fusion 9.4% of the relevant documents outside the pools
+    # (13.8%, 23.0%, 38.8% of what a top 10 can hold): the fusion finds 2.85x, short of the 3x
+    # hoped for. Words -> Porter stems took BM25 from 4.2% to 5.5% and the fusion from 8.0% to
+    # 8.4%; title words counting twice and the Rocchio re-ranking took the fusion to 9.4%.
+    assert shares["bm25"] > 1.5 * shares["tfidf"], shares
+    assert shares["fusion"] >= 2.7 * shares["tfidf"], shares
 
 
 # --- the Label page's "Possibly missed" panel (AppTest) ----------------------------------------

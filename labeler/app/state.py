@@ -31,7 +31,23 @@ LABEL_ERROR = "label_error"  # a LabelerError raised in a callback, shown on the
 FLAG_ERROR = "flag_error"  # why flagging failed, shown next to the flag reason box
 NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
+UNDO_CONFIRM = "undo_pending"  # the ingest id whose undo the Data page asks to confirm
+UNDO_RESULT = "undo_done"  # the summary line of the last undo on the Data page
 OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
+LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Items page or the lead view
+LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
+ITEMS_PAGE = "items_page"  # the page number of the Items table
+ITEMS_OPEN = "items_open"  # a query pk a button on the Items page asked to open in the lead view
+ITEM_PARAM = "item"  # URL query parameter: the query pk the Label page opens in the lead view (leads only)
+
+
+def lead_item() -> int | None:
+    """The query pk in the URL's ``?item=`` (the Label page's lead view), or None."""
+    value = st.query_params.get(ITEM_PARAM)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 class _Connections:
@@ -54,7 +70,8 @@ def _connections(path: str) -> _Connections:
 
 
 class _Warmer:
-    """Computes the Metrics page's default report in a background thread, so that the first visit
+    """Computes the Metrics page's default report (and the Items page's conflicting items) in a
+    background thread, so that the first visit
     after a server start (or an ingest) finds it ready; later label changes are patched in on
     demand, cheaply, so nothing runs in the background while people label."""
 
@@ -71,11 +88,12 @@ class _Warmer:
             self.thread.start()
 
     def _run(self) -> None:
-        from labeler import report
+        from labeler import labels, report
 
         db = labeler.connect(self.path, migrate=False)
         try:
             report.prepare(db)
+            labels.conflicting_items(db)  # the Items page's conflict filter (kept per database)
         except Exception as e:  # noqa: BLE001 - a warm-up only; the page shows any error itself
             logging.getLogger(__name__).warning("computing the Metrics page in the background failed: %s", e)
         finally:

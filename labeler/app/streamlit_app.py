@@ -8,6 +8,7 @@ import logging
 
 import streamlit as st
 
+import labeler.labels as labels
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
@@ -31,12 +32,18 @@ pages = [
     st.Page("views/synth.py", title="Synth", icon=":material/auto_awesome:", url_path="synth"),
     st.Page("views/judge.py", title="Judge", icon=":material/balance:", url_path="judge"),
 ]
-if auth.is_lead():
+lead = auth.is_lead()
+if lead:
     pages += [
+        st.Page("views/items.py", title="Items", icon=":material/table_rows:", url_path="items"),
         st.Page("views/adjudicate.py", title="Adjudication", icon=":material/gavel:", url_path="adjudication"),
+        st.Page("views/annotators.py", title="Annotators", icon=":material/groups:", url_path="annotators"),
         st.Page("views/settings.py", title="Settings", icon=":material/settings:", url_path="settings"),
     ]
 nav = st.navigation(pages)
+if lead and (flags := labels.flag_count(state.get_db(), by=annotator)):
+    with st.sidebar:
+        st.page_link("views/items.py", label=f"{flags} flag(s) to resolve", icon=":material/flag:")
 with st.sidebar:
     st.button("Sign out", on_click=auth.sign_out, key="sign_out")
 try:

@@ -263,7 +263,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def annotators(ctx: click.Context, as_json: bool) -> None:
-    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent.
+    """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent; with
+    --json also items per hour, kappa vs the consolidated label and vs the others (with 95% CIs),
+    skip and flag shares (defined in the README, "Annotators").
 
     Example:
 
@@ -271,9 +273,13 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
     """
     from ..labels import annotator_stats
 
-    rows = annotator_stats(_open(ctx))
+    db = _open(ctx)
+    rows = annotator_stats(db)
     if as_json:
-        _print_json(rows)
+        from ..labels.coaching import annotator_performance
+
+        extra = {r["annotator"]: r for r in annotator_performance(db)}
+        _print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
         return
     if not rows:
         click.echo("no annotators yet (they appear when they sign in to the app)")
@@ -285,17 +291,37 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--order", type=click.Choice(["random", "oldest", "lowest_score", "frequent", "active"]),
+              help="Set the queue order first (a lead's setting). active draws the queries to label with "
+                   "probabilities from the judge's uncertainty (needs --judge-run).")
+@click.option("--judge-run", "judge_run", type=int, metavar="RUN",
+              help="With --order active: a relevance run over all traffic (labeler judge run --on all).")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True),
+              help="With --order active: expected labels to draw (default: the label_budget setting, else 100).")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --order active: seed of the draw.")
 @json_option
 @click.pass_context
-def queue(ctx: click.Context, as_json: bool) -> None:
+def queue(ctx: click.Context, order: str | None, judge_run: int | None, budget: float | None, seed: int,
+          as_json: bool) -> None:
     """Items in the labeling queue by state (open, leased, done), open slots, overlap, statuses.
+
+    With --order, set the queue order instead; `--order active --judge-run RUN` draws the queries
+    to label next (seeded, recorded) for the all-traffic estimates.
 
     Example:
 
         labeler queue --json
+
+    \b
+        labeler queue --order active --judge-run 3 --budget 200
     """
     from ..labels import queue_counts
 
+    if order is not None:
+        from .estimate import set_order
+
+        set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json)
+        return
     counts = queue_counts(_open(ctx))
     if as_json:
         _print_json(counts)
@@ -550,6 +576,8 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
 @click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
               help="Also judge the answers (faithfulness / answer relevance) with the judge, rubric and model of "
               "this calibration run in --db (labeler judge list); repeatable.")
+@click.option("--holdout", is_flag=True, help="Evaluate the holdout questions only (labeler split); the look "
+              "is counted in --db.")
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
@@ -557,7 +585,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
              save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
-             as_json: bool) -> None:
+             holdout: bool, as_json: bool) -> None:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
     Without --pipeline or --endpoint, evaluates the retrieval logged in --db by --retriever (default:
@@ -579,12 +607,12 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
         result = evaluate(
             golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
             headers=parse_headers(headers),
-            db=ctx.obj["db_path"] if judge_runs or not (pipeline or endpoint) else None,
+            db=ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None,
             retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
             concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
             allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
             save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None,
-            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None)
+            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None, holdout=holdout)
     finally:
         close()
     if as_json:
@@ -626,11 +654,20 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--per-query", "per_query", type=click.Path(dir_okay=False),
               help='Write every query\'s values as JSONL {"query_id", "metric", "value"}.')
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap CIs.")
+@click.option("--all-traffic", "all_traffic", is_flag=True,
+              help="Estimate over all traffic from a judge run plus the human labels (prediction-powered).")
+@click.option("--judge-run", "judge_run", type=int, metavar="RUN",
+              help="With --all-traffic: a relevance run over all traffic (labeler judge run --on all).")
+@click.option("--design", type=click.Choice(["uniform", "active"]),
+              help="With --all-traffic: which labels (default: active when the active draw has labels).")
+@click.option("--random-only", "random_only", is_flag=True,
+              help="With --all-traffic: use only labels drawn at random, leaving out the others.")
 @json_option
 @click.pass_context
 def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str | None,
                 compare: str | None, origin: str | None, annotator: str | None, since: str | None,
-                until: str | None, per_query: str | None, seed: int, as_json: bool) -> None:
+                until: str | None, per_query: str | None, seed: int, all_traffic: bool, judge_run: int | None,
+                design: str | None, random_only: bool, as_json: bool) -> None:
     """Retrieval metrics of the labeled queries, identical to trec_eval, with 95% bootstrap CIs.
 
     Scores the logged ranking of --retriever against the consolidated human labels of submitted
@@ -644,8 +681,26 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
 
     \b
         labeler metrics --compare production,bm25 --k 10 --json
+
+    --all-traffic estimates every metric over all logged traffic: a judge run over all of it
+    (`labeler judge run --on all`), corrected by the human labels of a random or active sample
+    (PPI++ / active inference), with 95% CIs, beside the human-only and the judge-only means.
+
+    \b
+        labeler metrics --all-traffic --judge-run 3 --json
     """
     from ..report import retrieval_report
+
+    if all_traffic:
+        from .estimate import print_all_traffic
+
+        if compare is not None or per_query or origin or annotator or since or until:
+            raise click.UsageError("--all-traffic takes --metric, --retriever, --judge-run, --design, --random-only")
+        print_all_traffic(_open(ctx), judge_run, list(metric_specs) or None, retriever=retriever, design=design,
+                          random_only=random_only, as_json=as_json)
+        return
+    if judge_run is not None or design is not None or random_only:
+        raise click.UsageError("--judge-run, --design and --random-only go with --all-traffic")
 
     if compare is not None:
         if retriever is not None or per_query:
@@ -720,10 +775,14 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
               help="Also export synthetic questions still pending review.")
 @click.option("--retriever", help="The ranking in ragas and csv (default: the only retriever, else production); "
               "trec writes run.<retriever>.txt for every retriever, or only this one's.")
+@click.option("--judge-run", "judge_run", type=int, metavar="RUN",
+              help="Cite the all-traffic estimate of this run over all traffic in the manifest (labels drawn at "
+                   "random only); the golden set stays human-only.")
 @json_option
 @click.pass_context
 def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_annotators: int,
-               include_unreviewed_synthetic: bool, retriever: str | None, as_json: bool) -> None:
+               include_unreviewed_synthetic: bool, retriever: str | None, judge_run: int | None,
+               as_json: bool) -> None:
     """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
 
     With -o - the data goes to standard output and only it (the summary, or --json's document with
@@ -742,13 +801,15 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
         raise click.BadParameter(f"- (standard output) takes one file; the {fmt} format writes a folder: "
                                  "give a folder path", param_hint="'-o'")
     db = _open(ctx)
+    if judge_run is not None and to_stdout:
+        raise click.UsageError("--judge-run cites the estimate in the manifest file; give -o a path, not -")
     if to_stdout:
         data, result = export_data(db, fmt, target="stdout", **filters)
         out = sys.stdout.buffer
         out.write(data)
         out.flush()
     else:
-        result = export_golden(db, path, fmt, **filters)
+        result = export_golden(db, path, fmt, judge_run=judge_run, **filters)
     if as_json:
         _print_json(result.to_dict(), err=to_stdout)
         return
@@ -836,8 +897,9 @@ def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None =
 @judge_group.command("run", context_settings=CONTEXT_SETTINGS)
 @click.option("--judge", "judge_name", default="relevance.v1", show_default=True,
               help="A registered judge: relevance.v1, faithfulness.v1, answer-relevance.v1.")
-@click.option("--on", "on_set", type=click.Choice(["labeled", "unlabeled"]), default="labeled", show_default=True,
-              help="labeled = calibrate on human-labeled items; unlabeled = pre-label (needs a passing gate).")
+@click.option("--on", "on_set", type=click.Choice(["labeled", "unlabeled", "all"]), default="labeled", show_default=True,
+              help="labeled = calibrate on human-labeled items; unlabeled = pre-label (needs a passing gate); "
+                   "all = every logged query, for `labeler metrics --all-traffic` (no gate needed).")
 @click.option("--limit", type=click.IntRange(1), help="A seeded random sample of this many items.")
 @click.option("--model", help="The model (default: LABELER_MODEL, else gpt-4o-mini).")
 @click.option("--rubric", help="A rubric version such as relevance.v1/r2 (default: the latest).")
@@ -858,6 +920,9 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
     Example:
 
         labeler judge run --judge relevance.v1 --on labeled --limit 200 --model gpt-4o-mini
+
+    `--on all` judges every logged query, labeled or not, whatever the gate says: the all-traffic
+    estimates (`labeler metrics --all-traffic`) correct the judge's bias with the human labels.
     """
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
@@ -894,6 +959,8 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
         click.echo(f"  {key}: {reason}", err=True)
     if run.on_set == "labeled":
         click.echo(f"next: labeler judge agreement {run.id}")
+    elif run.on_set == "all":
+        click.echo(f"next: labeler metrics --all-traffic --judge-run {run.id}")
 
 
 @judge_group.command("agreement", context_settings=CONTEXT_SETTINGS)
@@ -1000,5 +1067,8 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
                    f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")
 
 
+from . import ingests as _ingests  # noqa: E402,F401 - registers `ingest list/undo` and `queries remove`
+from . import items as _items  # noqa: E402,F401 - registers `labeler items`
 from . import search as _search  # noqa: E402,F401 - registers `labeler search`
+from . import topics as _topics  # noqa: E402,F401 - registers topics, coverage, drift and split
 from . import users as _users  # noqa: E402,F401 - registers `labeler users` and `labeler audit`

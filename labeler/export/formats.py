@@ -68,14 +68,17 @@ def _write_jsonl(g: GoldenSet, stem: str) -> dict[str, bytes]:
     for pk, doc in zip(*_cols(rel, "query_pk", "doc_id"), strict=True):
         relevant.setdefault(pk, []).append(doc)
     out = io.StringIO()
-    for pk, qid, question, expected, origin, annotators, conflict, faithful, answers in zip(*_cols(
+    for pk, qid, question, expected, origin, annotators, conflict, faithful, answers, split in zip(*_cols(
             g.queries, "query_pk", "query_id", "question", "expected_answer", "origin", "annotators", "conflict",
-            "answer_faithful", "answer_relevant"), strict=True):
-        out.write(_json_line({
+            "answer_faithful", "answer_relevant", "split"), strict=True):
+        line = {
             "query_id": qid, "question": question, "relevant_ids": relevant.get(pk, []),
             "relevance": relevance.get(pk, {}), "expected_answer": _none(expected), "origin": origin,
             "annotators": list(annotators), "conflict": bool(conflict), "answer_faithful": _none(faithful),
-            "answer_relevant": _none(answers)}))
+            "answer_relevant": _none(answers)}
+        if split is not None:  # dev / holdout once a split is set (labeler split); no key before
+            line["split"] = split
+        out.write(_json_line(line))
     return {stem: out.getvalue().encode()}
 
 
@@ -196,7 +199,7 @@ def spreadsheet_safe(text: str) -> str:
 
 
 CSV_COLUMNS = ("query_id", "question", "doc_id", "grade", "relevant", "rank", "score", "n_annotators", "conflict",
-               "adjudicated", "origin")
+               "adjudicated", "origin")  # and "split" (dev / holdout) once a split is set (labeler split)
 
 
 def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
@@ -206,15 +209,17 @@ def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
     safe = spreadsheet_safe
     question = dict(zip(*_cols(g.queries, "query_pk", "question"), strict=True))
     origin = dict(zip(*_cols(g.queries, "query_pk", "origin"), strict=True))
+    split = dict(zip(*_cols(g.queries, "query_pk", "split"), strict=True))
     pairs = g.pairs.assign(unranked=g.pairs["rank"].isna()).sort_values(
         ["query_id", "unranked", "rank", "doc_id"], kind="stable")
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    with_split = any(v is not None for v in split.values())
+    w.writerow((*CSV_COLUMNS, "split") if with_split else CSV_COLUMNS)
     w.writerows(
         [safe(qid), safe(question[pk]), safe(doc), grade, int(grade >= g.threshold), "" if rank != rank else int(rank),
          "" if score is None or score != score else repr(float(score)), n, int(conflict), int(adjudicated),
-         safe(origin[pk])]
+         safe(origin[pk]), *([split[pk]] if with_split else [])]
         for pk, qid, doc, grade, rank, score, n, conflict, adjudicated in zip(*_cols(
             pairs, "query_pk", "query_id", "doc_id", "grade", "rank", "score", "n_annotators", "conflict",
             "adjudicated"), strict=True))

@@ -12,6 +12,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import LabelerError
+from ..holdout import split_column
 from ..labels import golden_labels
 from ..report import ORIGINS, logged_queries
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
@@ -182,6 +183,7 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
     queries = pd.DataFrame(rows, columns=["query_pk", "query_id", "question", "origin", "answer", "expected_answer",
                                           "answer_faithful", "answer_relevant", "annotators"])
     queries = queries.sort_values("query_id", kind="stable").reset_index(drop=True)
+    queries["split"] = split_column(db, queries["query_id"].tolist())  # dev / holdout (labeler split)
     keep = set(queries["query_pk"].tolist())
     pairs = golden[golden["query_pk"].isin(keep)].copy()
     doc_ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",

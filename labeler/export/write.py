@@ -100,7 +100,7 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
 
 def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl", *, origin: str | None = None,
                   min_annotators: int = 1, include_unreviewed_synthetic: bool = False,
-                  retriever: str | None = None, by: str | None = None) -> ExportResult:
+                  retriever: str | None = None, judge_run: int | None = None, by: str | None = None) -> ExportResult:
     """Write the golden set to ``path`` in ``fmt`` (see ``FORMATS``) and ``PATH.manifest.json``.
 
     Single-file formats (jsonl, ragas, csv) write the file ``path``; folder formats (trec: qrels.txt
@@ -110,9 +110,16 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     ``retriever``: None = the default retriever (ragas and csv embed its ranking: several retrievers
     without a default raise RetrieverError, as does a named one that logged nothing).
     Exports hold every annotator's consolidated grades: leads only (``by``; ``None`` is the local
-    operator).
+    operator). ``judge_run``: a relevance run over all traffic; the manifest then cites the
+    all-traffic estimate (``all_traffic``, :func:`labeler.estimate.report.all_traffic_report`, with
+    labels drawn at random only); the golden set itself stays human-only.
     """
     accounts.require(db, by, "lead", "exporting the golden set")
+    cited = None
+    if judge_run is not None:  # computed first: a refused estimate writes nothing
+        from ..estimate.report import all_traffic_report
+
+        cited = all_traffic_report(db, judge_run, retriever=retriever, random_only=True).to_dict()
     spec = _format(fmt)
     path = Path(path)
     if not path.parent.exists():
@@ -140,6 +147,8 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
         except OSError as e:
             raise ExportError(f"cannot write {path}: {e.strerror}") from None
         version_no, manifest = _record(db, fmt, str(path), g, files, by=by)
+        if cited is not None:
+            manifest["all_traffic"] = cited
         staged.append((manifest_path.with_name(manifest_path.name + token), manifest_path))
         staged[-1][0].write_text(json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         for temporary, target in staged:

@@ -45,6 +45,7 @@ class GoldenQuery:
     query_id: str | None = None
     expected_answer: str | None = None
     origin: str | None = None
+    split: str | None = None  # dev / holdout (labeler split), as the export wrote it
 
     @property
     def key(self) -> str:
@@ -150,7 +151,14 @@ def _question(rec: dict[str, Any], line: int, threshold: int, top: int) -> Golde
         query_id=qid,
         expected_answer=_text(rec.get("expected_answer"), "expected_answer"),
         origin=_text(rec.get("origin"), "origin"),
+        split=_split(rec.get("split")),
     )
+
+
+def _split(value: Any) -> str | None:
+    if value is None or value in ("dev", "holdout"):
+        return value
+    raise _Bad("split", f"expected dev or holdout, got {value!r}")
 
 
 def _manifest_sha(manifest: dict[str, Any], name: str) -> str | None:

@@ -197,6 +197,8 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     judge_runs: Sequence[int] = (),
     llm_config: Any = None,
+    holdout: bool = False,
+    by: str | None = None,
 ) -> EvalResult:
     """Evaluate a RAG pipeline on a golden set and, given a ``baseline``, gate on a regression.
 
@@ -217,7 +219,10 @@ def evaluate(
     rubric and model (``llm_config``, default from the environment) and reported as ``faithfulness``
     (supported / total claims) and ``answer_relevance`` (yes 1, partly 0.5, no 0) with CIs, naming
     the run and its calibration agreement, with a warning when it did not pass the gate. Options are
-    checked before any question runs. Raises
+    checked before any question runs. ``holdout``: the golden set's questions are split (a
+    ``split`` column, ``labeler split``); by default only ``dev`` questions (and those without a
+    split) are evaluated; ``holdout=True`` evaluates the holdout questions only and counts the look
+    in ``db`` (required) as ``by``. Raises
     LabelerError (exit 1) on user errors, and when every evaluated question failed (after writing
     the report).
     """
@@ -231,6 +236,7 @@ def evaluate(
     if isinstance(n_permutations, bool) or not isinstance(n_permutations, int) or n_permutations < 1:
         raise m.MetricError(f"--permutations must be a positive whole number, e.g. 10000; got {n_permutations!r}")
     loaded = golden if isinstance(golden, GoldenSet) else load_golden(golden, threshold=threshold, strict=strict)
+    loaded, split_info = _split_golden(loaded, holdout, db, by)
     base: Baseline | None = None
     warnings = list(loaded.warnings)
     if baseline is not None:
@@ -313,6 +319,7 @@ def evaluate(
         "comparison": comparison.to_dict() if comparison is not None else None,
         "judges": judged,
         "warnings": warnings,
+        "split": split_info,
     }
     result = EvalResult(report, rows, "", comparison, per_q)
     if save_baseline is not None and result.failed:
@@ -327,6 +334,32 @@ def evaluate(
     if save_baseline is not None and not result.failed:
         write_json(save_baseline, baseline_document(loaded, pipeline_info["id"], aggregates, rows, report["created_at"]))
     return result
+
+
+def _split_golden(loaded: GoldenSet, holdout: bool, db: Any, by: str | None) -> tuple[GoldenSet, dict[str, Any]]:
+    """Keep the dev questions (default) or the holdout ones (``holdout``: the look is counted in
+    ``db``); a golden set without a split column is all dev."""
+    import dataclasses
+
+    from ..holdout import HOLDOUT, record_look
+
+    held = [q for q in loaded.queries if q.split == HOLDOUT]
+    if not holdout:
+        kept = [q for q in loaded.queries if q.split != HOLDOUT]
+        return dataclasses.replace(loaded, queries=kept), {"evaluated": "dev", "holdout_excluded": len(held)}
+    if not held:
+        raise LabelerError(f"{loaded.path} has no holdout questions: set a split (labeler split --holdout 0.2 "
+                           "--seed N) and export the golden set again")
+    if db is None:
+        raise LabelerError("--holdout needs the database that counts looks at the holdout: pass --db")
+    database, _ = _open_db(db)
+    try:
+        count = record_look(database, f"eval {loaded.path}", len(held), by=by)
+    finally:
+        if database is not db:
+            database.close()
+    return dataclasses.replace(loaded, queries=held), {"evaluated": "holdout", "holdout_excluded": 0,
+                                                       "holdout_looks": count}
 
 
 ANSWER_SCORES = {"yes": 1.0, "partly": 0.5, "no": 0.0}
@@ -456,6 +489,12 @@ def render_markdown(result: EvalResult) -> str:
              f"Pipeline `{r['pipeline']['id']}` on `{Path(g['path']).name}` ({g['questions']} questions, sha256 "
              f"`{g['sha256'][:12]}`, threshold {g['threshold']}): {c['evaluated']} evaluated, {c['errors']} errors, "
              f"{c['timeouts']} timeouts, {c['skipped']} skipped; {r['timings']['run_seconds']:.1f} s.", ""]
+    split = r.get("split") or {}
+    if split.get("evaluated") == "holdout":
+        lines += [f"Holdout questions only: the holdout has now been looked at {split['holdout_looks']} time(s).", ""]
+    elif split.get("holdout_excluded"):
+        lines += [f"Dev questions only: {split['holdout_excluded']} holdout questions left out (--holdout "
+                  "evaluates them, and counts the look).", ""]
     header = "| metric | value | 95% CI | n |"
     if comparison:
         header += " baseline | change | max drop | p | gate |"

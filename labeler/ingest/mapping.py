@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import IngestError
+from ..signals import MAPPED_KEY, SIGNALS
 
 # canonical field -> aliases accepted at the top level of a log record (first match wins)
 LOG_ALIASES: dict[str, tuple[str, ...]] = {
@@ -28,6 +29,8 @@ CHUNK_ALIASES: dict[str, tuple[str, ...]] = {
 }
 LOG_FIELDS = tuple(LOG_ALIASES)
 CHUNK_FIELDS = ("id", "text", "title", "score")
+# outcome signals (labeler.signals): --map signal.NAME=PATH keeps PATH's value in meta["_signals"]
+SIGNAL_FIELDS = SIGNALS
 
 # --- mapping ------------------------------------------------------------------------------
 
@@ -35,7 +38,7 @@ def parse_mapping(pairs: Iterable[str]) -> dict[str, str]:
     """Parse ``--map question=inputs.query`` options into {canonical field: dotted path}; a chunk
     field is named ``chunk.FIELD`` and its path is looked up inside each retrieved chunk."""
     mapping: dict[str, str] = {}
-    known = [*LOG_FIELDS, *(f"chunk.{f}" for f in CHUNK_FIELDS)]
+    known = [*LOG_FIELDS, *(f"chunk.{f}" for f in CHUNK_FIELDS), *(f"signal.{s}" for s in SIGNAL_FIELDS)]
     for pair in pairs:
         name, sep, path = pair.partition("=")
         name, path = name.strip(), path.strip()
@@ -103,6 +106,9 @@ def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, 
                 used.add(key)
     out["retrieved"] = map_chunks(out["retrieved"], mapping)
     meta = {k: v for k, v in record.items() if k not in used}
+    signals = {n[7:]: v for n, p in mapping.items() if n.startswith("signal.") and (v := _get_path(record, p)) is not None}
+    if signals:
+        meta[MAPPED_KEY] = signals
     out["meta"] = meta or None
     return out
 

@@ -96,7 +96,8 @@ def population(db: sqlite_utils.Database) -> dict[str, Any]:
     for; ``records_kept`` is what the database holds of it."""
     seen = kept = sampled = ingests = 0
     for counts, records_seen, sample in db.execute(
-            "SELECT counts, records_seen, sample FROM ingests WHERE state = 'done' AND kind = 'logs'"):
+            "SELECT counts, records_seen, sample FROM ingests WHERE state = 'done' AND kind = 'logs' "
+            "AND undone_at IS NULL"):
         c = store.loads(counts) or {}
         records = int(c.get("records", 0))
         out = int(c.get("sampled_out", 0)) + int(c.get("rejected", 0))

@@ -19,7 +19,7 @@ from ..errors import JudgeError, LabelerError
 from ..retrievers import default_retriever
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
 
-ON_SETS = ("labeled", "unlabeled")
+ON_SETS = ("labeled", "unlabeled", "all")
 
 
 @dataclass
@@ -63,7 +63,15 @@ _SUBMITTED_PAIRS = ("SELECT DISTINCT r.query_pk, r.doc_pk FROM relevance_labels 
                     "ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted'")
 
 
+# every logged query's retrieved chunks, labeled or not: the same rule for every query, as the
+# all-traffic estimates need (never the chunks annotators added by search)
+_TRAFFIC_PAIRS = ("SELECT DISTINCT t.query_pk, t.doc_pk FROM retrievals t JOIN queries q ON q.pk = t.query_pk "
+                  "WHERE q.origin = 'log' AND {visible} ORDER BY 1, 2")
+
+
 def _pair_keys(db: sqlite_utils.Database, on: str) -> list[tuple[int, int]]:
+    if on == "all":
+        return db.execute(_TRAFFIC_PAIRS.format(visible=store.visible("t"))).fetchall()
     if on == "labeled":
         return db.execute(_SUBMITTED_PAIRS + " ORDER BY 1, 2").fetchall()
     return db.execute(
@@ -74,6 +82,9 @@ def _pair_keys(db: sqlite_utils.Database, on: str) -> list[tuple[int, int]]:
 
 
 def _answer_keys(db: sqlite_utils.Database, kind: str, on: str) -> list[tuple[int, int]]:
+    if on == "all":
+        return db.execute(f"SELECT q.pk, 0 FROM queries q WHERE q.origin = 'log' AND q.answer IS NOT NULL AND "
+                          f"{store.visible('q')} ORDER BY q.pk").fetchall()
     column = ANSWER_FIELDS[kind]  # a fixed column name, never user input
     labeled = (f"SELECT 1 FROM query_labels l WHERE l.query_pk = q.pk AND l.status = 'submitted' "
                f"AND l.{column} IS NOT NULL")
@@ -106,11 +117,14 @@ def _load_items(db: sqlite_utils.Database, judge: Judge, keys: list[tuple[int, i
 def select_items(db: sqlite_utils.Database, judge: str | Judge, *, on: str = "labeled", limit: int | None = None,
                  seed: int = 0, max_chunks: int = 10) -> list[JudgeItem]:
     """The items a run of ``judge`` covers: ``on="labeled"`` = pairs (or answers) with a submitted
-    human label, to calibrate; ``"unlabeled"`` = retrieved pairs (answers) without one, to pre-label.
+    human label, to calibrate; ``"unlabeled"`` = retrieved pairs (answers) without one, to pre-label;
+    ``"all"`` = every logged query's retrieved pairs (answers), labeled or not, for the all-traffic
+    estimates (``labeler.estimate``).
     ``limit`` takes a seeded random sample of that many, kept in key order."""
     j = judge if isinstance(judge, Judge) else get_judge(judge)
     if on not in ON_SETS:
-        raise JudgeError(f"on={on!r} is unknown; use 'labeled' (calibrate) or 'unlabeled' (pre-label)")
+        raise JudgeError(f"on={on!r} is unknown; use 'labeled' (calibrate), 'unlabeled' (pre-label) or "
+                         "'all' (all traffic, for the all-traffic estimates)")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise JudgeError(f"limit={limit!r} must be a positive whole number")
     keys = _pair_keys(db, on) if j.unit == "pair" else _answer_keys(db, j.kind, on)
@@ -262,7 +276,9 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     cost of the requests not already cached). ``on="unlabeled"`` needs a calibration run of the
     same judge, rubric, model and temperature that passes the gate (``calibration_run``, or the
     newest passing one); raises GateError otherwise; the grades of a relevance run become
-    suggestions. ``progress``/``cancel`` as in ``llm.run_tasks``: a cancelled run keeps what was
+    suggestions. ``on="all"`` (every logged query, for ``labeler metrics --all-traffic``) runs
+    whatever the gate says: the estimate corrects the judge's bias with the human labels; its
+    grades never become suggestions. ``progress``/``cancel`` as in ``llm.run_tasks``: a cancelled run keeps what was
     done, has status ``cancelled`` and can be finished with ``resume_run``. A progress callback that
     raises (Streamlit's rerun) cancels the same way and the exception is re-raised after storing.
     """
@@ -282,7 +298,8 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     accounts.require(db, by, "llm", "running a judge")
     if not items:
         raise JudgeError(f"no {on} items for {j.name}: "
-                         + ("label and submit some queries first" if on == "labeled" else "everything is labeled"))
+                         + {"labeled": "label and submit some queries first", "unlabeled": "everything is labeled",
+                            "all": "ingest logs first"}[on])
     if on == "unlabeled":
         from .gate import calibration_for  # the gate reads runs: imported here, not at the top
 

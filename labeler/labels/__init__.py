@@ -10,6 +10,36 @@ tests and replays control the clock.
 
 from .annotators import Annotator, add_annotator, get_role, list_annotators
 from .consolidate import ConflictItem, ConflictPair, adjudicate, conflicts, golden_labels
+from .desk import (
+    FLAG_ACTIONS,
+    FlagEntry,
+    LeadNote,
+    QuestionEdit,
+    discard_item,
+    edit_question,
+    flag_count,
+    flagged_items,
+    lead_notes,
+    original_question,
+    question_history,
+    request_adjudication,
+    requeue_item,
+    resolve_flag,
+)
+from .items import (
+    ITEM_STATUSES,
+    AnnotatorLabel,
+    AnnotatorStatus,
+    ItemDetail,
+    ItemRow,
+    ItemsPage,
+    LeadChunk,
+    conflicting_items,
+    item_detail,
+    item_rows,
+    list_items,
+    retriever_names,
+)
 from .pool import PoolChunk, Source, pool, requeue_after_ingest, set_pool_settings
 from .progress import AnnotatorProgress, Progress, annotator_counts, annotator_stats, progress
 from .queue import ORDERS, QueueSync, next_item, queue_counts, release, renew_lease, sync_queue
@@ -27,6 +57,32 @@ from .writes import (
 )
 
 __all__ = [
+    "FLAG_ACTIONS",
+    "ITEM_STATUSES",
+    "AnnotatorLabel",
+    "AnnotatorStatus",
+    "FlagEntry",
+    "ItemDetail",
+    "ItemRow",
+    "ItemsPage",
+    "LeadChunk",
+    "LeadNote",
+    "QuestionEdit",
+    "conflicting_items",
+    "discard_item",
+    "edit_question",
+    "flag_count",
+    "flagged_items",
+    "item_detail",
+    "item_rows",
+    "lead_notes",
+    "list_items",
+    "original_question",
+    "question_history",
+    "request_adjudication",
+    "requeue_item",
+    "retriever_names",
+    "resolve_flag",
     "JUDGMENTS",
     "ORDERS",
     "QUERY_FIELDS",

@@ -147,11 +147,13 @@ class ConflictItem:
     question: str
     answer: str | None
     pairs: list[ConflictPair] = field(default_factory=list)
+    requested: str | None = None  # who sent the item here from the Items page (every graded chunk shows)
 
 
 def conflicts(db: sqlite_utils.Database, *, include_resolved: bool = False) -> list[ConflictItem]:
     """Queries whose submitted grades conflict (see the module doc), each conflicting chunk with
-    every submitter's grade; adjudicated chunks only with ``include_resolved=True``."""
+    every submitter's grade; adjudicated chunks only with ``include_resolved=True``. Items a lead
+    sent to adjudication come too, with every chunk someone submitted a grade for."""
     threshold = int(store.get_setting(db, "threshold"))
     pairs = db.execute(
         f"SELECT g.query_pk, g.doc_pk, a.grade FROM ({_SUBMITTED}) g "
@@ -173,6 +175,28 @@ def conflicts(db: sqlite_utils.Database, *, include_resolved: bool = False) -> l
             "SELECT g.annotator, g.grade FROM (" + _SUBMITTED + " WHERE r.query_pk = ? AND r.doc_pk = ?) g "
             "ORDER BY g.annotator", [query_pk, doc_pk]).fetchall())
         items[query_pk].pairs.append(ConflictPair(doc_pk, doc_id, title, text, rank, grades, adjudicated))
+    # items a lead sent here (labels.desk.request_adjudication): every chunk someone submitted a grade for
+    for query_pk, lead in db.execute("SELECT query_pk, lead FROM adjudication_requests ORDER BY created_at, query_pk"):
+        known = {p.doc_pk for p in items[query_pk].pairs} if query_pk in items else set()
+        pairs = db.execute(
+            f"SELECT g.doc_pk, a.grade FROM ({_SUBMITTED} WHERE r.query_pk = ?) g LEFT JOIN adjudications a "
+            "ON a.query_pk = g.query_pk AND a.doc_pk = g.doc_pk GROUP BY g.doc_pk HAVING ? OR a.grade IS NULL "
+            "ORDER BY g.doc_pk", [query_pk, int(include_resolved)]).fetchall()
+        for doc_pk, adjudicated in pairs:
+            if doc_pk in known:
+                continue
+            if query_pk not in items:
+                items[query_pk] = ConflictItem(*db.execute(
+                    "SELECT pk, query_id, question, answer FROM queries WHERE pk = ?", [query_pk]).fetchone())
+            doc_id, title, text, rank = db.execute(
+                "SELECT d.doc_id, d.title, d.text, (SELECT min(rank) FROM retrievals r WHERE r.query_pk = ? "
+                "AND r.doc_pk = d.pk) FROM documents d WHERE d.pk = ?", [query_pk, doc_pk]).fetchone()
+            grades = dict(db.execute(
+                "SELECT g.annotator, g.grade FROM (" + _SUBMITTED + " WHERE r.query_pk = ? AND r.doc_pk = ?) g "
+                "ORDER BY g.annotator", [query_pk, doc_pk]).fetchall())
+            items[query_pk].pairs.append(ConflictPair(doc_pk, doc_id, title, text, rank, grades, adjudicated))
+        if query_pk in items:
+            items[query_pk].requested = lead
     return list(items.values())
 
 

@@ -26,9 +26,15 @@ Rules:
   the item.
 - **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
   as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
-  (occurrences, descending); ties by query pk.
+  (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
+  ones, then the rest, see ``labeler.signals``; random within each tier), ``active`` (the
+  newest active draw's drawn queries in a seeded random order, and nothing else:
+  ``labeler.estimate.designs``); ties by query pk.
+- **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
+  probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
+  which labels form a probability sample.
 - **What is queued**: logged and imported queries; synthetic queries only once their
-  ``review_state`` is ``accepted``. ``sync_queue`` adds what is missing; ``next_item``,
+  ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
   the accepted synthetic set or a queue setting changed since the last sync.
 """
@@ -43,10 +49,11 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import ItemTakenError, LabelError
+from ..estimate import designs
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent")
+ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active")
 _UNSCORED = 1e308
 
 
@@ -85,7 +92,8 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
-    return store.dumps([list(row), params])
+    extra = [designs.latest_draw(conn)] if params["order"] == "active" else []  # a new draw re-keys the queue
+    return store.dumps([list(row), params, *extra])
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> Any:
@@ -158,9 +166,12 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
+    tiers = _signal_tiers(conn) if order == "signals_first" else {}
+    drawn = designs.active_keys(conn) if order == "active" else {}
     for pk, query_id, seen, occurrences, score in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
-        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') AND {store.visible('q')}",
+        f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
+        f"AND q.discarded_at IS NULL AND {store.visible('q')}",
         [_score_retriever(conn)] if order == "lowest_score" else []
     ):
         old = have.get(pk)
@@ -170,6 +181,10 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
             key = seen or ""
         elif order == "lowest_score":
             key = _UNSCORED if score is None else score
+        elif order == "signals_first":
+            key = (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
+        elif order == "active":
+            key = drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
         else:
             key = -occurrences
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
@@ -179,6 +194,13 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
     removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
     return added, rekey, removed
+
+
+def _signal_tiers(conn: sqlite3.Connection) -> dict[int, int]:
+    """{query pk: 0 unhappy, 1 other signal} for ``signals_first`` (queries without one are tier 2)."""
+    from ..signals import signal_groups
+
+    return {pk: 0 if g == "unhappy" else 1 for pk, g in signal_groups(conn).items()}  # type: ignore[arg-type]
 
 
 def _score_retriever(conn: sqlite3.Connection) -> str | None:
@@ -312,9 +334,10 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
             return back[0]
         _reclaim_expired(conn, at)
         row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
-        if row is None:
+        if row is None or (params["order"] == "active" and not designs.is_drawn(conn, row[0])):
             return None
         _lease(conn, row[0], annotator, at, until)
+        designs.record_handout(conn, row[0], annotator, settings, at)
         return row[0]
 
 
@@ -390,8 +413,9 @@ def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, in
     (submitted, flagged or discarded); leased = not done and someone holds an unexpired lease;
     open = the rest. ``open_slots`` = annotator-items still to do (sum of target - finished).
     ``overlap`` = items with a target above 1. ``submitted``/``skipped``/``flagged``/``discarded`` =
-    items with at least one annotator in that status. ``pending_review`` = synthetic queries not
-    yet accepted (not queued).
+    items with at least one annotator in that status. ``requeued`` = items sent back to annotators
+    who had submitted them (an ingest added chunks to their pool, or a lead re-queued them),
+    ``requeued_slots`` = those (item, annotator) pairs. ``pending_review`` = synthetic queries not yet accepted (not queued).
     """
     sync_queue(db)
     at = stamp(now)
@@ -408,6 +432,8 @@ def queue_counts(db: sqlite_utils.Database, *, now: When = None) -> dict[str, in
     for status in ("submitted", "skipped", "flagged", "discarded"):
         counts[status] = db.execute(
             "SELECT count(DISTINCT query_pk) FROM query_labels WHERE status = ?", [status]).fetchone()[0]
+    counts["requeued"], counts["requeued_slots"] = db.execute(
+        "SELECT count(DISTINCT query_pk), count(*) FROM requeued").fetchone()
     counts["pending_review"] = db.execute(
         "SELECT count(*) FROM queries WHERE origin = 'synthetic' "
         "AND coalesce(review_state, '') != 'accepted'").fetchone()[0]

@@ -114,9 +114,9 @@ def get_item(db: sqlite_utils.Database, query_pk: int, annotator: str, *,
         "SELECT doc_pk, grade, created_at FROM relevance_labels WHERE query_pk = ? AND annotator = ?",
         [query_pk, annotator])}
     grades = {doc_pk: g for doc_pk, (g, _) in graded.items()}
-    back = db.execute("SELECT created_at FROM requeued WHERE query_pk = ? AND annotator = ?",
-                      [query_pk, annotator]).fetchone()
-    item.requeued = back is not None
+    back = db.execute("SELECT created_at FROM requeued WHERE query_pk = ? AND annotator = ? "
+                      "AND ingest_id IS NOT NULL", [query_pk, annotator]).fetchone()
+    item.requeued = back is not None  # (a lead's re-queue has no ingest: no chunk is new)
     # new: not graded when the item came back (so the badge stays on a chunk once graded)
     new = set() if back is None else {pk for pk, (_, created) in graded.items() if created >= back[0]}
     single = len({r[0] for r in rows}) == 1
@@ -180,3 +180,8 @@ def previous_item(db: sqlite_utils.Database, annotator: str, current_pk: int | N
             "AND (status_at < ?2 OR (status_at = ?2 AND query_pk < ?3)) "
             "ORDER BY status_at DESC, query_pk DESC LIMIT 1", [annotator, cur[0], current_pk]).fetchone()
     return row[0] if row else None
+
+
+def item_exists(db: sqlite_utils.Database, query_pk: int) -> bool:
+    """Whether query ``query_pk`` is still stored (a lead may have removed it: ``labeler.ingest.undo``)."""
+    return db.execute("SELECT 1 FROM queries WHERE pk = ?", [query_pk]).fetchone() is not None

@@ -1,9 +1,11 @@
 """BM25 search over the FTS5 index that the database keeps of every document (migration m012).
 
 Free text never reaches FTS5's query language: it is cut into words the way the index's tokenizer
-(``unicode61 remove_diacritics 2``) cuts text, each word is quoted and the words are OR-ed, so
-quotes, ``*``, ``NEAR(``, ``-``, ``:``, ``AND``/``OR``/``NOT`` in a question are plain words or
-nothing. Rows of an ingest that is still staging are never returned (``db.visible``).
+(``porter unicode61 remove_diacritics 2``) cuts text, each word is quoted and the words are OR-ed,
+so quotes, ``*``, ``NEAR(``, ``-``, ``:``, ``AND``/``OR``/``NOT`` in a question are plain words or
+nothing. The index stores Porter stems ("retrieval" and "retrieved" are one term, ``retriev``);
+``stems`` asks SQLite's own tokenizer for them, so Python's counts and the index's always agree.
+Rows of an ingest that is still staging are never returned (``db.visible``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Collection, Iterable
@@ -42,6 +45,31 @@ def tokens(text: str | None) -> list[str]:
     return _WORD.findall(text.casefold())
 
 
+#: The index's tokenizer (migration m021_search_porter); ``stems`` uses the same one.
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+_stem_lock = threading.Lock()  # the app shares one connection between sessions' threads
+
+
+def stems(db: sqlite_utils.Database, words: Iterable[str]) -> dict[str, str]:
+    """The index term (Porter stem) of each of ``words`` (as ``tokens`` gives them), from SQLite's
+    own tokenizer: each word goes into a scratch FTS5 table in the connection's temp database and
+    its term is read back from that table's vocabulary."""
+    words = list(dict.fromkeys(words))
+    if not words:
+        return {}
+    with _stem_lock:
+        conn = db.conn
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.labeler_stems USING fts5(word, tokenize='{TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.labeler_stems_terms USING "
+                     "fts5vocab(temp, labeler_stems, instance)")
+        conn.executemany("INSERT INTO temp.labeler_stems (rowid, word) VALUES (?, ?)", list(enumerate(words, 1)))
+        try:
+            found = dict(conn.execute("SELECT doc, term FROM temp.labeler_stems_terms WHERE offset = 0"))
+        finally:
+            conn.execute("DELETE FROM temp.labeler_stems")
+    return {w: found.get(i, w) for i, w in enumerate(words, 1)}
+
+
 def match_expression(terms: Iterable[str]) -> str:
     """An FTS5 query OR-ing ``terms``, each a quoted string (``""`` escapes a quote inside)."""
     quoted = ['"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t]
@@ -55,7 +83,8 @@ def corpus_size(db: sqlite_utils.Database) -> int:
 
 def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, estimate_rare: bool = False
                          ) -> dict[str, int]:
-    """How many indexed documents contain each term (0 for a term not in the index).
+    """How many indexed documents contain each index term (a stem, see ``stems``; 0 for a term not
+    in the index).
 
     The vocabulary table counts a term's documents by reading its whole posting list, which for a
     common word in a large corpus takes long. So in a corpus of SAMPLED_FROM documents or more, a
@@ -64,6 +93,9 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, est
     ``estimate_rare``, all get the estimate of a word seen once (an upper bound: they are rare)."""
     terms = list(dict.fromkeys(terms))
     sample = _sample(db)
+    if sample is None:  # a small corpus: its whole vocabulary, read once per change of the index
+        vocabulary = _vocabulary(db)
+        return {term: vocabulary.get(term, 0) for term in terms}
     out = {}
     for term in terms:
         if sample is not None and sample[2][term] >= SAMPLE_MIN_SEEN:
@@ -75,6 +107,25 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, est
         row = db.execute("SELECT doc FROM documents_fts_vocab WHERE term = ?", [term]).fetchone()
         out[term] = int(row[0]) if row else 0
     return out
+
+
+#: Per database file: (the index's structure record when read, term -> document frequency).
+_vocabularies: dict[str, tuple[bytes, dict[str, int]]] = {}
+
+
+def _vocabulary(db: sqlite_utils.Database) -> dict[str, int]:
+    """Every term of the index with its document frequency. Looking terms up one by one in the
+    vocabulary table costs about a millisecond each, and the relevance feedback asks for thousands.
+    FTS5 rewrites its structure record (row 10 of its data table) at every change of the index,
+    so that record tells whether the copy kept is still right."""
+    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
+    row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
+    structure = bytes(row[0]) if row else b""
+    kept = _vocabularies.get(name)
+    if kept is None or kept[0] != structure:
+        kept = (structure, dict(db.execute("SELECT term, doc FROM documents_fts_vocab")))
+        _vocabularies[name] = kept
+    return kept[1]
 
 
 SAMPLE_DOCS = 5000
@@ -101,21 +152,26 @@ def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
             f"SELECT title, text FROM documents WHERE pk IN ({','.join('?' * len(part))}) AND text IS NOT NULL",
             part)]
     texts = texts[:SAMPLE_DOCS]
-    counts = Counter(w for text in texts for w in set(tokens(text)))
+    words = [set(tokens(text)) for text in texts]
+    stem = stems(db, set().union(*words)) if words else {}
+    counts = Counter(t for ws in words for t in {stem[w] for w in ws})
     kept = (n, max(len(texts), 1), counts)
     _samples[name] = kept
     return kept
 
 
 def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
-    """The words of ``text`` worth searching for: in the index, within the postings budget."""
+    """The words of ``text`` worth searching for: in the index, one per index term (stem), within
+    the postings budget."""
     words = list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
-    df = document_frequencies(db, words)
+    stem = stems(db, words)
+    by_term = {stem[w]: w for w in reversed(words)}  # the first word of each term stands for it
+    df = document_frequencies(db, by_term)
     n = max(corpus_size(db), 1)
-    found = [w for w in words if df[w] > 0]
-    if n < COMMON_MIN_DOCS:
-        return found
-    return _within_budget(sorted(found, key=lambda w: (df[w], w)), df)
+    found = [t for t in dict.fromkeys(stem[w] for w in words) if df[t] > 0]
+    if n >= COMMON_MIN_DOCS:
+        found = _within_budget(sorted(found, key=lambda t: (df[t], t)), df)
+    return [by_term[t] for t in found]
 
 
 def _within_budget(ranked: list[str], df: dict[str, int], budget: int = POSTINGS_BUDGET) -> list[str]:
@@ -130,17 +186,22 @@ def _within_budget(ranked: list[str], df: dict[str, int], budget: int = POSTINGS
 
 
 def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int = 30) -> list[str]:
-    """The ``top`` words of ``texts`` by tf-idf (tf summed over the texts, sublinear; idf from the
-    index's vocabulary), best first, ties by word: the "more like these" query."""
-    tf = Counter(w for text in texts for w in tokens(text) if len(w) > 1 and not w.isdigit())
-    if not tf:
+    """The ``top`` words of ``texts`` by tf-idf of their index terms (tf summed over the texts,
+    sublinear; idf from the index's vocabulary), best first, ties by term, one word per term: the
+    "more like these" query."""
+    words = [w for text in texts for w in tokens(text) if len(w) > 1 and not w.isdigit()]
+    if not words:
         return []
-    df = document_frequencies(db, tf, estimate_rare=True)  # the words of indexed chunks: all in the index
+    stem = stems(db, words)
+    tf = Counter(stem[w] for w in words)
+    by_term = {stem[w]: w for w in reversed(words)}
+    df = document_frequencies(db, tf, estimate_rare=True)  # the terms of indexed chunks: all in the index
     n = max(corpus_size(db), 1)
-    weights = {w: (1 + math.log(c)) * math.log(n / df[w]) for w, c in tf.items() if 0 < df[w] < n}
-    ranked = sorted(weights, key=lambda w: (-weights[w], w))
+    weights = {t: (1 + math.log(c)) * math.log(n / df[t]) for t, c in tf.items() if 0 < df[t] < n}
+    ranked = sorted(weights, key=lambda t: (-weights[t], t))
     # half the budget: search_missed runs one such query per relevant chunk after the question's
-    return ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df, POSTINGS_BUDGET // 2)[:top]
+    kept = ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df, POSTINGS_BUDGET // 2)[:top]
+    return [by_term[t] for t in kept]
 
 
 def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,

@@ -2,10 +2,12 @@
 
 Ranked lists, each over the corpus minus the query's pool (every chunk a retriever logged for the
 query and every chunk an annotator graded or adjudicated), are fused by reciprocal rank
-(score = sum of 1 / (60 + rank)): BM25 on the question; BM25 on the most distinctive words of the
-chunks graded relevant, one list per chunk (relevance feedback, "more like this"); and, when an embeddings model is
-configured, cosine similarity between the question (plus the relevant chunks) and the chunks whose
-embeddings are cached (``embed_documents``).
+(score = sum of weight / (60 + rank)): BM25 on the question; BM25 on the most distinctive words of
+the chunks graded relevant, one list per chunk (relevance feedback, "more like this"); when an
+embeddings model is configured, cosine similarity between the question (plus the relevant chunks)
+and the chunks whose embeddings are cached (``embed_documents``); and, once any chunk of the query
+is graded, with weight 2, the best RERANK_DEPTH of those re-ranked by a Rocchio vector of the
+question and every graded chunk (``rocchio``). On CISI each part adds: see tests/test_search.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .. import db as store
 from ..errors import LabelerError
 from .fts import bm25, distinctive_terms, hits, query_terms
 from .hits import SearchHit
+from .rocchio import rerank
 
 RRF_K = 60
 #: How deep each fused list goes.
@@ -27,6 +30,9 @@ DEPTH = 100
 FEEDBACK_TERMS = 20
 #: Relevant chunks used for feedback, in key order (each costs one index query).
 MAX_FEEDBACK_CHUNKS = 10
+#: How many of the fused candidates the Rocchio vector re-ranks, and the weight of its list.
+RERANK_DEPTH = 100
+RERANK_WEIGHT = 2.0
 
 
 def query_pk(db: sqlite_utils.Database, query_id: str) -> int:
@@ -51,21 +57,33 @@ def pool(db: sqlite_utils.Database, query_pk: int) -> set[int]:
         "WHERE query_pk = ?1 UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1", [query_pk])}
 
 
+_GRADED = ("SELECT doc_pk FROM relevance_labels WHERE query_pk = ?1 AND grade >= ?2 "
+           "UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1 AND grade >= ?2")
+
+
 def relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
     """Title and text of the chunks graded relevant (grade >= the project's threshold) by anyone."""
     threshold = int(store.get_setting(db, "threshold"))
     return [f"{r[0] or ''} {r[1] or ''}" for r in db.execute(
+        f"SELECT d.title, d.text FROM documents d WHERE d.pk IN ({_GRADED}) ORDER BY d.pk", [query_pk, threshold])]
+
+
+def not_relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
+    """Title and text of the chunks graded, but graded relevant by nobody."""
+    threshold = int(store.get_setting(db, "threshold"))
+    return [f"{r[0] or ''} {r[1] or ''}" for r in db.execute(
         "SELECT d.title, d.text FROM documents d WHERE d.pk IN (SELECT doc_pk FROM relevance_labels "
-        "WHERE query_pk = ?1 AND grade >= ?2 UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1 "
-        "AND grade >= ?2) ORDER BY d.pk", [query_pk, threshold])]
+        f"WHERE query_pk = ?1 EXCEPT {_GRADED}) AND d.text IS NOT NULL ORDER BY d.pk", [query_pk, threshold])]
 
 
-def fuse(rankings: list[list[int]], k: int) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion of ranked key lists: the ``k`` best (key, score), ties by key."""
+def fuse(rankings: list[list[int]], k: int, weights: list[float] | None = None) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of ranked key lists (each weighted, default 1): the ``k`` best
+    (key, score), ties by key."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    for i, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else weights[i]
         for rank, pk in enumerate(ranking, start=1):
-            scores[pk] = scores.get(pk, 0.0) + 1.0 / (RRF_K + rank)
+            scores[pk] = scores.get(pk, 0.0) + weight / (RRF_K + rank)
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
 
 
@@ -90,7 +108,21 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
         rankings.append([pk for pk, _ in bm25(db, terms, DEPTH, exclude=exclude)])
     if config is not None and getattr(config, "embedding_model", None):
         rankings.append(_by_embedding(db, config, question, feedback, exclude))
-    return hits(db, fuse([r for r in rankings if r], k))
+    rankings = [r for r in rankings if r]
+    negative = not_relevant_texts(db, query_pk)
+    if not feedback and not negative:  # nothing graded yet: nothing for the Rocchio vector to add
+        return hits(db, fuse(rankings, k))
+    candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH)]
+    reranked = rerank(db, question, feedback, negative, _texts(db, candidates))
+    return hits(db, fuse([*rankings, reranked], k, [1.0] * len(rankings) + [RERANK_WEIGHT]))
+
+
+def _texts(db: sqlite_utils.Database, pks: list[int]) -> dict[int, str]:
+    if not pks:
+        return {}
+    marks = ",".join("?" * len(pks))
+    return {r[0]: f"{r[1] or ''} {r[2] or ''}" for r in db.execute(
+        f"SELECT pk, title, text FROM documents WHERE pk IN ({marks})", pks)}
 
 
 def _chunk_vectors(db: sqlite_utils.Database, model: str) -> tuple[np.ndarray, np.ndarray]:

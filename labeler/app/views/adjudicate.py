@@ -35,7 +35,8 @@ if not items:
 
 for item in items:
     with st.container(border=True, key=f"adj_item_{item.query_pk}"):
-        st.caption(f"Query {widgets.escape_markdown(item.query_id)}")
+        st.caption(f"Query {widgets.escape_markdown(item.query_id)}" + (
+            f" · sent here by {widgets.escape_markdown(item.requested)} from the Items page" if item.requested else ""))
         widgets.plain_block(item.question, size="1.15rem", weight=600)
         for pair in item.pairs:
             with st.container(border=True, key=f"adj_{item.query_pk}_{pair.doc_pk}"):

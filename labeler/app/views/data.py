@@ -8,8 +8,9 @@ import streamlit as st
 import labeler
 from labeler import export as golden_export
 from labeler import report as reports
-from labeler.app import auth, state, widgets
+from labeler.app import auth, state, topic_sections, widgets
 from labeler.errors import LabelerError
+from labeler.ingest import undo as ingest_undo
 
 st.title("Data")
 db = state.get_db()
@@ -94,6 +95,64 @@ if result:
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)
+
+topic_sections.drift_panel(db)
+# --- ingests and their undo (labeler.ingest.undo) ---------------------------------------------------
+
+st.subheader("Ingests")
+ingests = ingest_undo.list_ingests(db)
+if not ingests:
+    st.caption("No ingests yet.")
+else:
+    st.dataframe([{"id": i.id, "file": i.path, "kind": i.kind, "state": i.state, "time": i.created_at[:19],
+                   "by": i.by or "", "queries": i.queries, "retrievals": i.retrievals, "documents": i.documents,
+                   "skipped": i.skipped, "sha256": i.sha256[:12]} for i in reversed(ingests)],
+                 hide_index=True, key="ingests_table")
+undoable = {i.id: i for i in ingests if i.state == "done" and i.kind in ingest_undo.UNDOABLE}
+if undo_message := st.session_state.get(state.UNDO_RESULT):
+    st.success(widgets.escape_markdown(undo_message), icon=":material/undo:")
+if undoable:
+    st.caption("Undoing removes the queries, retrievals and documents that only that ingest brought; "
+               "what another ingest logged too stays.")
+    u1, u2 = st.columns([3, 1], vertical_alignment="bottom")
+    undo_id = u1.selectbox("Undo an ingest", list(reversed(undoable)), key="undo_pick",
+                           format_func=lambda i: f"{i}: {undoable[i].path} ({undoable[i].created_at[:16]})")
+    if u2.button("Undo…", key="undo_ask", icon=":material/undo:"):
+        st.session_state[state.UNDO_CONFIRM] = undo_id
+        st.session_state[state.UNDO_RESULT] = None
+    confirm = st.session_state.get(state.UNDO_CONFIRM)
+    if confirm in undoable:
+        with st.container(border=True):
+            try:
+                preview = ingest_undo.undo_ingest(db, confirm, by=me, dry_run=True)
+            except LabelerError as e:
+                widgets.show_error(e)
+            else:
+                st.markdown(f"**Undo ingest {confirm}** ({widgets.escape_markdown(undoable[confirm].path)}): "
+                            f"{widgets.escape_markdown(preview.summary())}.")
+                force = False
+                if preview.labeled_queries:
+                    names = ", ".join(preview.labeled_queries[:5])
+                    more = len(preview.labeled_queries) - 5
+                    st.warning(widgets.escape_markdown(
+                        f"{len(preview.labeled_queries)} of these queries have labels ({names}"
+                        f"{f' and {more} more' if more > 0 else ''}): the undo is refused unless you also "
+                        "remove their labels."), icon=":material/warning:")
+                    force = st.checkbox("Also remove these queries' labels", key="undo_force")
+                c1, c2 = st.columns(2)
+                if c1.button("Confirm undo", type="primary", key="undo_confirm"):
+                    try:
+                        done = ingest_undo.undo_ingest(db, confirm, force=force, by=me)
+                    except LabelerError as e:
+                        widgets.show_error(e)
+                    else:
+                        st.session_state[state.UNDO_CONFIRM] = None
+                        st.session_state[state.UNDO_RESULT] = done.summary()
+                        state.warm_metrics(again=True)
+                        st.rerun()
+                if c2.button("Cancel", key="undo_cancel"):
+                    st.session_state[state.UNDO_CONFIRM] = None
+                    st.rerun()
 
 # --- export (labeler.export) ----------------------------------------------------------------------
 

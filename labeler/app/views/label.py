@@ -11,9 +11,10 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import judge, synth
-from labeler.app import state, widgets
+from labeler.app import lead_view, state, widgets
 from labeler.app.components import grader
 from labeler.errors import ItemTakenError, LabelerError
+from labeler.labels.reads import item_exists
 
 db = state.get_db()
 annotator = st.session_state[state.ANNOTATOR]
@@ -139,6 +140,9 @@ def reopen(pk: int) -> None:
 
 # --- which item ------------------------------------------------------------------------------
 
+if state.ITEM_PARAM in st.query_params and lead_view.show(db, annotator):
+    st.stop()  # a lead opened an item from the Items page: everyone's grades, not the queue
+
 if state.OPEN_QUERY in st.session_state:
     _show(st.session_state.pop(state.OPEN_QUERY))
 if state.CURRENT not in st.session_state:
@@ -171,7 +175,15 @@ if pk is None:
     st.button("Back to my last item", on_click=go_back, args=(None,), key="back_empty")
     st.stop()
 
-item = labels.get_item(db, pk, annotator)
+try:
+    item = labels.get_item(db, pk, annotator)
+except LabelerError:
+    if item_exists(db, pk):
+        raise
+    # a lead removed it meanwhile (ingest undo, queries remove): on to the next item
+    _next_item()
+    st.session_state[state.NOTICE] = "That item was removed by a lead; here is the next one."
+    st.rerun()
 chunks = item.chunks + item.extra
 
 # --- the question and the toolbar -------------------------------------------------------------
@@ -182,6 +194,11 @@ if item.occurrences > 1:
 if item.status and item.status != "in_progress":
     head += f" · you {item.status} this item (edits are saved)"
 st.caption(head)
+for answer in labels.lead_notes(db, pk, annotator)[:1]:  # the lead's answer to my last flag on this item
+    what = {"edited": "edited the question", "unflagged": "unflagged it", "discarded": "discarded it"}[answer.action]
+    st.info(widgets.escape_markdown(f"You flagged this item ({answer.flag_reason or 'no reason'}); "
+                                    f"{answer.lead} {what}" + (f": {answer.note}" if answer.note else ".")),
+            icon=":material/flag:")
 widgets.plain_block(item.question, size="1.35rem", weight=600, key="question")
 
 with st.container(horizontal=True, key="toolbar", vertical_alignment="center"):

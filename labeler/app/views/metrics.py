@@ -15,7 +15,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import report as reports
-from labeler.app import auth, state, widgets
+from labeler.app import auth, state, topic_sections, widgets
 from labeler.errors import LabelerError
 
 FAMILIES = ["recall", "precision", "hit", "ndcg", "ndcg_exp", "mrr", "ap"]
@@ -214,3 +214,12 @@ with st.container(border=True, key="m_diagnosis"):
     st.caption(f"Checked in this order; a verdict needs at least {t.min_queries} queries with a relevant chunk "
                f"({diagnosis.n_queries} now). Faithfulness = share of production answers judged faithful "
                "(yes = 1, partly = ½) on the Label page.")
+
+# --- topics, coverage and signals (labeler.app.topic_sections) -------------------------------------
+
+topic_sections.topics_section(db, retriever=retriever)
+topic_sections.signals_section(db, retriever=retriever)
+
+from labeler.app.all_traffic import render_all_traffic  # noqa: E402 - the section comes last on the page
+
+render_all_traffic(db, rep.retriever)

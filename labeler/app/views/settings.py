@@ -11,6 +11,7 @@ import labeler.labels as labels
 from labeler import accounts
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
+from labeler.estimate import designs as estimate
 
 db = state.get_db()
 me = auth.require_lead("Settings")
@@ -30,7 +31,11 @@ with st.form("settings_form"):
                                 key="set_threshold")
     st.subheader("Queue")
     order = st.selectbox("Order", list(labels.ORDERS), index=list(labels.ORDERS).index(current["queue_order"]),
-                         key="set_order", help="random is seeded; lowest_score puts the retriever's weakest first")
+                         key="set_order", help="random is seeded; lowest_score puts the retriever's weakest first; "
+                         "active draws the queries where the judge is least sure (needs a judge run over all "
+                         "traffic), for the all-traffic numbers on the Metrics page")
+    budget = st.number_input("Label budget of the active order (expected labels per draw)", 1, 1_000_000,
+                             int(current.get("label_budget") or 100), key="set_label_budget")
     c1, c2, c3 = st.columns(3)
     fraction = c1.number_input("Share of items labeled by several annotators", 0.0, 1.0,
                                float(current["overlap_fraction"]), step=0.05, key="set_overlap")
@@ -68,7 +73,10 @@ if saved:
         values = {"grade_names": [n.strip() or f"grade {i}" for i, n in enumerate(names)],
                   "grade_help": [h.strip() for h in helps], "threshold": int(threshold), "queue_order": order,
                   "overlap_fraction": float(fraction), "overlap_annotators": int(overlap_n),
-                  "lease_minutes": int(lease), "guidelines": guidelines, "oidc_create_accounts": bool(oidc_create)}
+                  "lease_minutes": int(lease), "guidelines": guidelines, "oidc_create_accounts": bool(oidc_create),
+                  "label_budget": int(budget)}
+        if order == "active" and (current["queue_order"] != "active" or int(budget) != current.get("label_budget")):
+            estimate.draw_newest(db, budget=int(budget), by=me)  # before the order changes: it may refuse
         for key, value in values.items():
             if value != current.get(key):
                 labeler.set_setting(db, key, value, by=me)

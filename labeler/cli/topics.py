@@ -1,0 +1,206 @@
+"""``labeler topics``, ``coverage``, ``drift`` (labeler.topics) and ``split`` (labeler.holdout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from . import (
+    CONTEXT_SETTINGS,
+    LabelerGroup,
+    _open,
+    _print_json,
+    _progress_bar,
+    _secrets_toml,
+    cli,
+    json_option,
+)
+
+
+def _embedding_config(method: str) -> Any:
+    """The LLM config when topics use the embeddings model (``auto``: when one is configured)."""
+    if method == "tfidf":
+        return None
+    from ..errors import LabelerError
+    from ..llm import LLMConfig
+
+    try:
+        config = LLMConfig.from_env(_secrets_toml())
+    except LabelerError:
+        config = None
+    if method == "embeddings" and not (config and config.embedding_model):
+        raise click.UsageError("--method embeddings needs embedding_model in the [llm] section of secrets.toml "
+                               "or LABELER_EMBEDDING_MODEL")
+    return config if config is not None and config.embedding_model else None
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
+
+
+@cli.group("topics", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def topics() -> None:
+    """Cluster the logged questions into topics (for coverage and drift).
+
+    Example:
+
+        labeler topics build --seed 7
+    """
+
+
+@topics.command("build", context_settings=CONTEXT_SETTINGS)
+@click.option("--k", "k", type=click.IntRange(min=2), help="Number of topics (default: chosen by silhouette).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the clustering.")
+@click.option("--method", type=click.Choice(["auto", "tfidf", "embeddings"]), default="auto", show_default=True,
+              help="auto = the embeddings model when [llm] embedding_model is set, else TF-IDF.")
+@json_option
+@click.pass_context
+def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, as_json: bool) -> None:
+    """Cluster the logged questions into topics (TF-IDF + k-means by default) and store them;
+    every query gets its topic. Rebuilding replaces the topics.
+
+    Example:
+
+        labeler topics build --k 12 --seed 7 --json
+    """
+    from ..topics import build_topics
+
+    update, close = _progress_bar("questions")
+    try:
+        summary = build_topics(_open(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
+    finally:
+        close()
+    _show_topics(summary, as_json)
+
+
+@topics.command("show", context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.pass_context
+def topics_show_cmd(ctx: click.Context, as_json: bool) -> None:
+    """The current topics: label (top terms), size and medoid question.
+
+    Example:
+
+        labeler topics show --json
+    """
+    from ..topics import topic_summary
+
+    _show_topics(topic_summary(_open(ctx)), as_json)
+
+
+def _show_topics(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(summary)
+        return
+    click.echo(f"model {summary['model']}: {summary['k']} topics ({summary['method']}, seed {summary['seed']}) "
+               f"over {summary['questions']} logged questions")
+    for t in summary["topics"]:
+        click.echo(f"{t['topic']:>3}  {t['questions']:>7}  {t['label']}  | {t['medoid'] or '-'}")
+
+
+@cli.command("coverage", context_settings=CONTEXT_SETTINGS)
+@click.option("--retriever", help="Whose metrics per topic (default: the only retriever, else production).")
+@json_option
+@click.pass_context
+def coverage_cmd(ctx: click.Context, retriever: str | None, as_json: bool) -> None:
+    """Per topic: traffic share, labeled questions, share of the golden set, metrics with 95% CIs;
+    and the traffic share no labeled question covers. Needs `labeler topics build` first.
+
+    Example:
+
+        labeler coverage --json
+    """
+    from ..topics import coverage
+
+    report = coverage(_open(ctx), retriever=retriever, config=_embedding_config("auto"))
+    if as_json:
+        _print_json(report)
+        return
+    click.echo(f"{report['logged_queries']} logged questions ({report['occurrences']} occurrences), "
+               f"{report['labeled']} labeled; traffic not covered by any labeled question: "
+               f"{_pct(report['uncovered_share'])}")
+    spec = report["specs"][0] if report["specs"] else None
+    click.echo(f"{'topic':>5}  {'traffic':>7}  {'labeled':>7}  {'golden':>6}  {spec or '':<22}  label")
+    for t in report["topics"]:
+        value = (t["metrics"] or {}).get(spec) if spec else None
+        metric = "–" if not value or value["mean"] is None else \
+            f"{value['mean']:.3f} [{value['ci_low']:.2f}, {value['ci_high']:.2f}]"
+        click.echo(f"{t['topic']:>5}  {_pct(t['traffic_share']):>7}  {t['labeled']:>7}  {_pct(t['golden_share']):>6}  "
+                   f"{metric:<22}  {t['label']}")
+    if report["note"]:
+        click.echo(f"metrics: {report['note']}", err=True)
+
+
+@cli.command("drift", context_settings=CONTEXT_SETTINGS)
+@click.argument("source", metavar="FILE_OR_INGEST")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=PATH", help="Field mapping of the file, as for ingest.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the clustering of far questions.")
+@json_option
+@click.pass_context
+def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int, as_json: bool) -> None:
+    """New traffic against the topics: topics that grew beyond their share and questions far from
+    every topic (clustered into candidate new topics). FILE_OR_INGEST is a log file (read, not
+    stored) or an ingest id (compared with the traffic before it).
+
+    Example:
+
+        labeler drift logs/this-week.jsonl --json
+    """
+    from ..ingest import parse_mapping
+    from ..topics import drift
+
+    report = drift(_open(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
+    if as_json:
+        _print_json(report)
+        return
+    click.echo(f"{report['source']}: {report['questions']} questions ({report['occurrences']:.0f} occurrences); "
+               f"far from every topic: {_pct(report['far_share'])}")
+    for t in report["topics"]:
+        if t["grew"]:
+            click.echo(f"grew  {t['label']}: {_pct(t['baseline_share'])} -> {_pct(t['new_share'])} "
+                       f"(95% CI {_pct(t['ci_low'])}-{_pct(t['ci_high'])})")
+            for e in t["examples"]:
+                click.echo(f"        {e}")
+    for t in report["new_topics"]:
+        click.echo(f"new   {t['label']}: {t['questions']} questions, {_pct(t['share'])} of the new traffic")
+        for e in t["examples"]:
+            click.echo(f"        {e}")
+    if not any(t["grew"] for t in report["topics"]) and not report["new_topics"]:
+        click.echo("no drift: no topic grew beyond its share and no new topic")
+
+
+@cli.command("split", context_settings=CONTEXT_SETTINGS)
+@click.option("--holdout", "fraction", type=float, help="Share of the questions kept aside, e.g. 0.2.")
+@click.option("--seed", type=int, help="Seed of the assignment (hash of seed and query id).")
+@click.option("--force", is_flag=True, help="Change a split that is already set (written to the audit).")
+@json_option
+@click.pass_context
+def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, force: bool, as_json: bool) -> None:
+    """Lock a dev/holdout split of the golden set: every labeled question, now and later, goes to
+    the holdout when the hash of the seed and its query id falls below the share. Without options,
+    shows the split and how often the holdout was evaluated.
+
+    Example:
+
+        labeler split --holdout 0.2 --seed 7
+    """
+    from ..holdout import set_split, split_counts
+
+    db = _open(ctx)
+    if fraction is None and seed is None:
+        counts = split_counts(db)
+    elif fraction is None or seed is None:
+        raise click.UsageError("give both --holdout and --seed (e.g. --holdout 0.2 --seed 7)")
+    else:
+        counts = set_split(db, fraction, seed=seed, force=force)
+    if as_json:
+        _print_json(counts)
+        return
+    if counts["split"] is None:
+        click.echo("no split: every question is dev (set one with labeler split --holdout 0.2 --seed N)")
+        return
+    s = counts["split"]
+    click.echo(f"holdout {s['fraction']:g}, seed {s['seed']} (set {s['created_at']}): labeled dev "
+               f"{counts['labeled']['dev']}, holdout {counts['labeled']['holdout']}; holdout looked at "
+               f"{counts['looks']['count']} time(s)")

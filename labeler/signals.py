@@ -1,0 +1,182 @@
+"""Outcome signals of logged questions: thumbs down, rating, feedback text, escalation, retry, error.
+
+Log fields that are not a canonical field are kept in the query's ``meta`` at ingest; this module
+reads them back normalised. A signal comes from ``--map signal.NAME=PATH`` (stored by the ingest
+under ``meta["_signals"]``), else from the first alias present at the top level of the record or
+inside a ``feedback``/``signals``/``metadata`` object. Normalised values:
+
+- ``negative`` (bool): thumbs down / dislike; ``thumbs``/``vote`` of "down", -1 or 0 is negative.
+- ``rating`` (number): as logged; ``UNHAPPY_RATING`` (2) or lower counts as unhappy (1-5 scale;
+  a rating strictly between 0 and 1 is read as a share: below 0.4 is unhappy).
+- ``feedback`` (text): a comment, kept as text (not unhappy by itself).
+- ``escalated``, ``retried``, ``error`` (bool): true, "yes", a non-zero count or a non-empty error
+  message are true.
+
+A question is **unhappy** when it has negative feedback, a low rating, an escalation, a retry or an
+error; it **bears a signal** when any signal is present. Only the first logged occurrence of a
+question keeps its fields (later duplicates add occurrences, not meta).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import sqlite_utils
+
+from . import db as store
+
+SIGNALS = ("negative", "rating", "feedback", "escalated", "retried", "error")
+ALIASES: dict[str, tuple[str, ...]] = {
+    "negative": ("thumbs_down", "thumbsdown", "thumb_down", "negative_feedback", "disliked", "dislike", "downvote",
+                 "downvoted", "thumbs", "thumb", "vote", "reaction"),
+    "rating": ("rating", "user_rating", "stars", "star_rating", "csat", "satisfaction"),
+    "feedback": ("feedback_text", "user_feedback", "comment", "feedback_comment", "feedback"),
+    "escalated": ("escalated", "escalation", "escalated_to_human", "handoff", "human_handoff", "handed_off"),
+    "retried": ("retried", "retry", "retries", "retry_count", "regenerated", "regenerate"),
+    "error": ("error", "is_error", "errored", "failed", "exception"),
+}
+NESTED = ("feedback", "signals", "metadata", "outcome")  # objects that may hold the fields
+MAPPED_KEY = "_signals"  # where the ingest keeps --map signal.NAME=PATH values
+UNHAPPY_RATING = 2.0
+UNHAPPY_SHARE = 0.4
+
+
+def _truthy(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("", "false", "no", "n", "0", "none", "null", "ok"):
+            return False
+        return True
+    if isinstance(value, list | dict):
+        return bool(value)
+    return None
+
+
+def _negative(name: str, value: Any) -> bool | None:
+    if name in ("thumbs", "thumb", "vote", "reaction"):
+        if isinstance(value, str):
+            v = value.strip().lower()
+            return v in ("down", "thumbs_down", "thumbsdown", "-1", "negative", "bad", "dislike", "👎")
+        if isinstance(value, bool):
+            return None if name == "thumbs" else not value
+        if isinstance(value, int | float):
+            return value < 0 or (name != "vote" and value == 0)
+        return None
+    return _truthy(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _lookup(meta: dict, signal: str) -> tuple[str | None, Any]:
+    for name in ALIASES[signal]:
+        if name in meta and not isinstance(meta[name], dict):
+            return name, meta[name]
+    for outer in NESTED:
+        inner = meta.get(outer)
+        if isinstance(inner, dict):
+            for name in ALIASES[signal]:
+                if name in inner and not isinstance(inner[name], dict):
+                    return name, inner[name]
+    return None, None
+
+
+def normalise(meta: dict | None) -> dict[str, Any]:
+    """The normalised signals of one query's ``meta`` ({} when it has none); see the module doc."""
+    if not isinstance(meta, dict):
+        return {}
+    mapped = meta.get(MAPPED_KEY) if isinstance(meta.get(MAPPED_KEY), dict) else {}
+    out: dict[str, Any] = {}
+    for signal in SIGNALS:
+        if signal in mapped:
+            name, value = signal, mapped[signal]
+        else:
+            name, value = _lookup(meta, signal)
+        if value is None:
+            continue
+        if signal == "negative":
+            v: Any = _negative(name or signal, value)
+        elif signal == "rating":
+            v = _number(value)
+        elif signal == "feedback":
+            v = value if isinstance(value, str) and value.strip() else None
+        else:
+            v = _truthy(value)
+        if v is not None:
+            out[signal] = v
+    return out
+
+
+def unhappy(signals: dict[str, Any]) -> bool:
+    """Negative feedback, a low rating, an escalation, a retry or an error."""
+    rating = signals.get("rating")
+    low = rating is not None and (rating < UNHAPPY_SHARE if 0 < rating < 1 else rating <= UNHAPPY_RATING)
+    return bool(signals.get("negative") or low or signals.get("escalated") or signals.get("retried")
+                or signals.get("error"))
+
+
+def query_signals(db: sqlite_utils.Database, query_pks: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+    """{query pk: normalised signals} of the visible queries that have any (all, or ``query_pks``)."""
+    sql = f"SELECT q.pk, q.meta FROM queries q WHERE q.meta IS NOT NULL AND {store.visible('q')}"
+    params: list[Any] = []
+    if query_pks is not None:
+        sql += " AND q.pk IN (SELECT value FROM json_each(?))"
+        params.append(json.dumps([int(p) for p in query_pks]))
+    out = {}
+    for pk, meta in db.execute(sql, params):
+        found = normalise(store.loads(meta))
+        if found:
+            out[pk] = found
+    return out
+
+
+def signal_groups(db: sqlite_utils.Database, query_pks: Iterable[int] | None = None) -> dict[int, str]:
+    """{query pk: "unhappy" | "other signal"} for the queries with a signal (the rest have none)."""
+    return {pk: "unhappy" if unhappy(s) else "other signal" for pk, s in query_signals(db, query_pks).items()}
+
+
+def signal_counts(db: sqlite_utils.Database) -> dict[str, int]:
+    """How many visible queries carry each signal, and how many are unhappy."""
+    counts = dict.fromkeys(("queries_with_signals", "unhappy", *SIGNALS), 0)
+    for s in query_signals(db).values():
+        counts["queries_with_signals"] += 1
+        counts["unhappy"] += unhappy(s)
+        for name in s:
+            counts[name] += 1
+    return counts
+
+
+def signal_metrics(db: sqlite_utils.Database, *, specs: Any = None, retriever: str | None = None,
+                   seed: int = 0) -> dict[str, Any]:
+    """Metrics of ``retriever`` on the labeled queries split into "unhappy" (see :func:`unhappy`)
+    and "others" (every other labeled query), each with 95% bootstrap CIs (None under 5 measured
+    queries), plus the signal counts."""
+    from .report import retrieval_report
+    from .report.groups import metrics_by_group
+
+    report = retrieval_report(db, specs, retriever=retriever, seed=seed, reuse=True)
+    pks = [int(p) for p in report.per_query["query_pk"].tolist()]
+    groups = signal_groups(db, pks)
+    group_of = {pk: "unhappy" if groups.get(pk) == "unhappy" else "others" for pk in pks}
+    by_group = metrics_by_group(report, group_of)
+    return {"retriever": report.retriever, "specs": report.specs, "counts": signal_counts(db),
+            "groups": {g: by_group.get(g, {"n_queries": 0, "n_measured": 0, "metrics": None})
+                       for g in ("unhappy", "others")}}
