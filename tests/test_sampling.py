@@ -92,3 +92,14 @@ def test_cli_sample_summary(tmp_path, write_log):
     assert out["sample"] == {"rate": 0.5, "seed": 0} and out["new"] + out["sampled_out"] == 400
     r = CliRunner().invoke(cli, ["--db", db_path, "ingest", "logs", str(path), "--sample", "0"])
     assert r.exit_code == 1 and "give a rate between 0 and 1" in r.output
+
+
+def test_population_leaves_out_undone_ingests(db, write_log):
+    from labeler.ingest.undo import undo_ingest
+
+    labeler.ingest_logs(db, write_log(recs(range(50))))
+    labeler.ingest_logs(db, write_log(recs(range(30), prefix="later")), sample=0.5, seed=1)
+    assert labeler.population(db)["records_seen"] == 80
+    undo_ingest(db, db.execute("SELECT max(id) FROM ingests").fetchone()[0])
+    assert labeler.population(db) == {"records_seen": 50, "records_kept": 50, "ingests": 1, "sampled_ingests": 0,
+                                      "kept_fraction": 1.0}
