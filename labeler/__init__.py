@@ -2,7 +2,9 @@
 
 from .db import connect, get_settings, set_setting, stats
 from .errors import DatabaseError, IngestError, LabelerError
-from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, ingest_tools, parse_mapping
+from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, ingest_tools, parse_mapping, population
+from .privacy import parse_patterns as parse_redact_patterns
+from .privacy import redaction_enabled, set_redaction
 
 __all__ = [
     "DatabaseError",
@@ -16,6 +18,10 @@ __all__ = [
     "ingest_logs",
     "ingest_tools",
     "parse_mapping",
+    "parse_redact_patterns",
+    "population",
+    "redaction_enabled",
+    "set_redaction",
     "set_setting",
     "stats",
 ]

@@ -1073,3 +1073,21 @@ def m016_llm_batches(db: sqlite_utils.Database) -> None:
     (``llm_batch_items``): enough to find, collect, cancel or re-send them from any process."""
     for statement in _M016_LLM_BATCHES:
         db.execute(statement)
+
+
+# --- m017: redaction and sampling recorded on each ingest (labeler.privacy, ingest.sampling) --------
+
+@migrations()
+def m017_redaction(db: sqlite_utils.Database) -> None:
+    """Each ingest records whether it redacted and how many values of each type
+    (``redaction``: JSON ``{"on": bool, "counts": {TYPE: n}}``, never the values), how it sampled
+    (``sample``: JSON ``{"rate"|"size", "seed"}`` or NULL) and how many records it saw. The
+    database gets its own random key for the pseudonyms that replace values in ids."""
+    import secrets
+
+    for statement in ("ALTER TABLE ingests ADD COLUMN redaction TEXT",
+                      "ALTER TABLE ingests ADD COLUMN sample TEXT",
+                      "ALTER TABLE ingests ADD COLUMN records_seen INTEGER"):
+        db.execute(statement)
+    db.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redact_key', ?)",
+               [json.dumps(secrets.token_hex(32))])

@@ -115,8 +115,8 @@ def _ingest_summary(r: dict[str, Any]) -> str:
         if r["documents_without_text"]:
             line += (f"; {r['documents_without_text']} documents have no text yet "
                      "(ingest a corpus file with their text)")
-        for note in r.get("notes") or []:
-            line += f"\n  {note}"
+    for note in r.get("notes") or []:
+        line += f"\n  {note}"
     if r.get("rejects_path"):
         line += f"\nrejected records and reasons: {r['rejects_path']}"
     return line
@@ -147,6 +147,15 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
         _print_json(results if len(results) > 1 else results[0])
 
 
+def redact_option(f: Callable) -> Callable:
+    f = click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="TYPE=REGEX",
+                     help="Also replace what this regular expression matches, by [TYPE_n] (added to the "
+                          "setting redact_patterns), e.g. --redact-pattern CUSTOMER=CUST-\\d{6}.")(f)
+    return click.option("--redact/--no-redact", default=None,
+                        help="Replace personal data and secrets with placeholders before storing (default: "
+                             "on, unless the setting redact is off).")(f)
+
+
 # file formats, then the tools whose reader --format may force (ingest.formats' registry)
 LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
 
@@ -163,10 +172,17 @@ LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
               help="Write the valid records; write rejects with reasons to FILE.rejects.jsonl.")
 @click.option("--max-line-mb", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Reject records longer than this.")
+@redact_option
+@click.option("--sample", type=float, metavar="RATE|N",
+              help="Keep a uniform sample: a rate below 1 (e.g. 0.05, picked by a hash of the query id and "
+                   "--seed, the same in every file and re-ingest) or a number of records per file (a seeded "
+                   "reservoir, e.g. 50000).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
 @json_option
 @click.pass_context
 def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
-                    lenient: bool, max_line_mb: int, as_json: bool) -> None:
+                    lenient: bool, max_line_mb: int, redact: bool | None, redact_patterns: tuple[str, ...],
+                    sample: float | None, seed: int, as_json: bool) -> None:
     """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
     OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
     Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
@@ -176,18 +192,24 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
     skipped and counted. Strict by default: any invalid record means nothing from that file is
     written. --map chunk.id=metadata.source reaches inside each chunk. FILE - reads standard input
     (named <stdin> in messages; format from --format, else from its first bytes: [ JSON array,
-    { JSON lines, PAR1 Parquet; gzip is decompressed).
+    { JSON lines, PAR1 Parquet; gzip is decompressed). Email addresses, phone, card and national
+    id numbers, IBANs, IP addresses and secrets become placeholders such as [EMAIL_1] before
+    anything is stored (--no-redact keeps them).
 
     Example:
 
         labeler ingest logs logs.jsonl --map question=inputs.query --map retrieved=outputs.documents
+
+        labeler ingest logs big-*.jsonl.gz --sample 0.05 --seed 7
     """
     from ..ingest import ingest_logs, parse_mapping
+    from ..privacy import parse_patterns
 
     mapping = parse_mapping(maps)
     tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
     _run_ingest(ctx, files, None if tool else fmt, as_json, ingest_logs, mapping=mapping, lenient=lenient, tool=tool,
-                max_line_bytes=max_line_mb * 1024 * 1024)
+                max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
@@ -195,10 +217,11 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 @click.option("--format", "fmt", type=click.Choice(FILE_FORMATS),
               help="File format (default: from the extension; for - from the first bytes).")
 @click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
+@redact_option
 @json_option
 @click.pass_context
 def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, lenient: bool,
-                      as_json: bool) -> None:
+                      redact: bool | None, redact_patterns: tuple[str, ...], as_json: bool) -> None:
     """Ingest the corpus: chunk records with id, text and optional title and source.
 
     FILE - reads standard input, as for labeler ingest logs.
@@ -208,8 +231,10 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
         labeler ingest corpus chunks.jsonl
     """
     from ..ingest import ingest_corpus
+    from ..privacy import parse_patterns
 
-    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient)
+    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns))
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)

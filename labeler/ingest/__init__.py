@@ -12,7 +12,8 @@ rejects go to ``FILE.rejects.jsonl`` with their reasons.
 
 Modules: ``readers`` (JSONL/JSON/CSV/Parquet files as records), ``formats`` (one module per tool),
 ``mapping`` (aliases, ``--map``), ``validate`` (field checks, chunk shapes, content ids, normalized
-question), ``times`` (timestamps to UTC), ``batches`` (reading a file as batches, optionally in a forked parser), ``writer``
+question), ``times`` (timestamps to UTC), ``batches`` (reading a file as batches, optionally in a forked parser, redacted with
+``labeler.privacy``), ``sampling`` (``--sample``, records seen: ``population``), ``writer``
 (classify and write log records), ``staging`` (claim, short transactions, commit, clean-up),
 ``logs`` and ``corpus`` (the two entry points), ``common`` (problems, results, strict/lenient).
 
@@ -30,10 +31,11 @@ from .formats import register_tool
 from .formats import tool_names as ingest_tools
 from .logs import ingest_logs
 from .mapping import CHUNK_ALIASES, LOG_ALIASES, LOG_FIELDS, canonical, parse_mapping
+from .sampling import population
 from .validate import DEFAULT_RETRIEVER, normalize_question, validate_log
 
 __all__ = [
     "CHUNK_ALIASES", "CORPUS_ALIASES", "DEFAULT_RETRIEVER", "LOG_ALIASES", "LOG_FIELDS", "MAX_ERRORS_SHOWN",
     "FieldError", "IngestResult", "Problem", "ProblemList", "canonical", "check_problems", "ingest_corpus",
-    "ingest_logs", "ingest_tools", "normalize_question", "parse_mapping", "register_tool", "validate_log",
+    "ingest_logs", "ingest_tools", "normalize_question", "parse_mapping", "population", "register_tool", "validate_log",
 ]

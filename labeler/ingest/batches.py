@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import IngestError
+from ..privacy import Redactor, redact_log
 from . import formats
 from .common import FieldError as _FieldError
 from .mapping import LOG_ALIASES
@@ -68,11 +69,14 @@ class _Keyer:
 
 
 def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
-                    keep_raw: bool, tool: str | None = None) -> Iterator[tuple[list[tuple], int, list[str]]]:
+                    keep_raw: bool, tool: str | None = None,
+                    redactor: Redactor | None = None) -> Iterator[tuple[list[tuple], int, list[str]]]:
     """Read, map, validate and key the records of a file, in batches of
     ``(line, row or None, (field, message) or None, raw or None)`` (a record skipped as not a
     retrieval is ``(line, None, None, reason)``), with the bytes read so far and the chunk ids that
-    no earlier batch of the file had (first seen first)."""
+    no earlier batch of the file had (first seen first). With a ``redactor`` every valid record is
+    redacted before it is keyed (its ids and content hash are of what is stored), and problem
+    messages and rejected records are scrubbed (``raw`` is None unless ``keep_raw``)."""
     json_columns = set(JSON_COLUMNS)
     if mapping and "retrieved" in mapping:
         json_columns.add(mapping["retrieved"].split(".", 1)[0])
@@ -90,19 +94,25 @@ def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | No
         seen.update(fresh)
         return batch, bytes_read(), fresh
 
+    def problem(field: str, message: str, raw: Any) -> tuple:
+        if redactor is None:
+            return (line, None, (field, message), raw)
+        return (line, None, (field, redactor.scrub(message)), redactor.scrub_value(raw) if keep_raw else None)
+
     for line, item, raw in formats.Reader(tool, mapping).read(records):
         if isinstance(item, formats.Skip):
             batch.append((line, None, None, item.reason))
-        elif isinstance(item, BadRecord):
-            batch.append((line, None, (item.field, item.message), raw))
-        elif isinstance(item, _FieldError):
-            batch.append((line, None, (item.field, item.message), raw))
+        elif isinstance(item, BadRecord | _FieldError):
+            batch.append(problem(item.field, item.message, raw))
         else:
             try:
-                row = keyer.key(line, validate_log(item))
-                batch.append((line, row, None, raw if keep_raw else None))
+                rec = validate_log(item)
+                if redactor is not None:
+                    rec = redact_log(redactor, rec)
+                row = keyer.key(line, rec)
+                batch.append((line, row, None, (redactor.scrub_value(raw) if redactor else raw) if keep_raw else None))
             except _FieldError as e:
-                batch.append((line, None, (e.field, e.message), raw))
+                batch.append(problem(e.field, e.message, raw))
         if len(batch) >= BATCH:
             yield done()
             batch = []

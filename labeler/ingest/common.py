@@ -52,7 +52,8 @@ _FieldError = FieldError
 
 @dataclass
 class IngestResult(ProblemList):
-    """What one file did to the store. ``new + merged + unchanged + rejected == records``; records
+    """What one file did to the store. ``new + merged + unchanged + rejected + sampled_out ==
+    records`` (``sampled_out``: valid records a ``sample`` left out); records
     that are not retrievals (a trace's chain and LLM spans) are not among them but ``skipped``, by
     reason in ``skipped_reasons``; ``content_ids`` counts retrieved chunks that came without an id
     and were given one made from their text."""
@@ -72,7 +73,11 @@ class IngestResult(ProblemList):
     documents_without_text: int = 0
     skipped: int = 0
     content_ids: int = 0
+    sampled_out: int = 0
     rejects_path: str | None = None
+    redacted: bool | None = None
+    redactions: dict[str, int] = field(default_factory=dict)
+    sample: dict[str, Any] | None = None
     skipped_reasons: dict[str, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -82,6 +87,15 @@ class IngestResult(ProblemList):
         if self.content_ids:
             out.append(f"{self.content_ids} retrieved chunk(s) had no id and were given one made from "
                        "their text (sha1:...)")
+        if self.sample:
+            how = (f"rate {self.sample['rate']}" if "rate" in self.sample else f"reservoir of {self.sample['size']}")
+            out.append(f"sampled ({how}, seed {self.sample['seed']}): kept {self.records - self.sampled_out - self.rejected}"
+                       f" of {self.records} records seen")
+        if self.redacted:
+            found = ", ".join(f"{kind} {n}" for kind, n in sorted(self.redactions.items()))
+            out.append(f"redacted: {found or 'nothing found'}")
+        elif self.redacted is False:
+            out.append("not redacted (--no-redact or the setting redact is off)")
         return out
 
 

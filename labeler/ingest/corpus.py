@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from .. import db as store
 from .common import FieldError as _FieldError
 from .common import IngestResult, Problem, _check_path
@@ -59,19 +59,24 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
 
 def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                   lenient: bool = False, progress: Callable[[int, int], None] | None = None,
-                  name: str | None = None, by: str | None = None) -> IngestResult:
+                  name: str | None = None, by: str | None = None, redact: bool | None = None,
+                  redact_patterns: dict[str, str] | None = None) -> IngestResult:
     """Ingest a corpus file (records with id, text, title?, source?) into ``documents``.
 
     The corpus is authoritative: its text replaces text seen in logs. The same id twice in one
     file is an error naming both lines. Same strict/lenient rules as ``ingest_logs``.
     ``by``: the signed-in account; ingesting is for leads (``None``: the local operator).
+    ``redact``: replace personal data and secrets in ids, texts, titles, sources and meta before
+    anything is stored, as for logs (None: the setting ``redact``, on by default; ``redact_patterns``
+    as for logs).
     """
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
-    result = IngestResult(path=shown, kind="corpus", format=fmt)
+    redactor = privacy.redactor_for(db, redact, redact_patterns)
+    result = IngestResult(path=shown, kind="corpus", format=fmt, redacted=redactor is not None)
     records, bytes_read = iter_records(path, fmt, gz, json_columns={"meta", "metadata"})
     total = path.stat().st_size
     rejects: list[dict] = []
@@ -96,14 +101,18 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
                 if isinstance(raw, BadRecord):
                     raise _FieldError(raw.field, raw.message)
                 cid, text, title, source, meta = _corpus_record(raw)
+                if redactor is not None:
+                    cid, text, title, source, meta = _redact(redactor, result, cid, text, title, source, meta)
                 prev = conn.execute("SELECT line FROM corpus_seen WHERE doc_id = ?", [cid]).fetchone()
                 if prev:
                     raise _FieldError("id", f"duplicate id {cid!r} (first at {shown}:{prev[0]})")
             except _FieldError as e:
-                result.problems.append(Problem(shown, line, e.field, e.message))
+                message = redactor.scrub(e.message) if redactor else e.message
+                result.problems.append(Problem(shown, line, e.field, message))
                 if lenient:
-                    rejects.append({"line": line, "field": e.field, "error": e.message,
-                                    "record": raw if isinstance(raw, dict) else raw.raw})
+                    record = raw if isinstance(raw, dict) else raw.raw
+                    rejects.append({"line": line, "field": e.field, "error": message,
+                                    "record": redactor.scrub_value(record) if redactor else record})
                 continue
             conn.execute("INSERT INTO corpus_seen VALUES (?, ?)", [cid, line])
             if result.problems and not lenient:
@@ -114,6 +123,16 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
         if pending and (lenient or not result.problems):
             write(staging)
         return _finish(staging, path, result, lenient, rejects, shown, by)
+
+
+def _redact(redactor: privacy.Redactor, result: IngestResult, cid: str, text: str, title: str | None,
+            source: str | None, meta: dict | None) -> tuple:
+    """One corpus record redacted (numbered on its own), its counts added to ``result``."""
+    r = redactor.record()
+    out = (r.ident(cid), r.text(text), r.text(title), r.text(source), r.value(meta) if meta else meta)
+    for kind, n in r.counts.items():
+        result.redactions[kind] = result.redactions.get(kind, 0) + n
+    return out
 
 
 def _write_documents(conn: Any, records: list[tuple], result: IngestResult, created: str, ingest_id: int) -> None:

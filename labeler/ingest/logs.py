@@ -11,10 +11,10 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from .. import db as store
 from ..errors import IngestError
-from . import batches, formats
+from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
 from .common import IngestResult, Problem, _check_path, _sha256, check_problems
 from .mapping import LOG_ALIASES
@@ -53,7 +53,10 @@ def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, r
     """Apply the strict/lenient rules, then the final commit that makes the staged rows visible;
     the ingest is recorded in the audit trail under ``by``."""
     check_problems(path, shown, result, lenient, rejects)
-    counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int)}
+    counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int) and not isinstance(v, bool)}
+    sampling.record(staging.db, staging.id, records_seen=result.records, sample=result.sample,
+                    redaction=None if result.redacted is None else
+                    {"on": result.redacted, "counts": result.redactions})
     publish(staging, _sha256(path), counts)
     with store.transaction(staging.db):
         accounts.audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
@@ -111,7 +114,9 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 mapping: dict[str, str] | None = None, lenient: bool = False,
                 progress: Callable[[int, int], None] | None = None,
                 max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
-                parallel: bool | None = None, by: str | None = None, tool: str | None = None) -> IngestResult:
+                parallel: bool | None = None, by: str | None = None, tool: str | None = None,
+                redact: bool | None = None, redact_patterns: dict[str, str] | None = None,
+                sample: float | None = None, seed: int = 0) -> IngestResult:
     """Ingest one production log file; see the package docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
@@ -123,6 +128,11 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     ``by``: the signed-in account (the app); ingesting is for leads (``None``: the local operator).
     ``tool``: force a tool's reader (``phoenix``, ``otel``, ``otlp``, ``langsmith``, ``plain``...;
     ``fmt`` may name one too) instead of recognising each record (see ``formats``).
+    ``redact``: replace personal data and secrets before anything is stored (``labeler.privacy``;
+    None: the setting ``redact``, on by default; ``redact_patterns``: ``{TYPE: regex}`` added to
+    the setting's). ``sample``: keep a uniform sample, a rate below 1
+    (hashed on the query id with ``seed``: consistent across files and re-ingests) or a number of
+    records (a reservoir seeded with ``seed``); see ``sampling``.
 
     Other writers are never blocked for long: rows are written in short transactions and stay
     hidden until the final commit (see ``staging``); one ingest runs at a time (a second one waits).
@@ -135,7 +145,10 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     tool = formats.resolve(tool)
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
-    result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool)
+    spec = sampling.sample_spec(sample, seed)
+    redactor = privacy.redactor_for(db, redact, redact_patterns)
+    result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool, redacted=redactor is not None, sample=spec)
+    sampler = sampling.Sampler(spec)
     total = path.stat().st_size
     rejects: list[dict] = []
 
@@ -153,9 +166,32 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     chunks = 0
     with _bulk(db), staged(db, "logs", shown, fmt) as staging:
         writer = _LogWriter(db, shown, result, staging.id)
-        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool):
+        raws: dict[int, Any] = {}
+
+        def write(rows: list[_Row], fresh_ids: list[str] | None) -> None:
+            for row in rows:  # what was replaced in the records kept
+                for kind, n in row.rec.get("redactions", {}).items():
+                    result.redactions[kind] = result.redactions.get(kind, 0) + n
+            if result.problems and not lenient:
+                # nothing more is written; the rest is only checked, to report every problem
+                for line, problem in writer.write(rows, result.problems, write=False):
+                    reject(line, problem, raws.get(line))
+                return
+            done = 0
+            while done < len(rows):
+                part = rows[done:done + sizer.take(len(rows) - done)]
+                with staging.write():
+                    # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
+                    found = writer.write(part, result.problems, write=True,
+                                         fresh_ids=fresh_ids if len(part) == len(rows) else None)
+                sizer.adapt(len(part), staging.holds[-1])
+                for line, problem in found:
+                    reject(line, problem, raws.get(line))
+                done += len(part)
+
+        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool, redactor):
             rows: list[_Row] = []
-            raws: dict[int, Any] = {}
+            raws.clear()
             for line, row, problem, raw in items:
                 if row is None and problem is None:  # not a retrieval: raw is the reason
                     result.skipped += 1
@@ -168,26 +204,17 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                 rows.append(row)
                 chunks += len(row.rec["ids"])
                 result.content_ids += row.rec["content_ids"]
-                if lenient:
+                if lenient and not sampler.holds_back:  # (a reservoir's rejects are listed without the record)
                     raws[line] = raw
-            if result.problems and not lenient:
-                # nothing more is written; the rest is only checked, to report every problem
-                for line, problem in writer.write(rows, result.problems, write=False):
-                    reject(line, problem, raws.get(line))
-            else:
-                done = 0
-                while done < len(rows):
-                    part = rows[done:done + sizer.take(len(rows) - done)]
-                    with staging.write():
-                        # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
-                        found = writer.write(part, result.problems, write=True,
-                                             fresh_ids=fresh_ids if len(part) == len(rows) else None)
-                    sizer.adapt(len(part), staging.holds[-1])
-                    for line, problem in found:
-                        reject(line, problem, raws.get(line))
-                    done += len(part)
+            if spec is not None:
+                # the chunk ids of rows left out must not become documents: no fresh-id shortcut
+                rows, fresh_ids = sampler.take(rows), None
+            write(rows, fresh_ids)
             if progress:
                 progress(done_bytes, total)
+        if sampler.holds_back:
+            write(sampler.rest(), None)
+        result.sampled_out = sampler.dropped
         if progress:
             progress(total, total)
         _check_found(result, shown, chunks)

@@ -10,6 +10,13 @@ The ingest writes in short transactions; every one's lock hold is logged by the 
 waited for ``BEGIN IMMEDIATE`` while the large file was ingested. Prints one JSON document.
 
     python tests/bench/bench_ingest.py [--queries 100000] [--small 10000] [--rss-queries 300000]
+
+``--redact`` compares redaction on (the default) and ``--no-redact`` instead: N queries x 10 chunks
+with realistic text (a pool of 50k chunk texts with numbers, dates, versions, amounts, ids; a few
+planted emails, phone and card numbers, IPs and API keys), each way run twice alternately in
+separate processes, the faster of each reported; the target is an overhead of at most 25%:
+
+    python tests/bench/bench_ingest.py --redact [--redact-queries 100000]
 """
 
 from __future__ import annotations
@@ -45,6 +52,66 @@ def make_log(path: Path, n: int, seed: int = 1) -> int:
             f.write(json.dumps(rec) + "\n")
             rows += 11
     return rows
+
+
+FILLER = ("the invoice for plan {n} was exported on 2026-{m:02d}-{d:02d} after the sync; version {n}.{m}.{d} "
+          "of the mobile app fixes login with SSO (Okta) for {n} seats; see ticket #{t} and order {t}{n}; "
+          "refunds above ${n},{t:03d}.00 need an admin role; the webhook retries 3 times on port 8080 and "
+          "the report lists {t} rows per page; step {m}: open Settings > Billing > Plan and press Export")
+PLANTS = ("contact maria.rossi{i}@example.com", "call +44 20 7946 {i:04d}", "card 4111 1111 1111 1111",
+          "from 203.0.113.{j}", "key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs{i:06d}", "IBAN DE89 3704 0044 0532 0130 00")
+
+
+def make_text_log(path: Path, n: int, seed: int = 1, pool: int = 50_000) -> int:
+    """N queries x 10 chunks with text drawn from a pool of ``pool`` chunk texts (~400 characters,
+    as a real corpus quoted in logs repeats its chunks); 2% of questions and 1% of chunk texts carry
+    a planted value. Returns the number of planted values written."""
+    rng = random.Random(seed)
+    texts = []
+    planted = 0
+    for d in range(pool):
+        text = FILLER.format(n=rng.randint(1, 99), m=rng.randint(1, 12), d=rng.randint(1, 28),
+                             t=rng.randint(100, 99999))
+        if rng.random() < 0.01:
+            text += "; " + rng.choice(PLANTS).format(i=d, j=d % 250)
+        texts.append(text)
+    with open(path, "w") as f:
+        for i in range(n):
+            q = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f" #{i}"
+            if rng.random() < 0.02:
+                q += " " + rng.choice(PLANTS).format(i=i, j=i % 250)
+                planted += 1
+            ids = rng.sample(range(pool), 10)
+            scores = sorted((round(rng.random(), 4) for _ in range(10)), reverse=True)
+            rec = {"request_id": f"r{i}", "question": q, "timestamp": f"2026-11-{1 + i % 28:02d}T00:00:00Z",
+                   "retrieved": [{"id": f"doc-{d}", "text": texts[d], "score": s}
+                                 for d, s in zip(ids, scores, strict=True)]}
+            if i % 3 == 0:
+                rec["answer"] = "an answer " + q
+            f.write(json.dumps(rec) + "\n")
+    return planted
+
+
+def measure_redaction(n: int, tmp: Path, repeats: int = 2) -> dict:
+    """Ingest time with redaction on and off (the same file, fresh databases, alternating runs)."""
+    log = tmp / f"text-{n}.jsonl"
+    make_text_log(log, n)
+    times: dict[str, list[float]] = {"redact": [], "no_redact": []}
+    summary = {}
+    for r in range(repeats):
+        for mode in ("redact", "no_redact"):
+            db_path = tmp / f"{mode}-{r}.db"
+            flag = ["--redact"] if mode == "redact" else ["--no-redact"]
+            elapsed, rss, _, _, out = run_cli(log, db_path, extra=flag, with_output=True)
+            times[mode].append(elapsed)
+            summary[mode] = {"peak_rss_mb": round(rss / 1e6, 1), "redactions": out.get("redactions")}
+            db_path.unlink()
+    on, off = min(times["redact"]), min(times["no_redact"])
+    return {"queries": n, "chunks_per_query": 10, "file_mb": round(log.stat().st_size / 1e6, 1),
+            "redact_s": round(on, 2), "no_redact_s": round(off, 2), "runs_s": {k: [round(x, 2) for x in v]
+                                                                              for k, v in times.items()},
+            "overhead": round(on / off - 1, 3), "overhead_target": 0.25, **{f"{k}_detail": v for k, v in
+                                                                            summary.items()}}
 
 
 TABLES = ("documents", "queries", "query_versions", "log_lines", "retrievals", "ingests")
@@ -100,13 +167,14 @@ def raw_baseline(path: Path, db_path: Path) -> float:
     return elapsed
 
 
-def run_cli(path: Path, db_path: Path, probe: bool = False) -> tuple[float, int, int, dict]:
+def run_cli(path: Path, db_path: Path, probe: bool = False, extra: list[str] | None = None,
+            with_output: bool = False) -> tuple:
     """Run the real CLI in a child process; return (seconds, its peak RSS, the peak RSS of the
     parsing process it forks, in bytes, and its lock holds: the longest and p99 write transaction
     and, with ``probe``, the longest wait of another process for the write lock meanwhile)."""
     # VmHWM, not ru_maxrss: getrusage's peak survives exec, so it would include this (big) parent
     code = ("import sys; from labeler.cli import cli\ncode = 0\n"
-            "try:\n    cli(['--db', sys.argv[1], 'ingest', 'logs', sys.argv[2], '--json'])\n"
+            "try:\n    cli(['--db', sys.argv[1], 'ingest', 'logs', sys.argv[2], '--json', *sys.argv[3:]])\n"
             "except SystemExit as e:\n    code = e.code\n"
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
             "import resource\nchild = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
@@ -119,7 +187,8 @@ def run_cli(path: Path, db_path: Path, probe: bool = False) -> tuple[float, int,
 
         labeler.connect(db_path).conn.close()
     t = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", code, str(db_path), str(path)], stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", code, str(db_path), str(path), *(extra or [])],
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)
     if probe:  # another writer: take the lock, release it, again, until the ingest ends
         from labeler import db as store
@@ -144,6 +213,8 @@ def run_cli(path: Path, db_path: Path, probe: bool = False) -> tuple[float, int,
         waits.sort()
         lock.update(probe_attempts=len(waits), probe_max_wait_s=round(waits[-1], 3),
                     probe_p99_wait_s=round(waits[int(len(waits) * 0.99)], 3))
+    if with_output:
+        return elapsed, rss_kb * 1024, parser_kb * 1024, lock, result
     return elapsed, rss_kb * 1024, parser_kb * 1024, lock
 
 
@@ -173,7 +244,17 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--rss-queries", type=int, default=300_000,
                     help="a third, bigger file ingested only to show that peak RSS stays flat (0: skip)")
+    ap.add_argument("--redact", action="store_true",
+                    help="only the comparison of ingest with redaction on and off (--no-redact)")
+    ap.add_argument("--redact-queries", type=int, default=100_000)
+    ap.add_argument("--redact-repeats", type=int, default=2, help="runs of each way (the faster is reported)")
     args = ap.parse_args()
+    if args.redact:
+        with tempfile.TemporaryDirectory() as d:
+            print(json.dumps({"benchmark": "ingest-redaction", **measure_redaction(args.redact_queries, Path(d),
+                                                                                 args.redact_repeats)},
+                             indent=2))
+        return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         small = measure(args.small, tmp)

@@ -69,3 +69,24 @@ def test_upload_a_trace_written_by_the_otel_console_exporter(tmp_path, start_app
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT count(*) FROM queries WHERE query_id IN ('2b491044d5e34124', 'defc044a09325626') "
                         "AND answer IS NOT NULL").fetchone() == (2,)
+
+
+def test_an_upload_is_redacted_and_the_page_counts_types(tmp_path, start_app, page):
+    db_path = tmp_path / "demo.db"
+    build_demo(db_path)
+    server = start_app(db_path)
+    sign_in_by_name(page, server.url, "alice", "/data")
+    page.get_by_test_id("stMetricLabel").get_by_text("Queries", exact=True).wait_for()
+    log = tmp_path / "pii.jsonl"
+    log.write_text(json.dumps({"question": "refund to card 4111 1111 1111 1111 please, mail jane.doe@example.com",
+                               "retrieved": [{"id": "docs/billing-0011", "score": 0.4}]}) + "\n")
+    page.locator("input[type=file]").set_input_files(str(log))
+    page.get_by_role("button", name="Ingest").click()
+    page.get_by_text("pii.jsonl: 1 records: 1 new").wait_for()
+    page.get_by_text("redacted: CARD 1, EMAIL 1").wait_for()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT count(*) FROM queries WHERE question = "
+                        "'refund to card [CARD_1] please, mail [EMAIL_1]'").fetchone() == (1,)
+    conn.close()
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("demo.db*"))
+    assert b"jane.doe@example.com" not in data and b"4111 1111 1111 1111" not in data

@@ -43,6 +43,10 @@ upload = st.file_uploader("JSONL, JSON, CSV/TSV or Parquet (optionally .gz); exp
                           key="upload_file")
 with st.expander("Options"):
     lenient = st.checkbox("Lenient: write the valid records and list the rejected ones", key="upload_lenient")
+    redact = st.checkbox("Redact personal data and secrets before storing (emails, phone, card and id numbers, "
+                         "IBANs, IP addresses, API keys become placeholders such as [EMAIL_1])",
+                         value=labeler.redaction_enabled(db), key="upload_redact",
+                         help="On by default; the default is the Settings switch")
     mapping_text = st.text_input("Field mapping (like --map), comma separated",
                                  placeholder="question=inputs.query, retrieved=outputs.documents, "
                                              "chunk.id=metadata.source",
@@ -64,11 +68,11 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
             if kind == "Production logs":
                 pairs = [p for p in (x.strip() for x in mapping_text.split(",")) if p]
                 result = labeler.ingest_logs(db, path, mapping=labeler.parse_mapping(pairs), lenient=lenient,
-                                             progress=progress, name=upload.name, by=me,
+                                             progress=progress, name=upload.name, by=me, redact=redact,
                                              tool=None if tool == "recognise per record" else tool)
             else:
                 result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name,
-                                               by=me)
+                                               by=me, redact=redact)
             st.session_state[state.INGEST_RESULT] = result.to_dict()
             state.warm_metrics(again=True)  # new queries: recompute the Metrics page's numbers in the background
         except labeler.LabelerError as e:
@@ -85,6 +89,9 @@ if result:
                icon=":material/check:")
     for note in result.get("notes") or []:
         st.caption(widgets.escape_markdown(note))
+    if result.get("redactions"):
+        st.dataframe([{"type": kind, "values replaced": n} for kind, n in sorted(result["redactions"].items())],
+                     hide_index=True, key="upload_redactions")
     if result["problems"]:
         st.warning(f"{len(result['problems'])} rejected record(s):")
         st.code("\n".join(result["problems"][:200]), language=None)

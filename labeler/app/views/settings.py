@@ -54,6 +54,13 @@ with st.form("settings_form"):
     st.subheader("Guidelines (markdown)")
     guidelines = st.text_area("Shown to annotators on the Label page", value=current["guidelines"], height=200,
                               key="set_guidelines")
+    st.subheader("Personal data")
+    redact_on = st.checkbox("Redact personal data and secrets at ingest (emails, phone, card and id numbers, "
+                            "IBANs, IP addresses, API keys and tokens become placeholders such as [EMAIL_1])",
+                            value=labeler.redaction_enabled(db), key="set_redact")
+    redact_lines = st.text_area("Your own patterns, one TYPE=REGEX a line (e.g. CUSTOMER=CUST-\\d{6})",
+                                value="\n".join(f"{k}={v}" for k, v in (current.get("redact_patterns") or {}).items()),
+                                key="set_redact_patterns")
     st.subheader("Sign-in")
     oidc_create = st.checkbox("Identity provider (OIDC): an unknown email becomes a new annotator account "
                               "(otherwise it is refused)", value=bool(current.get("oidc_create_accounts")),
@@ -62,6 +69,7 @@ with st.form("settings_form"):
 
 if saved:
     try:
+        redact_patterns = labeler.parse_redact_patterns(redact_lines.splitlines())  # before anything is saved
         values = {"grade_names": [n.strip() or f"grade {i}" for i, n in enumerate(names)],
                   "grade_help": [h.strip() for h in helps], "threshold": int(threshold), "queue_order": order,
                   "overlap_fraction": float(fraction), "overlap_annotators": int(overlap_n),
@@ -76,6 +84,7 @@ if saved:
                                  pool_depth=int(depth) if int(depth) != current.get("pool_depth") else None,
                                  show_sources=bool(show_sources) if bool(show_sources) != bool(current.get(
                                      "show_sources")) else None)
+        labeler.set_redaction(db, enabled=bool(redact_on), patterns=redact_patterns, by=me)
         labels.sync_queue(db)
         st.success("Saved.")
     except LabelerError as e:

@@ -1,0 +1,263 @@
+"""The built-in detectors of personal data and secrets: regular expressions, one named branch per
+kind of value, combined by group, each with a check that rejects look-alikes (Luhn for card
+numbers, mod-97 for IBANs, the address parser for IPv6, date and version shapes for phone numbers).
+
+Kinds (the placeholder's type): ``EMAIL``; ``PHONE`` (international ``+CC ...``, and national forms
+with a trunk 0, parentheses or the North American 3-3-4 shape; 7 to 15 digits; dates, versions,
+amounts and plain digit runs are left alone); ``CARD`` (13 to 19 digits, optionally grouped by
+spaces or dashes, Luhn-valid: random 16-digit numbers stay); ``IBAN`` (mod-97 valid); ``IP`` (IPv4
+and IPv6, except loopback: 127.x.x.x and ::1 name no one);
+``NATIONAL_ID`` (US Social Security numbers ``123-45-6789`` with valid area, group and
+serial; UK National Insurance numbers ``AB 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI
+``sk-...``, AWS access key ids ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``
+and ``github_pat_``, Slack ``xox?-``, Google ``AIza...``, Stripe ``sk_live_``/``rk_live_`` (and
+``_test_``), JWTs, PEM private-key blocks).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+
+KINDS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "NATIONAL_ID", "SECRET")
+
+# (group name, kind, pattern). Order matters: at one position the first branch that matches wins,
+# and a match its check rejects is kept as text (so a 16-digit number failing Luhn is no phone).
+_BRANCHES: list[tuple[str, str, str]] = [
+    ("pem", "SECRET", r"-----BEGIN[A-Z ]{0,30} PRIVATE KEY-----[\s\S]{0,20000}?-----END[A-Z ]{0,30} PRIVATE KEY-----"),
+    ("jwt", "SECRET", r"(?<![\w-])eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}"),
+    ("openai", "SECRET", r"(?<![\w-])sk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,}"),
+    ("stripe", "SECRET", r"(?<![\w-])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    ("aws", "SECRET", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    ("github", "SECRET", r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("slack", "SECRET", r"(?<![\w-])xox[abposre]-[A-Za-z0-9-]{10,}"),
+    ("google", "SECRET", r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),
+    ("email", "EMAIL", r"(?<![\w.%+-])[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?![A-Za-z0-9])"),
+    ("iban", "IBAN", r"(?<![\w])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![a-z0-9])"),
+    ("nino", "NATIONAL_ID", r"(?<![\w])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])"),
+    ("ipv6", "IP", r"(?<![\w:.])(?=[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:)[0-9A-Fa-f:]{2,39}(?:(?<=:)\d{1,3}(?:\.\d{1,3}){3})?(?![\w:])"),
+    ("ipv4", "IP", r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"),
+    ("ssn", "NATIONAL_ID", r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"),
+    ("card", "CARD", r"(?<![\w.,-])\d(?:[ -]?\d){12,22}(?![\w])"),
+    ("phone", "PHONE", r"(?<![\w+.,/-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,5}){0,5}(?![\w]|[.,/-]\d)"),
+]
+
+# Each group runs only on texts that hint at it; most texts are done after a few substring searches.
+_SECRET_NAMES = ("pem", "jwt", "openai", "stripe", "aws", "github", "slack", "google")
+_LETTER_NAMES = ("iban", "nino")
+_NUMERIC_NAMES = ("ipv4", "ssn", "card", "phone")
+SECRET_HINTS = ("sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox",
+                "AIza", "eyJ", "-----BEGIN")
+IPV6_HINT = re.compile(r":[0-9A-Fa-f]{1,4}:")
+# where an IBAN or NI number may start: two capitals, then digits (few places in most text)
+LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
+# where a number worth a look starts: a digit, then at least seven digits or separators in a row
+# (shorter numbers are counts, years, ports and versions: no detector wants them)
+NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _ends(text: str, sep: str = " -") -> list[int]:
+    """Candidate ends of a match: the whole, then each shorter run ending before a separator."""
+    ends = [len(text)]
+    ends += [i for i in range(len(text) - 1, 0, -1) if text[i] in sep]
+    return ends
+
+
+def check_card(text: str) -> int:
+    for end in _ends(text):
+        digits = text[:end].replace(" ", "").replace("-", "")
+        if 13 <= len(digits) <= 19 and _luhn(digits) and len(set(digits)) > 1:
+            return end
+    return 0
+
+
+def _iban_ok(compact: str) -> bool:
+    moved = compact[4:] + compact[:4]
+    try:
+        return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
+    except ValueError:
+        return False
+
+
+def check_iban(text: str) -> int:
+    # the pattern may run on into following capitals or digits: the longest valid prefix wins
+    for end in range(len(text), 14, -1):
+        if text[end - 1] == " ":
+            continue
+        compact = text[:end].replace(" ", "")
+        if 15 <= len(compact) <= 34 and _iban_ok(compact):
+            return end
+    return 0
+
+
+def check_ipv4(text: str) -> int:
+    return 0 if text.startswith("127.") else len(text)  # loopback names no one
+
+
+def check_ipv6(text: str) -> int:
+    try:
+        if ipaddress.IPv6Address(text).is_loopback:
+            return 0
+    except ValueError:
+        return 0
+    # "::" alone and clock-like runs of small numbers are not worth a placeholder
+    return len(text) if sum(c in "0123456789abcdefABCDEF" for c in text) >= 2 else 0
+
+
+def check_ssn(text: str) -> int:
+    area, group, serial = text.split("-")
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return 0
+    return len(text)
+
+
+def check_nino(text: str) -> int:
+    compact = text.replace(" ", "")
+    return 0 if compact[:2] in ("BG", "GB", "KN", "NK", "NT", "TN", "ZZ") else len(text)
+
+
+_DATE = re.compile(r"\d{4}[.-]\d{1,2}[.-]\d{1,2}|\d{1,2}[.-]\d{1,2}[.-]\d{2,4}")
+_NANP = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}")
+
+
+def check_phone(text: str) -> int:
+    digits = sum(c.isdigit() for c in text)
+    if not 7 <= digits <= 15:
+        return 0
+    if text[0] == "+":
+        return len(text) if digits >= 8 else 0
+    if _DATE.fullmatch(text):
+        return 0
+    if "(" in text or _NANP.fullmatch(text):
+        return len(text)
+    # a national number with its trunk 0, written in groups (a bare run of digits is an id)
+    if text[0] == "0" and any(c in " .-" for c in text) and digits >= 9:
+        return len(text)
+    return 0
+
+
+CHECKS: dict[str, Callable[[str], int]] = {
+    "card": check_card, "iban": check_iban, "ipv4": check_ipv4, "ipv6": check_ipv6, "ssn": check_ssn,
+    "nino": check_nino,
+    "phone": check_phone,
+}
+
+
+class Detectors:
+    """The built-in detectors and the user's own (``{KIND: regex}``). Where two finds overlap,
+    the user's pattern wins, then secrets, emails, IBANs and national ids, IPs, SSNs, card and
+    phone numbers (the order of ``_BRANCHES``).
+
+    Speed: a text is searched by group, each only when a cheap hint is present (``@`` for
+    emails, a provider prefix for secrets, colons for IPv6); IBANs and NI numbers are tried only
+    where two capitals meet two digits, and the numeric detectors only where a digit starts a run
+    of at least seven digits and separators (or the ``+`` or ``(`` before it), anchored there.
+    """
+
+    def __init__(self, patterns: dict[str, str] | None = None):
+        from ..errors import LabelerError
+
+        self.user: list[tuple[re.Pattern, str]] = []
+        for kind, pattern in (patterns or {}).items():
+            try:
+                self.user.append((re.compile(pattern), kind_name(kind)))
+            except re.error as e:
+                raise LabelerError(f"redaction pattern {kind}: not a valid regular expression ({e}); "
+                                   "fix it in the setting redact_patterns") from None
+        by_name = {name: (kind, pattern) for name, kind, pattern in _BRANCHES}
+        self.kinds = {name: kind for name, kind, _ in _BRANCHES}
+        self.rank = {name: i + 1 for i, (name, _, _) in enumerate(_BRANCHES)}
+
+        def combined(names: tuple[str, ...]) -> re.Pattern:
+            return re.compile("|".join(f"(?P<{n}>{by_name[n][1]})" for n in names))
+
+        self.secrets = combined(_SECRET_NAMES)
+        self.email = combined(("email",))
+        self.ipv6 = combined(("ipv6",))
+        self.letters = combined(_LETTER_NAMES)
+        self.numeric = combined(_NUMERIC_NAMES)
+
+    def _scan(self, regex: re.Pattern, text: str, out: list) -> None:
+        """Every match of ``regex`` over the whole text (a rejected match is skipped whole)."""
+        pos, n = 0, len(text)
+        while pos < n:
+            m = regex.search(text, pos)
+            if m is None:
+                return
+            end = self._checked(m, text)
+            if end > m.start():
+                out.append((self.rank[m.lastgroup], m.start(), end, self.kinds[m.lastgroup]))
+                pos = end
+            else:
+                pos = max(m.end(), m.start() + 1)
+
+    @staticmethod
+    def _checked(m: re.Match, text: str) -> int:
+        check = CHECKS.get(m.lastgroup)  # type: ignore[arg-type]
+        start = m.start()
+        return m.end() if check is None else start + check(text[start:m.end()])
+
+    def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool) -> None:
+        """``regex`` tried only where ``hint`` matches (and, with ``before``, one character earlier
+        when that is a ``+`` or ``(``, the start of a phone number)."""
+        pos = 0
+        for h in hint.finditer(text):
+            i = h.start()
+            if i < pos:
+                continue
+            starts = [i - 1, i] if before and i and text[i - 1] in "+(" else [i]
+            for start in starts:
+                if start < pos:
+                    continue
+                m = regex.match(text, start)
+                if m is None:
+                    continue
+                end = self._checked(m, text)
+                if end > start:
+                    out.append((self.rank[m.lastgroup], start, end, self.kinds[m.lastgroup]))  # type: ignore[index]
+                    pos = end
+                    break
+                if start == i:  # rejected (a number failing Luhn): no other detector takes it either
+                    pos = m.end()
+
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """The ``(start, end, kind)`` of every value found in ``text``, in order, not overlapping."""
+        found: list[tuple[int, int, int, str]] = []
+        for regex, kind in self.user:
+            for m in regex.finditer(text):
+                if m.end() > m.start():
+                    found.append((0, m.start(), m.end(), kind))
+        if any(h in text for h in SECRET_HINTS):
+            self._scan(self.secrets, text, found)
+        if "@" in text:
+            self._scan(self.email, text, found)
+        if ":" in text and ("::" in text or IPV6_HINT.search(text)):
+            self._scan(self.ipv6, text, found)
+        self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
+        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True)
+        if len(found) < 2:
+            return [(s, e, k) for _, s, e, k in found]
+        kept: list[tuple[int, int, str]] = []
+        for _, s, e, k in sorted(found):  # by rank: the first detector in the order wins an overlap
+            if all(e <= a or s >= b for a, b, _ in kept):
+                kept.append((s, e, k))
+        kept.sort()
+        return kept
+
+
+def kind_name(name: str) -> str:
+    """A user pattern's name as a placeholder type: upper case letters, digits and underscores."""
+    return re.sub(r"[^A-Z0-9_]", "_", name.strip().upper()) or "CUSTOM"

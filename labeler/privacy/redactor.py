@@ -1,0 +1,158 @@
+"""Replacing what the detectors find: typed placeholders numbered per query in text, stable
+pseudonyms in ids, counts per type, and an untyped scrub for error messages."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from .detectors import Detectors
+
+CACHE_CHARS = 32_000_000  # texts remembered with what was found in them (chunk texts repeat a lot)
+
+
+class Redactor:
+    """Finds personal data and secrets in text and replaces them. One per ingest; ``record()``
+    starts the numbering of one query (or corpus record).
+
+    In text a value becomes ``[TYPE_n]``, ``n`` counting the distinct values of that type in the
+    record (the same value twice in a query's question, answer, chunks and meta gets the same
+    number). In ids (query ids, chunk ids) a value becomes ``[TYPE:hhhhhhhhhhhh]``, 12 hex digits
+    of an HMAC-SHA256 of the value under the database's own key: the same value gives the same id
+    in every file and ingest of the database (so chunk ids of logs and corpus still match and
+    re-ingests deduplicate), and without the key the id cannot be tested against a guess.
+    ``extra``: an optional second detector (the Presidio adapter), ``text -> [(start, end, kind)]``.
+    """
+
+    def __init__(self, patterns: dict[str, str] | None = None, *, key: bytes = b"", extra: Any = None):
+        self.detectors = Detectors(patterns)
+        # nothing a built-in detector finds is shorter (the IPv6 "1::2"); a user pattern may be
+        self.min_len = 1 if patterns or extra is not None else 4
+        self.key = key
+        self.extra = extra
+        self.counts: dict[str, int] = {}
+        self._found: dict[str, tuple] = {}
+        self._chars = 0
+
+    # --- finding ------------------------------------------------------------------------
+    def find(self, text: str) -> tuple:
+        if len(text) < self.min_len:
+            return ()
+        found = self._found.get(text)
+        if found is None:
+            spans = self.detectors.find(text)
+            if self.extra is not None:
+                spans = _merge(spans, self.extra(text))
+            found = tuple(spans)
+            if self._chars > CACHE_CHARS:
+                self._found.clear()
+                self._chars = 0
+            self._found[text] = found
+            self._chars += len(text)
+        return found
+
+    def record(self) -> RecordRedaction:
+        return RecordRedaction(self)
+
+    # --- for messages -------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        """``text`` with every value as ``[TYPE]``: for error messages and rejected records."""
+        found = self.find(text)
+        if not found:
+            return text
+        out, pos = [], 0
+        for start, end, kind in found:
+            out.append(text[pos:start])
+            out.append(f"[{kind}]")
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def scrub_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, dict):
+            return {k: self.scrub_value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub_value(v) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**6:
+            scrubbed = self.scrub(str(value))
+            return value if scrubbed == str(value) else scrubbed
+        return value
+
+
+class RecordRedaction:
+    """The numbering of one record: ``text``, ``ident`` and ``value`` replace what they find."""
+
+    __slots__ = ("counts", "numbers", "redactor")
+
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
+        self.numbers: dict[tuple[str, str], int] = {}
+        self.counts: dict[str, int] = {}
+
+    def _count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        totals = self.redactor.counts
+        totals[kind] = totals.get(kind, 0) + 1
+
+    def text(self, text: str | None) -> str | None:
+        if not text:
+            return text
+        found = self.redactor.find(text)
+        if not found:
+            return text
+        out, pos = [], 0
+        numbers = self.numbers
+        for start, end, kind in found:
+            value = text[start:end]
+            n = numbers.get((kind, value))
+            if n is None:
+                n = numbers[(kind, value)] = sum(1 for k, _ in numbers if k == kind) + 1
+            self._count(kind)
+            out.append(text[pos:start])
+            out.append(f"[{kind}_{n}]")
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def ident(self, text: str | None) -> str | None:
+        if not text:
+            return text
+        found = self.redactor.find(text)
+        if not found:
+            return text
+        out, pos = [], 0
+        for start, end, kind in found:
+            digest = hmac.new(self.redactor.key, text[start:end].encode(), hashlib.sha256).hexdigest()[:12]
+            self._count(kind)
+            out.append(text[pos:start])
+            out.append(f"[{kind}:{digest}]")
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def value(self, value: Any) -> Any:
+        """Meta: strings, the strings inside lists and objects (keys too), and long integers
+        (a card or phone number a CSV or Parquet column gave as a number)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**6:
+            redacted = self.text(str(value))
+            return value if redacted == str(value) else redacted
+        return value
+
+
+def _merge(spans: list[tuple[int, int, str]], more: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The built-in spans plus the extra detector's that overlap none of them, in order."""
+    out = list(spans)
+    for s in sorted(more):
+        if all(s[1] <= a or s[0] >= b for a, b, _ in out):
+            out.append(s)
+    out.sort()
+    return out
