@@ -201,6 +201,31 @@ def test_missed_excludes_the_pool_and_learns_from_relevant_chunks(labeled):
     assert set(ids(after)) <= {"idp-enforce", "refunds", "invoices"}
 
 
+def test_missed_key_changes_with_grades_rankings_threshold_and_corpus(labeled, tmp_path):
+    from labeler.search import missed_key
+
+    db = labeled
+    q = db.execute("SELECT pk FROM queries WHERE query_id = 'q1'").fetchone()[0]
+    first = missed_key(db, q)
+    assert missed_key(db, q) == first  # nothing changed: the Label page reuses the panel
+    set_grade(db, q, pks(db, "pw-reset")[0], "ann", 0)
+    graded = missed_key(db, q)
+    assert graded != first
+    labeler.set_setting(db, "threshold", 3)
+    assert missed_key(db, q) != graded
+    raised = missed_key(db, q)
+    corpus = tmp_path / "more.jsonl"
+    corpus.write_text(json.dumps({"id": "sso-faq", "text": "SSO questions and answers."}) + "\n")
+    labeler.ingest_corpus(db, corpus)
+    assert missed_key(db, q) != raised  # the index changed
+    indexed = missed_key(db, q)
+    log = tmp_path / "again.jsonl"
+    log.write_text(json.dumps({"query_id": "q1", "question": "I cannot log in since we turned on SSO",
+                               "retriever": "bm25", "retrieved": [{"id": "sso-faq", "score": 1.0}]}) + "\n")
+    labeler.ingest_logs(db, log)
+    assert missed_key(db, q) != indexed  # another retriever's chunk joined the pool
+
+
 def test_embeddings_join_the_fusion_and_are_cached(labeled):
     db = labeled
     q = db.execute("SELECT pk FROM queries WHERE query_id = 'q1'").fetchone()[0]

@@ -38,6 +38,7 @@ LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Ite
 LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
 ITEMS_PAGE = "items_page"  # the page number of the Items table
 ITEMS_OPEN = "items_open"  # a query pk a button on the Items page asked to open in the lead view
+MISSED = "possibly_missed"  # (search.missed_key + embeddings model, hits) of the Label page's panel
 ITEM_PARAM = "item"  # URL query parameter: the query pk the Label page opens in the lead view (leads only)
 
 

@@ -143,6 +143,14 @@ def search_corpus(db: Any, query: str, k: int = 10) -> list[corpus_search.Search
 
 
 def possibly_missed(db: Any, query_pk: int, k: int = 10) -> list[corpus_search.SearchHit]:
-    """Chunks outside the item's pool likely to be relevant (embeddings too when configured)."""
+    """Chunks outside the item's pool likely to be relevant (embeddings too when configured), kept
+    for the session while nothing they depend on changed (``search.missed_key``): every rerun of
+    a graded item (a note typed, a radio clicked) would otherwise search the corpus again."""
     config = state.llm_config()
-    return corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None)
+    key = (*corpus_search.missed_key(db, query_pk), k, config.embedding_model)
+    kept = st.session_state.get(state.MISSED)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    found = corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None)
+    st.session_state[state.MISSED] = (key, found)
+    return found

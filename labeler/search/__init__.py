@@ -7,7 +7,7 @@ former in-memory TF-IDF index (``tfidf``: ``CorpusIndex``, ``search``) stays for
 
 from .fts import match_expression, search_text, tokens
 from .hits import SearchHit
-from .missed import embed_documents, labeled_queries, pool, query_pk, search_missed
+from .missed import embed_documents, labeled_queries, missed_key, pool, query_pk, search_missed
 
 
 def __getattr__(name: str):  # the TF-IDF index imports scikit-learn: only when asked for
@@ -19,4 +19,4 @@ def __getattr__(name: str):  # the TF-IDF index imports scikit-learn: only when 
 
 
 __all__ = ["CorpusIndex", "SearchHit", "corpus_version", "embed_documents", "labeled_queries", "match_expression",
-           "pool", "query_pk", "search", "search_missed", "search_text", "tokens"]
+           "missed_key", "pool", "query_pk", "search", "search_missed", "search_text", "tokens"]

@@ -76,6 +76,19 @@ def not_relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
         f"WHERE query_pk = ?1 EXCEPT {_GRADED}) AND d.text IS NOT NULL ORDER BY d.pk", [query_pk, threshold])]
 
 
+def missed_key(db: sqlite_utils.Database, query_pk: int) -> tuple:
+    """What ``search_missed`` depends on for the query, cheap to read: its grades and
+    adjudications, how many chunks its retrievers logged, the relevance threshold and the search
+    index's structure record (FTS5 rewrites it at every change of the index). Equal keys, equal
+    results: the Label page keeps the panel's chunks while the key stays the same."""
+    grades = db.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ?1 UNION ALL "
+                        "SELECT doc_pk, grade FROM adjudications WHERE query_pk = ?1 ORDER BY 1, 2",
+                        [query_pk]).fetchall()
+    logged = db.execute("SELECT count(*) FROM retrievals WHERE query_pk = ?", [query_pk]).fetchone()[0]
+    row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
+    return (query_pk, tuple(grades), logged, store.get_setting(db, "threshold"), bytes(row[0]) if row else b"")
+
+
 def fuse(rankings: list[list[int]], k: int, weights: list[float] | None = None) -> list[tuple[int, float]]:
     """Reciprocal rank fusion of ranked key lists (each weighted, default 1): the ``k`` best
     (key, score), ties by key."""
