@@ -27,10 +27,12 @@ def with_team(path) -> None:
 
 
 def snapshot(path) -> dict[str, list]:
+    # left out: what signing in and being handed an item writes (the queue records under which
+    # sampling design it handed the item out: queue_designs)
     db = store.connect(path)
     tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
                                        "('signin_failures', 'audit_events', 'assignments', 'query_labels', "
-                                       "'sessions', 'label_events', 'queue')")]
+                                       "'sessions', 'label_events', 'queue', 'queue_designs')")]
     return {t: db.execute(f"SELECT * FROM [{t}]").fetchall() for t in tables}
 
 
