@@ -31,7 +31,7 @@ FEEDBACK_TERMS = 20
 #: Relevant chunks used for feedback, in key order (each costs one index query).
 MAX_FEEDBACK_CHUNKS = 10
 #: How many of the fused candidates the Rocchio vector re-ranks, and the weight of its list.
-RERANK_DEPTH = 100
+RERANK_DEPTH = 50
 RERANK_WEIGHT = 2.0
 
 

@@ -23,9 +23,9 @@ ALPHA, BETA, GAMMA = 1.0, 1.0, 0.25
 Vector = dict[str, float]
 
 
-def _vector(words: list[str], stem: dict[str, str], df: dict[str, int], n: int) -> Vector:
-    tf = Counter(stem[w] for w in words if len(w) > 1)
-    weights = {t: (1 + math.log(c)) * math.log(n / df[t]) for t, c in tf.items() if 0 < df.get(t, 0) < n}
+def _vector(words: list[str], stem: dict[str, str], idf: dict[str, float]) -> Vector:
+    tf = Counter(map(stem.__getitem__, words))
+    weights = {t: (1.0 + math.log(c)) * idf[t] for t, c in tf.items() if t in idf}
     norm = math.sqrt(sum(x * x for x in weights.values())) or 1.0
     return {t: x / norm for t, x in weights.items()}
 
@@ -36,18 +36,24 @@ def rerank(db: sqlite_utils.Database, question: str, relevant: Sequence[str], no
     the question and the graded chunks' texts; ties by key."""
     if not candidates:
         return []
-    words = {pk: tokens(text) for pk, text in candidates.items()}
-    q_words, rel_words, non_words = tokens(question), [tokens(t) for t in relevant], [tokens(t) for t in not_relevant]
+    words = {pk: [w for w in tokens(text) if len(w) > 1] for pk, text in candidates.items()}
+    q_words = [w for w in tokens(question) if len(w) > 1]
+    rel_words = [[w for w in tokens(t) if len(w) > 1] for t in relevant]
+    non_words = [[w for w in tokens(t) if len(w) > 1] for t in not_relevant]
     vocabulary = set(q_words).union(*words.values(), *rel_words, *non_words)
     stem = stems(db, vocabulary)
     df = document_frequencies(db, set(stem.values()), estimate_rare=True)
     n = max(corpus_size(db), 2)
+    idf = {t: math.log(n / d) for t, d in df.items() if 0 < d < n}
     probe: Counter = Counter()
-    for t, x in _vector(q_words, stem, df, n).items():
+    for t, x in _vector(q_words, stem, idf).items():
         probe[t] += ALPHA * x
     for group, weight in ((rel_words, BETA), (non_words, -GAMMA)):
         for ws in group:
-            for t, x in _vector(ws, stem, df, n).items():
+            for t, x in _vector(ws, stem, idf).items():
                 probe[t] += weight * x / len(group)
-    score = {pk: sum(probe.get(t, 0.0) * x for t, x in _vector(ws, stem, df, n).items()) for pk, ws in words.items()}
+    score = {}
+    for pk, ws in words.items():
+        vector = _vector(ws, stem, idf)
+        score[pk] = sum(x * vector[t] for t, x in probe.items() if t in vector)
     return sorted(score, key=lambda pk: (-score[pk], pk))
