@@ -23,22 +23,46 @@ is refused with one line naming the queries, unless ``force=True``, which remove
 together with the queries; the audit event counts what was removed. Judge labels, tags and
 suggestions of removed queries are removed without asking (they are derived and can be rerun).
 
-Undoing is one transaction (all or nothing), leads only, and idempotent: a second undo of the same
-ingest changes nothing and says it was already undone. An ingest that only repeated rows already
-stored (an identical re-ingest) brought nothing, so its undo removes nothing.
+Undoing writes in short transactions, so annotators' saves never wait long (the longest about
+0.15 s at 100k queries; ``tests/bench/bench_undo.py``), leads only:
+
+1. one transaction marks the ingest ``undoing`` (stored as state ``staging`` with ``undone_at``
+   set): from then on readers hide its rows as they hide a running ingest's (``db.visible``), and
+   a new ingest waits for the undo;
+2. the plan is read from one snapshot without the write lock (temp tables); with labels and
+   without ``force`` the undo is refused and the mark taken back;
+3. one transaction hands over to other ingests what they logged too, lowers the occurrences of the
+   queries that stay and drops this ingest's log lines;
+4. the rows go in chunks (a few hundred queries with everything naming them, a few thousand
+   rankings or documents per transaction), then the search index forgets the documents;
+5. one transaction marks the ingest undone and writes the audit event.
+
+If the process is killed half-way, the ingest stays ``undoing`` (``labeler ingest list``) with
+its remaining rows hidden, and ``labeler ingest undo ID`` again finishes it: each step is planned
+from what is left (a labeled query left over needs ``--force`` again). Labels someone saved on a
+hidden item while the undo ran go with it. A second undo of an undone ingest changes nothing and
+says it was already undone. An ingest that only repeated rows already stored (an identical
+re-ingest) brought nothing, so its undo removes nothing. ``remove_queries`` (a few queries) is one
+transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, owners
 from .. import db as store
 from ..errors import LabelerError
+from .staging import _mine, _mine_lock
+
+CHUNK_QUERIES = 500  # removed queries per transaction of an undo (their labels, rankings, log rows)
+CHUNK_ROWS = 5000  # rankings or documents per transaction of an undo
 
 SHOWN = 5  # labeled queries named in a refusal
 UNDOABLE = ("logs", "corpus")  # kinds of ingest whose rows carry its id (a golden import's do not)
@@ -64,7 +88,7 @@ class IngestInfo:
     created_at: str
     finished_at: str | None
     by: str | None
-    state: str  # running, done or undone
+    state: str  # running, done, undoing (an undo under way or interrupted) or undone
     queries: int  # queries it created (a corpus ingest creates none)
     retrievals: int
     documents: int  # documents it created
@@ -126,7 +150,8 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
     out = []
     for (ingest_id, kind, path, sha, fmt, created, finished, by, state, counts, undone_at, undone_by) in rows:
         c = store.loads(counts) or {}
-        shown = "undone" if undone_at else ("running" if state == "staging" else "done")
+        shown = ("undoing" if undone_at and state == "staging" else "undone" if undone_at else
+                 "running" if state == "staging" else "done")
         out.append(IngestInfo(
             ingest_id, kind, path, sha, fmt, created, finished, by, shown,
             queries=0 if kind == "corpus" else int(c.get("new", 0)), retrievals=int(c.get("retrievals", 0)),
@@ -139,39 +164,95 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
 
 def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = False, by: str | None = None,
                 dry_run: bool = False) -> UndoResult:
-    """Remove what ingest ``ingest_id`` brought (see the module doc), in one transaction; leads
+    """Remove what ingest ``ingest_id`` brought (see the module doc) in short transactions; leads
     only (``by``, the signed-in account; ``None`` is the local operator). Raises ``UndoRefused``
     when queries to remove have labels and ``force`` is false. ``dry_run`` counts without writing
-    (and does not refuse: ``labeled_queries`` names the labeled ones)."""
+    (and does not refuse: ``labeled_queries`` names the labeled ones). Undoing an ingest whose
+    undo was interrupted (state ``undoing``) finishes it."""
     accounts.require(db, by, "lead", f"undoing ingest {ingest_id}")
     conn = db.conn
-    # foreign keys are not checked row by row: children are deleted first, and the checks would scan
-    # tables without an index on the key (log_lines, retrievals by document) once per deleted row
-    with store.transaction(db, check_foreign_keys=False):
-        row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
-        if row is None:
-            raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
-        state, undone_at, path, kind = row
-        if undone_at is not None:
-            return UndoResult(ingest_id, already_undone=True, dry_run=dry_run)
-        if kind not in UNDOABLE:
-            raise LabelerError(f"ingest {ingest_id} ({path}) is a {kind} import, whose rows do not record it, so it "
-                               "cannot be undone; remove its queries with `labeler queries remove`")
-        if state == "staging":
-            raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
-        _temp_tables(conn)
-        result = UndoResult(ingest_id, dry_run=dry_run)
-        _plan_ingest(conn, ingest_id, result)
-        _check_labels(conn, result, force=force, dry_run=dry_run, what=f"ingest {ingest_id} ({path})")
-        if dry_run:
+    row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
+    if row is None:
+        raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
+    state, undone_at, path, kind = row
+    if undone_at is not None and state == "done":
+        return UndoResult(ingest_id, already_undone=True, dry_run=dry_run)
+    if kind not in UNDOABLE:
+        raise LabelerError(f"ingest {ingest_id} ({path}) is a {kind} import, whose rows do not record it, so it "
+                           "cannot be undone; remove its queries with `labeler queries remove`")
+    resuming = undone_at is not None  # an undo that was interrupted: this one finishes it
+    if state == "staging" and not resuming:
+        raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
+    if dry_run:
+        with _snapshot(conn):  # (a consistent count without the write lock; nothing is written)
+            _temp_tables(conn)
+            result = UndoResult(ingest_id, dry_run=True)
+            _plan_ingest(conn, ingest_id, result)
             _drop_temp(conn)
-            return result
-        _remove(conn, result)
-        at = store.now()
-        conn.execute("UPDATE ingests SET undone_at = ?, undone_by = ? WHERE id = ?",
-                     [at, by if by is not None else accounts.local_operator(), ingest_id])
-        accounts.audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
+        return result
+    if not resuming and not _mark_undoing(db, ingest_id, by):
+        return UndoResult(ingest_id, already_undone=True)
+    with _mine_lock:
+        _mine.add(ingest_id)  # (another thread's ingest must not take it for an orphan)
+    try:
+        return _finish(db, ingest_id, path, force=force, by=by, fresh=not resuming)
+    finally:
+        with _mine_lock:
+            _mine.discard(ingest_id)
+
+
+@contextlib.contextmanager
+def _snapshot(conn) -> Iterator[None]:
+    """A read transaction: one consistent view of the database for the plan, without the write
+    lock (the plan writes temp tables only, which are this connection's)."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _mark_undoing(db: sqlite_utils.Database, ingest_id: int, by: str | None) -> bool:
+    """Step 1, one short transaction: the ingest becomes ``undoing`` (stored as state ``staging``
+    with ``undone_at`` set), so readers hide its rows (``db.visible``) and other ingests wait for
+    the undo (``staging.claim``). False when another undo got there first."""
+    with store.transaction(db):
+        return db.conn.execute(
+            "UPDATE ingests SET state = 'staging', undone_at = ?, undone_by = ?, owner = ? "
+            "WHERE id = ? AND undone_at IS NULL AND state = 'done'",
+            [store.now(), by if by is not None else accounts.local_operator(), owners.current(),
+             ingest_id]).rowcount > 0
+
+
+def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool, by: str | None,
+            fresh: bool) -> UndoResult:
+    """Steps 2-5 of an undo marked ``undoing``: plan (reads only), refuse or hand over, delete in
+    chunks, then mark it undone. Each step can be run again after a kill: the plan is made from
+    what is left."""
+    conn = db.conn
+    result = UndoResult(ingest_id)
+    with _snapshot(conn):
+        _temp_tables(conn)
+        kept, handed = _plan_ingest(conn, ingest_id, result)
+    if result.labeled_queries and not force:
         _drop_temp(conn)
+        if fresh:  # nothing was removed yet: the ingest is back as it was
+            with store.transaction(db):
+                conn.execute("UPDATE ingests SET state = 'done', undone_at = NULL, undone_by = NULL WHERE id = ?",
+                             [ingest_id])
+        _check_labels(conn, result, force=False, dry_run=False,
+                      what=f"ingest {ingest_id} ({path})" + ("" if fresh else " (an unfinished undo)"))
+    with store.transaction(db, check_foreign_keys=False):
+        _hand_over(conn, ingest_id, kept, handed)
+    _remove_in_chunks(db, result)
+    with store.transaction(db):
+        at = store.now()
+        conn.execute("UPDATE ingests SET state = 'done', undone_at = ?, undone_by = ? WHERE id = ?",
+                     [at, by if by is not None else accounts.local_operator(), ingest_id])
+        # the queue plans again at its next sync (its item count and overlap targets changed)
+        conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
+        accounts.audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
+    _drop_temp(conn)
     return result
 
 
@@ -239,10 +320,10 @@ def _drop_temp(conn) -> None:
         conn.execute(f"DELETE FROM temp.{name}")
 
 
-def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
-    """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it; unless a dry
-    run, hand over to other ingests the rows they logged too and drop its log lines. Every step
-    is one pass over a table (log lines have no index by query)."""
+def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> tuple[list, list]:
+    """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it (reads and
+    temp tables only: no write lock); return the queries and rankings to hand over to other
+    ingests (``_hand_over``). Every step is one pass over a table (log lines have no index by query)."""
     # per query: this ingest's log lines, and the first other ingest with log lines / any trace
     conn.execute("INSERT INTO temp.undo_lines (query_pk) SELECT query_pk FROM log_lines WHERE ingest_id = ?1 "
                  "UNION SELECT query_pk FROM query_versions WHERE ingest_id = ?1 "
@@ -275,8 +356,13 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
     conn.execute("INSERT OR IGNORE INTO temp.undo_docs (pk) SELECT pk FROM documents WHERE ingest_id = ?",
                  [ingest_id])
     _count(conn, result, ingest_id)
-    if result.dry_run:
-        return
+    return kept, handed
+
+
+def _hand_over(conn, ingest_id: int, kept: list, handed: list) -> None:
+    """One transaction (so that a rerun after a kill never subtracts twice): hand over to other
+    ingests the rows they logged too, lower the occurrences of the queries that stay and drop
+    this ingest's log lines."""
     conn.executemany("UPDATE queries SET ingest_id = ? WHERE pk = ?", kept)
     conn.executemany("UPDATE query_versions SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
     conn.executemany("UPDATE retrievals SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
@@ -381,6 +467,69 @@ def _remove(conn, result: UndoResult) -> None:
         pass
     # the queue plans again at its next sync (its item count and overlap targets changed)
     conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
+
+
+def _remove_in_chunks(db: sqlite_utils.Database, result: UndoResult) -> None:
+    """``_remove`` for an undo: the same rows, deleted in short transactions (each well under the
+    write lock's target), queries first (each with everything naming it), then the rankings it
+    added to queries that stay, then the documents; the rows are hidden meanwhile (``undoing``)."""
+    conn = db.conn
+    tables = _query_tables(conn)
+    pks = [r[0] for r in conn.execute("SELECT pk FROM temp.undo_queries ORDER BY pk")]
+    labels = 0
+    for i in range(0, len(pks), CHUNK_QUERIES):
+        part = store.dumps(pks[i:i + CHUNK_QUERIES])
+        in_part = "query_pk IN (SELECT value FROM json_each(?))"
+        with _short(db):
+            for table in ("query_labels", "relevance_labels", "adjudications"):
+                labels += conn.execute(f"DELETE FROM {table} WHERE {in_part}", [part]).rowcount
+            for table in tables:
+                conn.execute(f"DELETE FROM [{table}] WHERE {in_part}", [part])
+            versions = conn.execute(f"SELECT query_pk, retriever FROM query_versions WHERE {in_part}",
+                                    [part]).fetchall()
+            conn.executemany("DELETE FROM retrievals WHERE query_pk = ? AND retriever = ?", versions)
+            conn.executemany("DELETE FROM query_versions WHERE query_pk = ? AND retriever = ?", versions)
+            conn.execute("DELETE FROM queries WHERE pk IN (SELECT value FROM json_each(?))", [part])
+    result.labels_removed = labels
+    versions = conn.execute("SELECT query_pk, retriever FROM temp.undo_versions WHERE query_pk NOT IN "
+                            "(SELECT pk FROM temp.undo_queries)").fetchall()
+    for i in range(0, len(versions), CHUNK_ROWS // 10):
+        with _short(db):
+            conn.executemany("DELETE FROM retrievals WHERE query_pk = ? AND retriever = ?", versions[i:i + CHUNK_ROWS // 10])
+            conn.executemany("DELETE FROM query_versions WHERE query_pk = ? AND retriever = ?",
+                             versions[i:i + CHUNK_ROWS // 10])
+    conn.execute("DELETE FROM temp.undo_docs WHERE pk IN (SELECT pk FROM temp.undo_used)")
+    # the ones that stay pass to the first ingest whose rankings use them, or to none (read in one
+    # pass over the rankings without the lock: other ingests wait for this undo)
+    first = dict(conn.execute("SELECT doc_pk, min(ingest_id) FROM retrievals WHERE doc_pk IN "
+                              "(SELECT pk FROM temp.undo_used) GROUP BY doc_pk").fetchall())
+    used = [(first.get(r[0]), r[0], result.ingest_id) for r in conn.execute("SELECT pk FROM temp.undo_used")]
+    for i in range(0, len(used), CHUNK_ROWS):
+        with _short(db):
+            conn.executemany("UPDATE documents SET ingest_id = ? WHERE pk = ? AND ingest_id = ?", used[i:i + CHUNK_ROWS])
+    docs = [r[0] for r in conn.execute("SELECT pk FROM temp.undo_docs ORDER BY pk")]
+    removed = 0
+    for i in range(0, len(docs), CHUNK_ROWS):
+        part = store.dumps(docs[i:i + CHUNK_ROWS])
+        with _short(db):
+            for table in ("ingest_texts", "embeddings"):
+                conn.execute(f"DELETE FROM {table} WHERE doc_pk IN (SELECT value FROM json_each(?))", [part])
+            removed += conn.execute("DELETE FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
+                                    [part]).rowcount
+    result.documents_removed = removed
+    more = True
+    while more:  # the search index forgets them (store.index_pending: short transactions too)
+        with _short(db):
+            more = store.index_pending(conn)
+
+
+@contextlib.contextmanager
+def _short(db: sqlite_utils.Database) -> Iterator[None]:
+    """One of an undo's short write transactions (foreign keys unchecked: children go first), then
+    a pause longer than a waiting writer's poll, so that annotators' saves get in between."""
+    with store.transaction(db, check_foreign_keys=False):
+        yield
+    time.sleep(store.POLL_MAX_S)
 
 
 #: Tables whose rows of a removed query go another way: the labels (counted first) and the rankings
