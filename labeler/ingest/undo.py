@@ -242,10 +242,11 @@ def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool
                              [ingest_id])
         _check_labels(conn, result, force=False, dry_run=False,
                       what=f"ingest {ingest_id} ({path})" + ("" if fresh else " (an unfinished undo)"))
-    with store.transaction(db, check_foreign_keys=False):
-        _hand_over(conn, ingest_id, kept, handed)
-    _remove_in_chunks(db, result)
+    lines = _hand_over(db, ingest_id, kept, handed)
+    _remove_in_chunks(db, result, lines)
     with store.transaction(db):
+        for table in ("ingest_occurrences", "ingest_texts", "requeued"):  # (small: applied at publish)
+            conn.execute(f"DELETE FROM {table} WHERE ingest_id = ?", [ingest_id])
         at = store.now()
         conn.execute("UPDATE ingests SET state = 'done', undone_at = ?, undone_by = ? WHERE id = ?",
                      [at, by if by is not None else accounts.local_operator(), ingest_id])
@@ -359,23 +360,42 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> tuple[list, list]:
     return kept, handed
 
 
-def _hand_over(conn, ingest_id: int, kept: list, handed: list) -> None:
-    """One transaction (so that a rerun after a kill never subtracts twice): hand over to other
-    ingests the rows they logged too, lower the occurrences of the queries that stay and drop
-    this ingest's log lines."""
-    conn.executemany("UPDATE queries SET ingest_id = ? WHERE pk = ?", kept)
-    conn.executemany("UPDATE query_versions SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
-    conn.executemany("UPDATE retrievals SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
-    # occurrences of the queries that stay: minus this ingest's lines (less those not yet applied)
-    conn.execute(
-        "UPDATE queries SET occurrences = max(1, occurrences - l.mine + coalesce((SELECT o.occurrences FROM "
-        "ingest_occurrences o WHERE o.ingest_id = ? AND o.query_pk = queries.pk), 0)) "
-        "FROM temp.undo_lines l WHERE l.query_pk = queries.pk AND l.mine > 0 "
-        "AND queries.pk NOT IN (SELECT pk FROM temp.undo_queries)", [ingest_id])
-    conn.execute("DELETE FROM log_lines WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM ingest_texts WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM requeued WHERE ingest_id = ?", [ingest_id])
+def _hand_over(db: sqlite_utils.Database, ingest_id: int, kept: list, handed: list) -> dict[int, list]:
+    """Hand over to other ingests the rows they logged too, lower the occurrences of the queries
+    that stay and drop this ingest's log lines, a few hundred queries per transaction: each
+    query's changes commit together, so a rerun after a kill (planned from what is left: its
+    log lines are gone) never subtracts twice. Returns the log line keys of the queries to remove,
+    by query (``_remove_in_chunks`` deletes them by key: log lines have no index by query)."""
+    conn = db.conn
+    lines: dict[int, list] = {}
+    removed = {r[0] for r in conn.execute("SELECT pk FROM temp.undo_queries")}
+    for key, pk, line_ingest in conn.execute("SELECT line_key, query_pk, ingest_id FROM log_lines WHERE "
+                                             "ingest_id = ? OR query_pk IN (SELECT pk FROM temp.undo_queries)",
+                                             [ingest_id]):
+        if line_ingest == ingest_id or pk in removed:
+            lines.setdefault(pk, []).append((key,))
+    kept_by = {pk: (other, pk) for other, pk in kept}
+    handed_by: dict[int, list] = {}
+    for other, pk, retriever in handed:
+        handed_by.setdefault(pk, []).append((other, pk, retriever))
+    staying = sorted({pk for pk in lines if pk not in removed} | set(kept_by) | set(handed_by))
+    for i in range(0, len(staying), CHUNK_QUERIES):
+        part = staying[i:i + CHUNK_QUERIES]
+        with _short(db):
+            conn.executemany("UPDATE queries SET ingest_id = ? WHERE pk = ?", [kept_by[p] for p in part if p in kept_by])
+            versions = [v for p in part for v in handed_by.get(p, [])]
+            conn.executemany("UPDATE query_versions SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", versions)
+            conn.executemany("UPDATE retrievals SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", versions)
+            # occurrences of the queries that stay: minus this ingest's lines (less those not yet applied)
+            conn.execute(
+                "UPDATE queries SET occurrences = max(1, occurrences - l.mine + coalesce((SELECT o.occurrences FROM "
+                "ingest_occurrences o WHERE o.ingest_id = ?1 AND o.query_pk = queries.pk), 0)) "
+                "FROM temp.undo_lines l WHERE l.query_pk = queries.pk AND l.mine > 0 "
+                "AND queries.pk IN (SELECT value FROM json_each(?2))", [ingest_id, store.dumps(part)])
+            conn.executemany("DELETE FROM log_lines WHERE line_key = ?", [k for p in part for k in lines.get(p, [])])
+            conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ? AND query_pk IN "
+                         "(SELECT value FROM json_each(?))", [ingest_id, store.dumps(part)])
+    return {pk: keys for pk, keys in lines.items() if pk in removed}
 
 
 def _count(conn, result: UndoResult, ingest_id: int | None) -> None:
@@ -469,12 +489,12 @@ def _remove(conn, result: UndoResult) -> None:
     conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
 
 
-def _remove_in_chunks(db: sqlite_utils.Database, result: UndoResult) -> None:
+def _remove_in_chunks(db: sqlite_utils.Database, result: UndoResult, lines: dict[int, list]) -> None:
     """``_remove`` for an undo: the same rows, deleted in short transactions (each well under the
     write lock's target), queries first (each with everything naming it), then the rankings it
     added to queries that stay, then the documents; the rows are hidden meanwhile (``undoing``)."""
     conn = db.conn
-    tables = _query_tables(conn)
+    tables = [t for t in _query_tables(conn) if t != "log_lines"]  # (by key, below: no index by query)
     pks = [r[0] for r in conn.execute("SELECT pk FROM temp.undo_queries ORDER BY pk")]
     labels = 0
     for i in range(0, len(pks), CHUNK_QUERIES):
@@ -485,6 +505,8 @@ def _remove_in_chunks(db: sqlite_utils.Database, result: UndoResult) -> None:
                 labels += conn.execute(f"DELETE FROM {table} WHERE {in_part}", [part]).rowcount
             for table in tables:
                 conn.execute(f"DELETE FROM [{table}] WHERE {in_part}", [part])
+            conn.executemany("DELETE FROM log_lines WHERE line_key = ?",
+                             [k for p in pks[i:i + CHUNK_QUERIES] for k in lines.get(p, [])])
             versions = conn.execute(f"SELECT query_pk, retriever FROM query_versions WHERE {in_part}",
                                     [part]).fetchall()
             conn.executemany("DELETE FROM retrievals WHERE query_pk = ? AND retriever = ?", versions)
