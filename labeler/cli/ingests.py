@@ -13,7 +13,7 @@ from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, cli, ingest, j
 @click.pass_context
 def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Every ingest, oldest first: id, file, sha256, time, who ran it, state (done, running,
-    undone) and counts (queries and documents it created, retrievals, skipped records).
+    undoing, undone) and counts (queries and documents it created, retrievals, skipped records).
 
     Example:
 

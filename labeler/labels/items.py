@@ -186,8 +186,8 @@ FULL_RECOMPUTE = 20_000  # more changed items than this since the last answer: r
 def conflicting_items(db: sqlite_utils.Database) -> list[int]:
     """The pks of the queries with an unresolved conflict (``golden_labels``' ``conflict``), sorted.
 
-    Found in SQL (``conflict_sql``: one pass over the submitted grades in primary key order, no
-    consolidation in Python; about a second at 100k items of 5 chunks and 2 annotators), and
+    Found in SQL (``conflict_sql``: one pass over the grades, no consolidation in Python; under a
+    second at 100k items of 5 chunks and 2 annotators on a quiet 2-core machine), and
     kept per database and brought up to date from ``label_events``: every grade, status,
     adjudication and lead action appends one naming its query, and only those queries are looked
     at again. A new threshold recomputes everything."""
@@ -215,21 +215,22 @@ def conflict_sql(db: sqlite_utils.Database, threshold: int, query_pks: list[int]
     ``labels.consolidate``'s rule, in SQL: the grades of annotators who submitted differ by 2 or
     more, or fall on both sides of ``threshold``, and no adjudication settled the pair (a single
     grade never conflicts: its lowest and highest are the same)."""
-    # Two steps. First every grade, in relevance_labels' primary key order (no join, no sort): a pair
-    # whose grades, submitted or not, do not conflict cannot conflict among the submitted ones (fewer
-    # grades: a smaller spread). Then only those candidate pairs are checked with the submitted grades.
+    # One pass over every grade in relevance_labels' primary key order (no sort): a pair whose
+    # grades, submitted or not, do not conflict cannot conflict among the submitted ones (fewer
+    # grades: a smaller spread), so only the pairs that pass that cheap test are looked up again
+    # with the submitted grades and the adjudications (the first test is written first: AND stops there)
     where, params = "", [threshold]
     if query_pks is not None:
-        where = "WHERE query_pk IN (SELECT value FROM json_each(?2)) "
+        where = "WHERE g.query_pk IN (SELECT value FROM json_each(?2)) "
         params.append(_in_list(int(p) for p in query_pks))
     split = "max({0}) - min({0}) >= 2 OR (min({0}) < ?1 AND max({0}) >= ?1)"
-    return [r[0] for r in db.execute(
-        "WITH c AS MATERIALIZED (SELECT query_pk, doc_pk FROM relevance_labels "
-        f"{where}GROUP BY query_pk, doc_pk HAVING {split.format('grade')}) "
-        "SELECT DISTINCT c.query_pk FROM c CROSS JOIN relevance_labels r ON r.query_pk = c.query_pk "
-        "AND r.doc_pk = c.doc_pk CROSS JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator "
-        "AND l.status = 'submitted' WHERE NOT EXISTS (SELECT 1 FROM adjudications a WHERE a.query_pk = c.query_pk "
-        f"AND a.doc_pk = c.doc_pk) GROUP BY c.query_pk, c.doc_pk HAVING {split.format('r.grade')}", params)]
+    rows = db.execute(
+        f"SELECT g.query_pk FROM relevance_labels g {where}GROUP BY g.query_pk, g.doc_pk "
+        f"HAVING ({split.format('g.grade')}) AND (SELECT {split.format('r.grade')} FROM relevance_labels r "
+        "CROSS JOIN query_labels l ON l.query_pk = r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted' "
+        "WHERE r.query_pk = g.query_pk AND r.doc_pk = g.doc_pk) AND NOT EXISTS (SELECT 1 FROM adjudications a "
+        "WHERE a.query_pk = g.query_pk AND a.doc_pk = g.doc_pk)", params)
+    return sorted({r[0] for r in rows})
 
 
 def retriever_names(db: sqlite_utils.Database) -> list[str]:
