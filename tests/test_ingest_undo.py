@@ -305,7 +305,7 @@ def test_an_undo_killed_half_way_hides_its_rows_and_a_rerun_finishes_it(db, writ
     """The undo writes in short transactions; killed after two of them, the ingest shows as
     ``undoing``, its remaining queries are hidden from the Items list, another ingest
     can run, and undoing again finishes the job exactly."""
-    import labeler.ingest.undo as undo
+    import labeler.ingest.undo_steps as steps
     from labeler.labels import list_items
 
     ingest_logs(db, write_log(tiny_records(3, prefix="a")))
@@ -315,8 +315,8 @@ def test_an_undo_killed_half_way_hides_its_rows_and_a_rerun_finishes_it(db, writ
     second = ingest_ids(db)[-1]
     sync_queue(db)
     assert list_items(db).total == 10
-    monkeypatch.setattr(undo, "CHUNK_QUERIES", 2)
-    real, calls = undo._short, []
+    monkeypatch.setattr(steps, "CHUNK_QUERIES", 2)
+    real, calls = steps._short, []
 
     def killed_after_two(db):
         calls.append(1)
@@ -324,10 +324,10 @@ def test_an_undo_killed_half_way_hides_its_rows_and_a_rerun_finishes_it(db, writ
             raise KeyboardInterrupt  # the process dies here
         return real(db)
 
-    monkeypatch.setattr(undo, "_short", killed_after_two)
+    monkeypatch.setattr(steps, "_short", killed_after_two)
     with pytest.raises(KeyboardInterrupt):
         undo_ingest(db, second)
-    monkeypatch.setattr(undo, "_short", real)
+    monkeypatch.setattr(steps, "_short", real)
     assert list_ingests(db)[-1].state == "undoing"
     left = db.execute("SELECT count(*) FROM queries WHERE query_id LIKE 'b%'").fetchone()[0]
     assert left == 3  # two chunks of two removed, three left: none of them shown
