@@ -299,3 +299,57 @@ def test_a_forced_undo_leaves_no_row_of_a_removed_query_in_any_table(db, write_l
                                  ).fetchone()[0])}
     assert left == {}
     assert db.execute("SELECT count(*) FROM queue_designs").fetchone()[0] == 0
+
+
+def test_an_undo_killed_half_way_hides_its_rows_and_a_rerun_finishes_it(db, write_log, monkeypatch):
+    """The undo writes in short transactions; killed after two of them, the ingest shows as
+    ``undoing``, its remaining queries are hidden from the Items list, another ingest
+    can run, and undoing again finishes the job exactly."""
+    import labeler.ingest.undo_steps as steps
+    from labeler.labels import list_items
+
+    ingest_logs(db, write_log(tiny_records(3, prefix="a")))
+    sync_queue(db)
+    before = dump(db)
+    ingest_logs(db, write_log(tiny_records(7, prefix="b")))
+    second = ingest_ids(db)[-1]
+    sync_queue(db)
+    assert list_items(db).total == 10
+    monkeypatch.setattr(steps, "CHUNK_QUERIES", 2)
+    real, calls = steps._short, []
+
+    def killed_after_two(db):
+        calls.append(1)
+        if len(calls) > 2:
+            raise KeyboardInterrupt  # the process dies here
+        return real(db)
+
+    monkeypatch.setattr(steps, "_short", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        undo_ingest(db, second)
+    monkeypatch.setattr(steps, "_short", real)
+    assert list_ingests(db)[-1].state == "undoing"
+    left = db.execute("SELECT count(*) FROM queries WHERE query_id LIKE 'b%'").fetchone()[0]
+    assert left == 3  # two chunks of two removed, three left: none of them shown
+    assert list_items(db).total == 3
+    assert {r.query_id for r in list_items(db).rows} == {"a000", "a001", "a002"}
+    # a new ingest does not wait for (nor discard) the interrupted undo
+    ingest_logs(db, write_log(tiny_records(1, prefix="c")))
+    assert list_items(db).total == 4
+    undo_ingest(db, ingest_ids(db)[-1])
+
+    result = undo_ingest(db, second)  # finishes it
+    assert result.queries_removed == 3 and not result.already_undone
+    assert [i.state for i in list_ingests(db)] == ["done", "undone", "undone"]
+    assert undo_ingest(db, second).already_undone
+    sync_queue(db)
+    assert dump(db) == before
+
+
+def test_a_refused_undo_takes_its_mark_back(db, write_log):
+    ingest_logs(db, write_log(tiny_records(2, prefix="b")))
+    set_grade(db, pk_of(db, "b000"), doc_pk(db, "b000-c0"), "ann", 2)
+    with pytest.raises(UndoRefused):
+        undo_ingest(db, ingest_ids(db)[0])
+    assert list_ingests(db)[0].state == "done" and list_ingests(db)[0].undone_at is None
+    assert undo_ingest(db, ingest_ids(db)[0], force=True).queries_removed == 2

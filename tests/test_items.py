@@ -287,3 +287,41 @@ def test_the_conflict_filter_follows_every_change(file_db, ingest_tiny):
     assert conflicting() == []  # 0 vs 1, both under 3
     store.set_setting(db, "threshold", 1)
     assert conflicting() == [desk[3]]
+
+
+def test_the_conflict_filter_matches_the_golden_sets_rule_on_random_labels(db, ingest_tiny):
+    """``conflict_sql`` (SQL) and ``golden_labels`` (the golden set's consolidation) name the same
+    items, over random grades by three annotators with every status, some adjudications, and each
+    threshold."""
+    import random
+
+    from labeler.labels.consolidate import adjudicate, golden_labels
+    from labeler.labels.items import conflict_sql
+
+    rng = random.Random(7)
+    pks = ingest_tiny(db, n=40, chunks=3)
+    L.add_annotator(db, "lena", "lead")
+    store.set_setting(db, "overlap_fraction", 1.0)
+    store.set_setting(db, "overlap_annotators", 3)
+    statuses = ["submitted"] * 4 + ["in_progress", "skipped", "flagged", "discarded"]
+    for pk in pks:
+        for who in rng.sample(["alice", "bob", "carol"], rng.randint(1, 3)):
+            grades = [rng.randint(0, 3) for _ in range(rng.randint(1, 3))]
+            status = rng.choice(statuses)
+            if status == "in_progress":  # graded, not finished
+                for chunk, grade in zip(L.get_item(db, pk, who).chunks, grades, strict=False):
+                    L.set_grade(db, pk, chunk.doc_pk, who, grade)
+            else:
+                label(db, pk, who, grades, status=status, reason="why" if status != "submitted" else None)
+        if rng.random() < 0.2:
+            adjudicate(db, pk, L.get_item(db, pk, "lena").chunks[0].doc_pk, rng.randint(0, 3), "lena")
+    found = set()
+    for threshold in (1, 2, 3):
+        store.set_setting(db, "threshold", threshold)
+        golden = golden_labels(db)
+        expected = sorted({int(p) for p in golden.loc[golden["conflict"], "query_pk"]})
+        assert conflict_sql(db, threshold) == expected
+        assert conflict_sql(db, threshold, pks[:10]) == [p for p in expected if p in pks[:10]]
+        assert [r.query_pk for r in L.list_items(db, conflict=True, page_size=100).rows] == expected
+        found |= set(expected)
+    assert 5 < len(found) < len(pks)  # the data has both kinds

@@ -13,7 +13,7 @@ from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, cli, ingest, j
 @click.pass_context
 def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Every ingest, oldest first: id, file, sha256, time, who ran it, state (done, running,
-    undone) and counts (queries and documents it created, retrievals, skipped records).
+    undoing, undone) and counts (queries and documents it created, retrievals, skipped records).
 
     Example:
 
@@ -42,7 +42,8 @@ def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
 def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bool, as_json: bool) -> None:
     """Remove the queries, retrievals, log lines and documents that only ingest INGEST_ID brought
     (rows another ingest logged too stay). Refused when any query to remove has labels, unless
-    --force. Undoing twice changes nothing.
+    --force. Writes in short transactions (annotators keep saving meanwhile); if interrupted, the
+    ingest shows as undoing and running this again finishes it. Undoing twice changes nothing.
 
     Example:
 

@@ -96,8 +96,12 @@ def claim(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Staging
     while True:
         roll_forward(db)
         with store.transaction(db):
-            staging = db.execute("SELECT id, path, owner, created_at FROM ingests WHERE state = 'staging'").fetchall()
-            orphans = [r[0] for r in staging if _orphan(r[0], r[2])]
+            staging = db.execute("SELECT id, path, owner, created_at, undone_at FROM ingests "
+                                 "WHERE state = 'staging'").fetchall()
+            # an undo that was interrupted (``undoing``: undone_at set) is never discarded: its rows
+            # stay hidden, and this ingest need not wait, until `labeler ingest undo` is run again
+            staging = [r for r in staging if r[4] is None or not _orphan(r[0], r[2])]
+            orphans = [r[0] for r in staging if r[4] is None and _orphan(r[0], r[2])]
             if not staging:
                 now = store.now()
                 ingest_id = db.execute(

@@ -23,9 +23,27 @@ is refused with one line naming the queries, unless ``force=True``, which remove
 together with the queries; the audit event counts what was removed. Judge labels, tags and
 suggestions of removed queries are removed without asking (they are derived and can be rerun).
 
-Undoing is one transaction (all or nothing), leads only, and idempotent: a second undo of the same
-ingest changes nothing and says it was already undone. An ingest that only repeated rows already
-stored (an identical re-ingest) brought nothing, so its undo removes nothing.
+Undoing writes in short transactions, so annotators' saves never wait long (the longest about
+0.15 s at 100k queries; ``tests/bench/bench_undo.py``), leads only:
+
+1. one transaction marks the ingest ``undoing`` (stored as state ``staging`` with ``undone_at``
+   set): from then on readers hide its rows as they hide a running ingest's (``db.visible``), and
+   a new ingest waits for the undo;
+2. the plan is read from one snapshot without the write lock (temp tables); with labels and
+   without ``force`` the undo is refused and the mark taken back;
+3. one transaction hands over to other ingests what they logged too, lowers the occurrences of the
+   queries that stay and drops this ingest's log lines;
+4. the rows go in chunks (a few hundred queries with everything naming them, a few thousand
+   rankings or documents per transaction), then the search index forgets the documents;
+5. one transaction marks the ingest undone and writes the audit event.
+
+If the process is killed half-way, the ingest stays ``undoing`` (``labeler ingest list``) with
+its remaining rows hidden, and ``labeler ingest undo ID`` again finishes it: each step is planned
+from what is left (a labeled query left over needs ``--force`` again). Labels someone saved on a
+hidden item while the undo ran go with it. A second undo of an undone ingest changes nothing and
+says it was already undone. An ingest that only repeated rows already stored (an identical
+re-ingest) brought nothing, so its undo removes nothing. ``remove_queries`` (a few queries) is one
+transaction.
 """
 
 from __future__ import annotations
@@ -36,9 +54,11 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, owners
 from .. import db as store
 from ..errors import LabelerError
+from .staging import _mine, _mine_lock
+from .undo_steps import _hand_over, _query_tables, _remove_in_chunks, _snapshot
 
 SHOWN = 5  # labeled queries named in a refusal
 UNDOABLE = ("logs", "corpus")  # kinds of ingest whose rows carry its id (a golden import's do not)
@@ -64,7 +84,7 @@ class IngestInfo:
     created_at: str
     finished_at: str | None
     by: str | None
-    state: str  # running, done or undone
+    state: str  # running, done, undoing (an undo under way or interrupted) or undone
     queries: int  # queries it created (a corpus ingest creates none)
     retrievals: int
     documents: int  # documents it created
@@ -126,7 +146,8 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
     out = []
     for (ingest_id, kind, path, sha, fmt, created, finished, by, state, counts, undone_at, undone_by) in rows:
         c = store.loads(counts) or {}
-        shown = "undone" if undone_at else ("running" if state == "staging" else "done")
+        shown = ("undoing" if undone_at and state == "staging" else "undone" if undone_at else
+                 "running" if state == "staging" else "done")
         out.append(IngestInfo(
             ingest_id, kind, path, sha, fmt, created, finished, by, shown,
             queries=0 if kind == "corpus" else int(c.get("new", 0)), retrievals=int(c.get("retrievals", 0)),
@@ -139,39 +160,85 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
 
 def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = False, by: str | None = None,
                 dry_run: bool = False) -> UndoResult:
-    """Remove what ingest ``ingest_id`` brought (see the module doc), in one transaction; leads
+    """Remove what ingest ``ingest_id`` brought (see the module doc) in short transactions; leads
     only (``by``, the signed-in account; ``None`` is the local operator). Raises ``UndoRefused``
     when queries to remove have labels and ``force`` is false. ``dry_run`` counts without writing
-    (and does not refuse: ``labeled_queries`` names the labeled ones)."""
+    (and does not refuse: ``labeled_queries`` names the labeled ones). Undoing an ingest whose
+    undo was interrupted (state ``undoing``) finishes it."""
     accounts.require(db, by, "lead", f"undoing ingest {ingest_id}")
     conn = db.conn
-    # foreign keys are not checked row by row: children are deleted first, and the checks would scan
-    # tables without an index on the key (log_lines, retrievals by document) once per deleted row
-    with store.transaction(db, check_foreign_keys=False):
-        row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
-        if row is None:
-            raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
-        state, undone_at, path, kind = row
-        if undone_at is not None:
-            return UndoResult(ingest_id, already_undone=True, dry_run=dry_run)
-        if kind not in UNDOABLE:
-            raise LabelerError(f"ingest {ingest_id} ({path}) is a {kind} import, whose rows do not record it, so it "
-                               "cannot be undone; remove its queries with `labeler queries remove`")
-        if state == "staging":
-            raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
-        _temp_tables(conn)
-        result = UndoResult(ingest_id, dry_run=dry_run)
-        _plan_ingest(conn, ingest_id, result)
-        _check_labels(conn, result, force=force, dry_run=dry_run, what=f"ingest {ingest_id} ({path})")
-        if dry_run:
+    row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
+    if row is None:
+        raise LabelerError(f"there is no ingest {ingest_id}; `labeler ingest list` shows the ingests")
+    state, undone_at, path, kind = row
+    if undone_at is not None and state == "done":
+        return UndoResult(ingest_id, already_undone=True, dry_run=dry_run)
+    if kind not in UNDOABLE:
+        raise LabelerError(f"ingest {ingest_id} ({path}) is a {kind} import, whose rows do not record it, so it "
+                           "cannot be undone; remove its queries with `labeler queries remove`")
+    resuming = undone_at is not None  # an undo that was interrupted: this one finishes it
+    if state == "staging" and not resuming:
+        raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
+    if dry_run:
+        with _snapshot(conn):  # (a consistent count without the write lock; nothing is written)
+            _temp_tables(conn)
+            result = UndoResult(ingest_id, dry_run=True)
+            _plan_ingest(conn, ingest_id, result)
             _drop_temp(conn)
-            return result
-        _remove(conn, result)
-        at = store.now()
-        conn.execute("UPDATE ingests SET undone_at = ?, undone_by = ? WHERE id = ?",
-                     [at, by if by is not None else accounts.local_operator(), ingest_id])
-        accounts.audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
+        return result
+    if not resuming and not _mark_undoing(db, ingest_id, by):
+        return UndoResult(ingest_id, already_undone=True)
+    with _mine_lock:
+        _mine.add(ingest_id)  # (another thread's ingest must not take it for an orphan)
+    try:
+        return _finish(db, ingest_id, path, force=force, by=by, fresh=not resuming)
+    finally:
+        with _mine_lock:
+            _mine.discard(ingest_id)
+
+
+def _mark_undoing(db: sqlite_utils.Database, ingest_id: int, by: str | None) -> bool:
+    """Step 1, one short transaction: the ingest becomes ``undoing`` (stored as state ``staging``
+    with ``undone_at`` set), so readers hide its rows (``db.visible``) and other ingests wait for
+    the undo (``staging.claim``). False when another undo got there first."""
+    with store.transaction(db):
+        return db.conn.execute(
+            "UPDATE ingests SET state = 'staging', undone_at = ?, undone_by = ?, owner = ? "
+            "WHERE id = ? AND undone_at IS NULL AND state = 'done'",
+            [store.now(), by if by is not None else accounts.local_operator(), owners.current(),
+             ingest_id]).rowcount > 0
+
+
+def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool, by: str | None,
+            fresh: bool) -> UndoResult:
+    """Steps 2-5 of an undo marked ``undoing``: plan (reads only), refuse or hand over, delete in
+    chunks, then mark it undone. Each step can be run again after a kill: the plan is made from
+    what is left."""
+    conn = db.conn
+    result = UndoResult(ingest_id)
+    with _snapshot(conn):
+        _temp_tables(conn)
+        kept, handed = _plan_ingest(conn, ingest_id, result)
+    if result.labeled_queries and not force:
         _drop_temp(conn)
+        if fresh:  # nothing was removed yet: the ingest is back as it was
+            with store.transaction(db):
+                conn.execute("UPDATE ingests SET state = 'done', undone_at = NULL, undone_by = NULL WHERE id = ?",
+                             [ingest_id])
+        _check_labels(conn, result, force=False, dry_run=False,
+                      what=f"ingest {ingest_id} ({path})" + ("" if fresh else " (an unfinished undo)"))
+    lines = _hand_over(db, ingest_id, kept, handed)
+    _remove_in_chunks(db, result, lines)
+    with store.transaction(db):
+        for table in ("ingest_occurrences", "ingest_texts", "requeued"):  # (small: applied at publish)
+            conn.execute(f"DELETE FROM {table} WHERE ingest_id = ?", [ingest_id])
+        at = store.now()
+        conn.execute("UPDATE ingests SET state = 'done', undone_at = ?, undone_by = ? WHERE id = ?",
+                     [at, by if by is not None else accounts.local_operator(), ingest_id])
+        # the queue plans again at its next sync (its item count and overlap targets changed)
+        conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
+        accounts.audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
+    _drop_temp(conn)
     return result
 
 
@@ -239,10 +306,10 @@ def _drop_temp(conn) -> None:
         conn.execute(f"DELETE FROM temp.{name}")
 
 
-def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
-    """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it; unless a dry
-    run, hand over to other ingests the rows they logged too and drop its log lines. Every step
-    is one pass over a table (log lines have no index by query)."""
+def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> tuple[list, list]:
+    """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it (reads and
+    temp tables only: no write lock); return the queries and rankings to hand over to other
+    ingests (``_hand_over``). Every step is one pass over a table (log lines have no index by query)."""
     # per query: this ingest's log lines, and the first other ingest with log lines / any trace
     conn.execute("INSERT INTO temp.undo_lines (query_pk) SELECT query_pk FROM log_lines WHERE ingest_id = ?1 "
                  "UNION SELECT query_pk FROM query_versions WHERE ingest_id = ?1 "
@@ -275,21 +342,7 @@ def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> None:
     conn.execute("INSERT OR IGNORE INTO temp.undo_docs (pk) SELECT pk FROM documents WHERE ingest_id = ?",
                  [ingest_id])
     _count(conn, result, ingest_id)
-    if result.dry_run:
-        return
-    conn.executemany("UPDATE queries SET ingest_id = ? WHERE pk = ?", kept)
-    conn.executemany("UPDATE query_versions SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
-    conn.executemany("UPDATE retrievals SET ingest_id = ?1 WHERE query_pk = ?2 AND retriever = ?3", handed)
-    # occurrences of the queries that stay: minus this ingest's lines (less those not yet applied)
-    conn.execute(
-        "UPDATE queries SET occurrences = max(1, occurrences - l.mine + coalesce((SELECT o.occurrences FROM "
-        "ingest_occurrences o WHERE o.ingest_id = ? AND o.query_pk = queries.pk), 0)) "
-        "FROM temp.undo_lines l WHERE l.query_pk = queries.pk AND l.mine > 0 "
-        "AND queries.pk NOT IN (SELECT pk FROM temp.undo_queries)", [ingest_id])
-    conn.execute("DELETE FROM log_lines WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM ingest_occurrences WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM ingest_texts WHERE ingest_id = ?", [ingest_id])
-    conn.execute("DELETE FROM requeued WHERE ingest_id = ?", [ingest_id])
+    return kept, handed
 
 
 def _count(conn, result: UndoResult, ingest_id: int | None) -> None:
@@ -381,21 +434,6 @@ def _remove(conn, result: UndoResult) -> None:
         pass
     # the queue plans again at its next sync (its item count and overlap targets changed)
     conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
-
-
-#: Tables whose rows of a removed query go another way: the labels (counted first) and the rankings
-#: (by primary key).
-_SPECIAL = {"query_labels", "relevance_labels", "adjudications", "retrievals", "query_versions"}
-
-
-def _query_tables(conn) -> list[str]:
-    """Every table with a ``query_pk`` column but the special ones. Found, not listed: a table
-    added later (a queue design, a topic, a flag's resolution) must not keep rows of a removed
-    query, whose key a new query may take again (foreign keys are off during the removal)."""
-    names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-    return [t for t in names if t not in _SPECIAL
-            and any(c[1] == "query_pk" for c in conn.execute(f"PRAGMA table_info([{t}])"))]
 
 
 def _detail(result: UndoResult) -> str:

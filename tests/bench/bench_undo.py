@@ -3,8 +3,8 @@
 Builds a database with a base ingest of N logged queries x 10 chunks (text-less chunk ids from a
 pool of 50k, so many chunks are shared) and a second ingest of M queries, then times, each in its
 own copy: undoing the second (small) ingest, undoing the base (large) ingest, and as the baseline
-measured in the same run, the ingest of the small file itself. An undo is one write transaction,
-so its time is also how long it holds the write lock. Prints one JSON document.
+measured in the same run, the ingest of the small file itself. An undo writes in short transactions: ``*_longest_lock_s``
+is the longest of them (from BEGIN IMMEDIATE to the end of COMMIT), ``*_transactions`` how many there were. Prints one JSON document.
 
     python tests/bench/bench_undo.py [--queries 100000] [--small 10000]
 """
@@ -12,6 +12,7 @@ so its time is also how long it holds the write lock. Prints one JSON document.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import labeler
+import labeler.db as store
 from labeler.ingest.undo import undo_ingest
 
 
@@ -31,6 +33,29 @@ def make_log(path: Path, n: int, prefix: str, seed: int) -> None:
             f.write(json.dumps({"query_id": f"{prefix}{i}", "question": f"question {prefix} {i}",
                                 "retrieved": [{"id": f"c{c}", "text": f"chunk {c} words {c % 97}",
                                                "score": 1 - r / 10} for r, c in enumerate(ids)]}) + "\n")
+
+
+class LockHolds:
+    """Times every outermost write transaction (``labeler.db.transaction``, which every write of
+    an undo goes through), from taking the lock to the end of its COMMIT. (A connection trace
+    callback would slow the deletes down: it sees every trigger's statement.)"""
+
+    def __init__(self) -> None:
+        self.holds: list[float] = []
+        self.inner = store.transaction
+        store.transaction = self.transaction
+
+    @contextlib.contextmanager
+    def transaction(self, db, **options):
+        outer = not db.conn.in_transaction
+        with self.inner(db, **options):
+            start = time.perf_counter()
+            yield db
+        if outer:
+            self.holds.append(time.perf_counter() - start)
+
+    def close(self) -> None:
+        store.transaction = self.inner
 
 
 def main() -> None:
@@ -57,9 +82,13 @@ def main() -> None:
         copy = tmp / f"{name}.db"
         shutil.copy(tmp / "small-ingest.db", copy)
         db = labeler.connect(copy)
+        holds = LockHolds()
         t = time.perf_counter()
         result = undo_ingest(db, ingest_id)
         out[f"{name}_s"] = round(time.perf_counter() - t, 3)
+        out[f"{name}_longest_lock_s"] = round(max(holds.holds), 3)
+        out[f"{name}_transactions"] = len(holds.holds)
+        holds.close()
         out[f"{name}_removed"] = {"queries": result.queries_removed, "retrievals": result.retrievals_removed,
                                   "documents": result.documents_removed, "documents_kept": result.documents_kept}
         db.close()

@@ -108,7 +108,7 @@ else:
                    "by": i.by or "", "queries": i.queries, "retrievals": i.retrievals, "documents": i.documents,
                    "skipped": i.skipped, "sha256": i.sha256[:12]} for i in reversed(ingests)],
                  hide_index=True, key="ingests_table")
-undoable = {i.id: i for i in ingests if i.state == "done" and i.kind in ingest_undo.UNDOABLE}
+undoable = {i.id: i for i in ingests if i.state in ("done", "undoing") and i.kind in ingest_undo.UNDOABLE}
 if undo_message := st.session_state.get(state.UNDO_RESULT):
     st.success(widgets.escape_markdown(undo_message), icon=":material/undo:")
 if undoable:
