@@ -11,7 +11,7 @@ memory while the run, the ingests and the settings stay the same; the human part
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,26 @@ class JudgedTraffic:
     border: np.ndarray
     run: pd.DataFrame  # the retriever's ranking of the population: query, doc, rank
     n_failed: int  # pairs whose judge call failed or is still pending (counted as unjudged)
+    _derived: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def numerators(self, spec: str) -> np.ndarray:
+        """Per query the judge's value of ``spec`` where it found a relevant chunk, else 0 (the
+        numerator of the ratio estimates); computed once per load (read-only), so a rerun after a
+        new human label only redoes the human part."""
+        key = ("numerators", spec)
+        if key not in self._derived:
+            out = np.where(self.relevant, np.nan_to_num(self.values[spec]), 0.0)
+            out.flags.writeable = False
+            self._derived[key] = out
+        return self._derived[key]
+
+    def judge_mean(self, spec: str) -> float | None:
+        """The judge-only mean of ``spec`` over the queries where it found a relevant chunk."""
+        key = ("mean", spec)
+        if key not in self._derived:
+            v = self.values[spec][self.relevant]
+            self._derived[key] = float(v.mean()) if v.size else None
+        return self._derived[key]
 
 
 _JUDGED = _LRU(4)
