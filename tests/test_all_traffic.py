@@ -279,3 +279,39 @@ def test_export_manifest_cites_the_estimate(tmp_path, write_log, server):
     assert "recall@5" in manifest["all_traffic"]["metrics"]
     assert len(out.read_text().splitlines()) == 20  # the golden set itself: the human-labeled queries only
     db.close()
+
+
+def test_eval_judge_run_cites_the_estimate(tmp_path, write_log, server):
+    """`labeler eval --judge-run RUN` with a relevance run over all traffic: the report cites the
+    all-traffic estimate of the production retriever under ``all_traffic`` (the numbers the library
+    gives); the golden set's own metrics and the answer judges are as without it."""
+    from labeler.ingest import ingest_logs
+
+    path = tmp_path / "t.db"
+    db = store.connect(path)
+    records = tiny_records(N, CHUNKS)
+    ingest_logs(db, write_log(records))
+    truth = {(r["question"], c["text"]): true_grade(i, j) for i, r in enumerate(records)
+             for j, c in enumerate(r["retrieved"])}
+    label_from_queue(db, truth, 20)
+    run = judge_all(db, server, truth)
+    golden = tmp_path / "golden.jsonl"
+    assert CliRunner().invoke(cli, ["--db", str(path), "export", "-o", str(golden)]).exit_code == 0
+    base = ["--db", str(path), "eval", "--golden", str(golden), "-k", "5", "--json"]
+    plain = CliRunner().invoke(cli, base)
+    cited = CliRunner().invoke(cli, [*base, "--judge-run", str(run.id)])
+    assert plain.exit_code == 0 and cited.exit_code == 0, cited.output
+    before, after = json.loads(plain.stdout), json.loads(cited.stdout)
+    assert "all_traffic" not in before and after["judges"] == []
+    assert after["metrics"] == before["metrics"]  # the golden set stays human-only
+    at = after["all_traffic"]
+    assert (at["judge_run"], at["n_labeled"], at["population"], at["design"]) == (run.id, 20, N, "uniform")
+    assert "not the evaluated pipeline" in at["about"]
+    expected = all_traffic_report(db, run.id, list(after["settings"]["metrics"]), random_only=True).to_dict()
+    assert set(at["metrics"]) == set(after["settings"]["metrics"]) == {"recall@5", "precision@5", "hit@5", "mrr", "ndcg@5"}
+    for spec, v in expected["metrics"].items():
+        assert at["metrics"][spec]["estimate"] == pytest.approx(v["estimate"], abs=1e-12)
+        assert at["metrics"][spec]["ci_high"] == pytest.approx(v["ci_high"], abs=1e-12)
+    text = CliRunner().invoke(cli, [*base[:-1], "--judge-run", str(run.id)])
+    assert "All production traffic (not this pipeline)" in text.output and f"judge run {run.id}" in text.output
+    db.close()
