@@ -315,3 +315,33 @@ def test_eval_judge_run_cites_the_estimate(tmp_path, write_log, server):
     text = CliRunner().invoke(cli, [*base[:-1], "--judge-run", str(run.id)])
     assert "All production traffic (not this pipeline)" in text.output and f"judge run {run.id}" in text.output
     db.close()
+
+
+def test_judged_values_are_the_metrics_module_on_the_runs_rows(db, ingest_tiny, server):
+    """The fast reader (one text per column) gives, query by query, what labeler.metrics gives on the
+    run's rows read one by one: failed calls count as unjudged chunks, and are counted."""
+    import pandas as pd
+
+    from labeler import metrics as m
+    from labeler.estimate.traffic import DEFAULT_SPECS, judged_traffic
+
+    pks, truth = traffic(db, ingest_tiny)
+    run = judge_all(db, server, truth)
+    pairs = db.execute("SELECT query_pk, min(doc_pk) FROM judge_labels WHERE run_id = ? GROUP BY query_pk "
+                       "ORDER BY query_pk LIMIT 2", [run.id]).fetchall()
+    with store.transaction(db):  # two calls failed (as a timeout would leave them)
+        for q, d in pairs:
+            db.execute("UPDATE judge_labels SET status = 'failed', grade = NULL WHERE run_id = ? AND query_pk = ? "
+                       "AND doc_pk = ?", [run.id, q, d])
+    judged = judged_traffic(db, run.id)
+    ranking = pd.DataFrame(db.execute("SELECT query_pk, doc_pk, rank FROM retrievals ORDER BY rank DESC").fetchall(),
+                           columns=["query", "doc", "rank"])
+    qrels = pd.DataFrame(db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND "
+                                    "status = 'ok'", [run.id]).fetchall(), columns=["query", "doc", "grade"])
+    per = m.per_query(ranking, qrels, list(DEFAULT_SPECS), threshold=2)
+    assert judged.n_failed == 2 and list(judged.pks) == sorted(pks) == list(per.index)
+    assert (judged.relevant == (per["n_relevant"].to_numpy() > 0)).all()
+    for spec in DEFAULT_SPECS:
+        np.testing.assert_array_equal(judged.values[spec], per[spec].to_numpy(float))
+    grades = qrels.groupby("query")["grade"].apply(lambda g: int(g.isin([1, 2]).sum()))
+    assert list(judged.border) == grades.reindex(judged.pks, fill_value=0).tolist()
