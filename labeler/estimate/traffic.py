@@ -4,7 +4,8 @@ from the judge's grades and, for the human-labeled queries, from the consolidate
 Both go through :func:`labeler.metrics.per_query` with the retriever's logged ranking: a chunk the
 judge did not grade (or whose call failed) counts as the human path counts an unjudged chunk, i.e.
 as grade 0, and a query without a relevant chunk has no value (the estimates are ratios, see
-:mod:`labeler.estimate.ppi`). The judge's part of 100k queries takes seconds to read and is kept in
+:mod:`labeler.estimate.ppi`). The judge's part of 100k queries (1M grades; read as one text per
+column, :func:`int_columns`) takes about twice what SQLite needs to hand the rows over, and is kept in
 memory while the run, the ingests and the settings stay the same; the human part is read each time.
 """
 
