@@ -8,6 +8,7 @@ numpy, so 100k queries cost a fraction of a second.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -483,9 +484,41 @@ def resample_sums(keys: np.ndarray, columns: np.ndarray, *, seed: int = 0, n_res
     order = np.argsort(blocks, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(blocks[order]) != 0])
     for rows in np.split(order, starts[1:]):
-        weights = resample_weights(seed, int(blocks[rows[0]]), int(n_resamples))
-        out += weights[:, keys[rows] & ((1 << _BLOCK_BITS) - 1)].astype(np.float64) @ columns[rows]
+        weights = _key_weights(int(seed), int(blocks[rows[0]]), int(n_resamples), keys[rows] & ((1 << _BLOCK_BITS) - 1))
+        out += weights.astype(np.float64) @ columns[rows]
     return out
+
+
+_KEY_CACHE_MAX = 1 << 16  # key columns kept (64 MB at 1000 resamples); past it the cache starts over
+_key_cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+_key_cache_held = [0]  # key columns in _key_cache
+_key_cache_lock = threading.Lock()
+
+
+def _key_weights(seed: int, block: int, n_resamples: int, offsets: np.ndarray) -> np.ndarray:
+    """``resample_weights(seed, block, n_resamples)[:, offsets]``, with the columns of the keys asked
+    for kept in memory: drawing a block costs the same whether 1 or 1024 of its keys are present, and
+    a report's groups (topics, signals) ask for the same few keys of many blocks on every rerun."""
+    cache_key = (seed, n_resamples, block)
+    with _key_cache_lock:
+        hit = _key_cache.get(cache_key)
+    if hit is not None:
+        known, cached = hit
+        pos = np.minimum(np.searchsorted(known, offsets), known.size - 1)
+        if (known[pos] == offsets).all():
+            return cached[:, pos]
+    full = resample_weights(seed, block, n_resamples)
+    known = np.union1d(offsets, hit[0]) if hit is not None else np.unique(offsets)
+    with _key_cache_lock:
+        old = _key_cache.pop(cache_key, None)
+        _key_cache_held[0] -= 0 if old is None else old[0].size
+        if _key_cache_held[0] + known.size > _KEY_CACHE_MAX:
+            _key_cache.clear()
+            _key_cache_held[0] = 0
+        if known.size <= _KEY_CACHE_MAX:
+            _key_cache[cache_key] = (known, full[:, known])
+            _key_cache_held[0] += known.size
+    return full[:, offsets]
 
 
 def bootstrap_keys(index: pd.Index) -> np.ndarray:

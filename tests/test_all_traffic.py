@@ -279,3 +279,69 @@ def test_export_manifest_cites_the_estimate(tmp_path, write_log, server):
     assert "recall@5" in manifest["all_traffic"]["metrics"]
     assert len(out.read_text().splitlines()) == 20  # the golden set itself: the human-labeled queries only
     db.close()
+
+
+def test_eval_judge_run_cites_the_estimate(tmp_path, write_log, server):
+    """`labeler eval --judge-run RUN` with a relevance run over all traffic: the report cites the
+    all-traffic estimate of the production retriever under ``all_traffic`` (the numbers the library
+    gives); the golden set's own metrics and the answer judges are as without it."""
+    from labeler.ingest import ingest_logs
+
+    path = tmp_path / "t.db"
+    db = store.connect(path)
+    records = tiny_records(N, CHUNKS)
+    ingest_logs(db, write_log(records))
+    truth = {(r["question"], c["text"]): true_grade(i, j) for i, r in enumerate(records)
+             for j, c in enumerate(r["retrieved"])}
+    label_from_queue(db, truth, 20)
+    run = judge_all(db, server, truth)
+    golden = tmp_path / "golden.jsonl"
+    assert CliRunner().invoke(cli, ["--db", str(path), "export", "-o", str(golden)]).exit_code == 0
+    base = ["--db", str(path), "eval", "--golden", str(golden), "-k", "5", "--json"]
+    plain = CliRunner().invoke(cli, base)
+    cited = CliRunner().invoke(cli, [*base, "--judge-run", str(run.id)])
+    assert plain.exit_code == 0 and cited.exit_code == 0, cited.output
+    before, after = json.loads(plain.stdout), json.loads(cited.stdout)
+    assert "all_traffic" not in before and after["judges"] == []
+    assert after["metrics"] == before["metrics"]  # the golden set stays human-only
+    at = after["all_traffic"]
+    assert (at["judge_run"], at["n_labeled"], at["population"], at["design"]) == (run.id, 20, N, "uniform")
+    assert "not the evaluated pipeline" in at["about"]
+    expected = all_traffic_report(db, run.id, list(after["settings"]["metrics"]), random_only=True).to_dict()
+    assert set(at["metrics"]) == set(after["settings"]["metrics"]) == {"recall@5", "precision@5", "hit@5", "mrr", "ndcg@5"}
+    for spec, v in expected["metrics"].items():
+        assert at["metrics"][spec]["estimate"] == pytest.approx(v["estimate"], abs=1e-12)
+        assert at["metrics"][spec]["ci_high"] == pytest.approx(v["ci_high"], abs=1e-12)
+    text = CliRunner().invoke(cli, [*base[:-1], "--judge-run", str(run.id)])
+    assert "All production traffic (not this pipeline)" in text.output and f"judge run {run.id}" in text.output
+    db.close()
+
+
+def test_judged_values_are_the_metrics_module_on_the_runs_rows(db, ingest_tiny, server):
+    """The fast reader (one text per column) gives, query by query, what labeler.metrics gives on the
+    run's rows read one by one: failed calls count as unjudged chunks, and are counted."""
+    import pandas as pd
+
+    from labeler import metrics as m
+    from labeler.estimate.traffic import DEFAULT_SPECS, judged_traffic
+
+    pks, truth = traffic(db, ingest_tiny)
+    run = judge_all(db, server, truth)
+    pairs = db.execute("SELECT query_pk, min(doc_pk) FROM judge_labels WHERE run_id = ? GROUP BY query_pk "
+                       "ORDER BY query_pk LIMIT 2", [run.id]).fetchall()
+    with store.transaction(db):  # two calls failed (as a timeout would leave them)
+        for q, d in pairs:
+            db.execute("UPDATE judge_labels SET status = 'failed', grade = NULL WHERE run_id = ? AND query_pk = ? "
+                       "AND doc_pk = ?", [run.id, q, d])
+    judged = judged_traffic(db, run.id)
+    ranking = pd.DataFrame(db.execute("SELECT query_pk, doc_pk, rank FROM retrievals ORDER BY rank DESC").fetchall(),
+                           columns=["query", "doc", "rank"])
+    qrels = pd.DataFrame(db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND "
+                                    "status = 'ok'", [run.id]).fetchall(), columns=["query", "doc", "grade"])
+    per = m.per_query(ranking, qrels, list(DEFAULT_SPECS), threshold=2)
+    assert judged.n_failed == 2 and list(judged.pks) == sorted(pks) == list(per.index)
+    assert (judged.relevant == (per["n_relevant"].to_numpy() > 0)).all()
+    for spec in DEFAULT_SPECS:
+        np.testing.assert_array_equal(judged.values[spec], per[spec].to_numpy(float))
+    grades = qrels.groupby("query")["grade"].apply(lambda g: int(g.isin([1, 2]).sum()))
+    assert list(judged.border) == grades.reindex(judged.pks, fill_value=0).tolist()

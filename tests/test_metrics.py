@@ -449,3 +449,24 @@ def test_paired_test_drops_nan_pairs_and_checks_shapes():
     assert math.isnan(paired_test(np.array([np.nan]), np.array([1.0])))
     with pytest.raises(MetricError, match="same length"):
         paired_test(np.zeros(3), np.zeros(4))
+
+
+def test_resample_sums_reuse_drawn_weights_exactly():
+    """Weights kept from earlier calls (a subset, then a superset of a block's keys, a new seed) give
+    the same sums as drawing every block afresh."""
+    from labeler.metrics import resample_sums, resample_weights
+
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.choice(np.arange(50_000), 300, replace=False))
+    columns = rng.random((keys.size, 2))
+
+    def fresh(k, c, seed):
+        out = np.zeros((200, c.shape[1]))
+        for key, row in zip(k, c, strict=True):
+            out += np.outer(resample_weights(seed, int(key) >> 10, 200)[:, int(key) & 1023], row)
+        return out
+
+    for part in (slice(0, 100), slice(0, 300), slice(50, 250)):
+        for seed in (0, 7):
+            got = resample_sums(keys[part], columns[part], seed=seed, n_resamples=200)
+            np.testing.assert_allclose(got, fresh(keys[part], columns[part], seed), rtol=1e-12)

@@ -595,7 +595,8 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the test.")
 @click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
               help="Also judge the answers (faithfulness / answer relevance) with the judge, rubric and model of "
-              "this calibration run in --db (labeler judge list); repeatable.")
+              "this calibration run in --db (labeler judge list); repeatable. A relevance run over all traffic "
+              "(judge run --on all) is cited instead: the report's all_traffic holds its all-traffic estimate.")
 @click.option("--holdout", is_flag=True, help="Evaluate the holdout questions only (labeler split); the look "
               "is counted in --db.")
 @json_option

@@ -149,11 +149,6 @@ def _entry(est: Estimate, human: dict[str, Any], judge_mean: float | None) -> di
             "judge_only": {"mean": judge_mean}}
 
 
-def _judge_mean(judged: JudgedTraffic, spec: str) -> float | None:
-    v = judged.values[spec][judged.relevant]
-    return float(v.mean()) if v.size else None
-
-
 def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, d: dz.Designs,
              specs: list[str], by_design: dict[str, int], half_width: float, golden: Any) -> AllTraffic:
     used = labeled[d.design == "random"]
@@ -168,12 +163,12 @@ def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarr
     metrics, estimates, more = {}, {}, {}
     for s in specs:
         a = _numerators(hv, hr, s)
-        jall = _numerators(judged.values, judged.relevant, s)
+        jall = judged.numerators(s)
         u, _ = dz.uncertainty(judged.border, jall, a, rows)  # what an active draw would use for this metric
         ratio = float(u.mean() ** 2 / np.mean(u ** 2))
         est = ppi_ratio(a, jall[rows], jall[rest], b, bh, bu)
         estimates[s] = est
-        metrics[s] = _entry(est, human_mean(hv[s][hr]), _judge_mean(judged, s))
+        metrics[s] = _entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
         # variance parts at the estimate: the judge's (over N) and the rectifier's (over n)
         den = est.lam * bu.mean() + (b - est.lam * bh).mean()
         sd_imp = float(np.std(est.lam * (jall[rest] - est.estimate * bu)) / den)
@@ -229,10 +224,10 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
         a[xi] = _numerators(hv, hr, s)
         b = np.zeros(pks.size)
         b[xi] = hr
-        jall = _numerators(judged.values, judged.relevant, s)[rows_all]
+        jall = judged.numerators(s)[rows_all]
         est = active_ratio(a, jall, b, jr, pi, xi, covariate=u)
         estimates[s] = est
-        metrics[s] = _entry(est, human_mean(hv[s][hr]), _judge_mean(judged, s))
+        metrics[s] = _entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
         # the active variance falls about as 1 / (expected labels)
         target = (half_width / Z95) ** 2
         total = int(math.ceil(est.n * est.se ** 2 / target - 1e-9)) if est.se > 0 else est.n

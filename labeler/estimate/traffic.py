@@ -4,14 +4,16 @@ from the judge's grades and, for the human-labeled queries, from the consolidate
 Both go through :func:`labeler.metrics.per_query` with the retriever's logged ranking: a chunk the
 judge did not grade (or whose call failed) counts as the human path counts an unjudged chunk, i.e.
 as grade 0, and a query without a relevant chunk has no value (the estimates are ratios, see
-:mod:`labeler.estimate.ppi`). The judge's part of 100k queries takes seconds to read and is kept in
+:mod:`labeler.estimate.ppi`). The judge's part of 100k queries (1M grades; read as one text per
+column, :func:`int_columns`) takes about twice what SQLite needs to hand the rows over, and is kept in
 memory while the run, the ingests and the settings stay the same; the human part is read each time.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,6 +47,26 @@ class JudgedTraffic:
     border: np.ndarray
     run: pd.DataFrame  # the retriever's ranking of the population: query, doc, rank
     n_failed: int  # pairs whose judge call failed or is still pending (counted as unjudged)
+    _derived: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def numerators(self, spec: str) -> np.ndarray:
+        """Per query the judge's value of ``spec`` where it found a relevant chunk, else 0 (the
+        numerator of the ratio estimates); computed once per load (read-only), so a rerun after a
+        new human label only redoes the human part."""
+        key = ("numerators", spec)
+        if key not in self._derived:
+            out = np.where(self.relevant, np.nan_to_num(self.values[spec]), 0.0)
+            out.flags.writeable = False
+            self._derived[key] = out
+        return self._derived[key]
+
+    def judge_mean(self, spec: str) -> float | None:
+        """The judge-only mean of ``spec`` over the queries where it found a relevant chunk."""
+        key = ("mean", spec)
+        if key not in self._derived:
+            v = self.values[spec][self.relevant]
+            self._derived[key] = float(v.mean()) if v.size else None
+        return self._derived[key]
 
 
 _JUDGED = _LRU(4)
@@ -85,39 +107,66 @@ def judged_traffic(db: sqlite_utils.Database, run_id: int | None, specs=DEFAULT_
     return _JUDGED.get(key, lambda: _load_judged(db, run.id, list(specs), retriever, threshold))
 
 
+def int_columns(db: sqlite_utils.Database, columns: Sequence[str], source: str,
+                params: Sequence[Any] = ()) -> list[np.ndarray]:
+    """The integer ``columns`` (SQL expressions, never NULL) of ``SELECT ... FROM source`` as int64
+    arrays. SQLite hands each column over as one comma-separated text (``group_concat``) that numpy
+    parses in C: a handful of Python objects instead of one tuple and a few ints per row, which is
+    what made reading a million rows slow. One scan feeds every aggregate, so the i-th values of the
+    columns come from the same row; the row order is the scan's (sort the arrays if it matters).
+    SQLite's text limit (1 GB by default) caps a column at about 100M values."""
+    sql = "SELECT " + ", ".join(f"group_concat({c})" for c in columns) + " FROM " + source
+    row = db.execute(sql, list(params)).fetchone()
+    if row is None or row[0] is None:
+        return [np.zeros(0, dtype=np.int64) for _ in columns]
+    return [np.fromstring(text, dtype=np.int64, sep=",") for text in row]
+
+
+def _sorted_by(first: np.ndarray, second: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """``first``, ``second`` and ``arrays`` ordered by (first, second); no sort when they already
+    are (a scan in primary-key order)."""
+    d1, d2 = np.diff(first), np.diff(second)
+    if ((d1 > 0) | ((d1 == 0) & (d2 >= 0))).all():
+        return [first, second, *arrays]
+    order = np.lexsort((second, first))
+    return [a[order] for a in (first, second, *arrays)]
+
+
 def _load_judged(db: sqlite_utils.Database, run_id: int, specs: list[str], retriever: str,
                  threshold: int) -> JudgedTraffic:
-    # one pass over the run's rows (1M at 100k queries): sorted by (query, chunk), the table's key
-    cursor = db.execute("SELECT query_pk, doc_pk, CASE WHEN status = 'ok' THEN coalesce(grade, -1) ELSE -2 END "
-                        "FROM judge_labels WHERE run_id = ?", [run_id])
-    rows = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
-    logged = np.fromiter((r[0] for r in db.execute("SELECT pk FROM queries WHERE origin = 'log'")), dtype=np.int64)
-    pks = np.intersect1d(np.unique(rows[:, 0]), logged)
+    # one pass over the run's rows (1M at 100k queries), in the table's key order (query, chunk)
+    q, doc, grade = int_columns(db, ["query_pk", "doc_pk",
+                                     "CASE WHEN status = 'ok' THEN coalesce(grade, -1) ELSE -2 END"],
+                                "judge_labels WHERE run_id = ?", [run_id])
+    q, doc, grade = _sorted_by(q, doc, grade)
+    (logged,) = int_columns(db, ["pk"], "queries WHERE origin = 'log'")
+    pks = np.intersect1d(q[np.r_[True, q[1:] != q[:-1]]] if q.size else q, logged, assume_unique=True)
     if pks.size == 0:
         raise EstimateError(f"judge run {run_id} judged no logged query; ingest logs and run `{ALL_TRAFFIC_HINT}`")
-    keep = np.isin(rows[:, 0], pks)
-    rows = rows if keep.all() else rows[keep]
-    n_failed = int((rows[:, 2] == -2).sum())
-    flat = rows[rows[:, 2] >= 0]
-    qrels = pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "grade": flat[:, 2]})
+    keep = np.isin(q, pks)
+    if not keep.all():
+        q, doc, grade = q[keep], doc[keep], grade[keep]
+    n_failed = int((grade == -2).sum())
+    ok = grade >= 0
+    qrels = pd.DataFrame({"query": q[ok], "doc": doc[ok], "grade": grade[ok]})
     ranking = _ranking(db, retriever, pks)
     values, relevant = per_query_values(ranking, qrels, pks, specs, threshold)
-    grade = flat[:, 2]
-    near = (grade == threshold - 1) | (grade == threshold)
-    border = np.bincount(np.searchsorted(pks, flat[near, 0]), minlength=pks.size).astype(np.int64)
+    near = ok & ((grade == threshold - 1) | (grade == threshold))
+    border = np.bincount(np.searchsorted(pks, q[near]), minlength=pks.size).astype(np.int64)
     return JudgedTraffic(run_id, retriever, threshold, pks, values, relevant, border, ranking, n_failed)
 
 
 def _ranking(db: sqlite_utils.Database, retriever: str, pks: np.ndarray) -> pd.DataFrame:
-    """``retriever``'s logged ranking of the queries ``pks`` (sorted): query, doc, rank. Reads the
-    retriever's whole ranking in key order and keeps the population's rows (a filter in numpy is
-    cheaper than handing SQLite 100k ids)."""
-    cursor = db.execute(f"SELECT r.query_pk, r.doc_pk, r.rank FROM retrievals r WHERE r.retriever = ? AND "
-                        f"{store.visible('r')} ORDER BY r.query_pk, r.rank", [retriever])
-    flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
-    keep = np.isin(flat[:, 0], pks)
-    flat = flat if keep.all() else flat[keep]
-    return pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "rank": flat[:, 2]})
+    """``retriever``'s logged ranking of the queries ``pks`` (sorted): query, doc, rank, sorted by
+    (query, rank). Reads the retriever's whole ranking and keeps the population's rows (a filter in
+    numpy is cheaper than handing SQLite 100k ids)."""
+    q, doc, rank = int_columns(db, ["r.query_pk", "r.doc_pk", "r.rank"],
+                               f"retrievals r WHERE r.retriever = ? AND {store.visible('r')}", [retriever])
+    q, rank, doc = _sorted_by(q, rank, doc)
+    keep = np.isin(q, pks)
+    if not keep.all():
+        q, doc, rank = q[keep], doc[keep], rank[keep]
+    return pd.DataFrame({"query": q, "doc": doc, "rank": rank})
 
 
 def per_query_values(ranking: pd.DataFrame, qrels: pd.DataFrame, pks: np.ndarray, specs: list[str],

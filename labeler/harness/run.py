@@ -246,6 +246,7 @@ def evaluate(
     elif tolerances:
         raise LabelerError("--max-drop needs --baseline (the run to compare with)")
     runner = _pipeline(pipeline, endpoint, mapping, headers, timeout)
+    judge_runs, all_traffic = _cite_all_traffic(db, judge_runs, specs)
     loaded_at = time.perf_counter()
 
     if runner is None:
@@ -321,6 +322,8 @@ def evaluate(
         "warnings": warnings,
         "split": split_info,
     }
+    if all_traffic is not None:
+        report["all_traffic"] = all_traffic
     result = EvalResult(report, rows, "", comparison, per_q)
     if save_baseline is not None and result.failed:
         warnings.append(f"baseline not saved to {save_baseline}: the gate failed (fix the regression, or save "
@@ -360,6 +363,22 @@ def _split_golden(loaded: GoldenSet, holdout: bool, db: Any, by: str | None) -> 
             database.close()
     return dataclasses.replace(loaded, queries=held), {"evaluated": "holdout", "holdout_excluded": 0,
                                                        "holdout_looks": count}
+
+
+def _cite_all_traffic(db: Any, run_ids: Sequence[int], specs: Sequence[str]) -> tuple[list[int], dict[str, Any] | None]:
+    """Take a relevance run over all traffic out of ``run_ids``: its all-traffic estimate is cited
+    (:mod:`labeler.harness.traffic`); the other runs judge the answers as before."""
+    if not run_ids or db is None:
+        return list(run_ids), None
+    from .traffic import all_traffic_citation, split_runs
+
+    database, _ = _open_db(db)
+    try:
+        cited, rest = split_runs(database, run_ids)
+        return rest, None if cited is None else all_traffic_citation(database, cited, specs)
+    finally:
+        if database is not db:
+            database.close()
 
 
 ANSWER_SCORES = {"yes": 1.0, "partly": 0.5, "no": 0.0}
@@ -517,6 +536,13 @@ def render_markdown(result: EvalResult) -> str:
                       f"({comparison['only_current']} new, {comparison['only_baseline']} only in the baseline). "
                       f"A metric fails when its drop exceeds its max drop and the paired randomization test "
                       f"gives p < {r['settings']['alpha']}."]
+    cited = r.get("all_traffic")
+    if cited:
+        values = ", ".join(f"{spec} {v['estimate']:.4f} ({v['ci_low']:.4f}–{v['ci_high']:.4f})"
+                           for spec, v in cited["metrics"].items() if v.get("estimate") is not None)
+        lines += ["", f"All production traffic (not this pipeline): retriever `{cited['retriever']}` over "
+                      f"{cited['population']} logged queries, judge run {cited['judge_run']} corrected by "
+                      f"{cited['n_labeled']} human labels ({cited['design']}): {values}."]
     regressed = result.comparison.regressions if result.comparison else []
     if regressed:
         by_question: dict[str, list[str]] = {}
