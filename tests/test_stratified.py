@@ -285,3 +285,30 @@ def take_graded(db, n: int, annotator: str = "alice") -> None:
         for c in item.chunks:
             labels.set_grade(db, pk, c.doc_pk, annotator, true_grade(item.question, c.text))
         labels.set_status(db, pk, annotator, "submitted")
+
+
+def test_settings_page_stratified_order_needs_topics_then_takes_targets(file_db, db_path, write_log, monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from labeler.app import state
+
+    ingest_logs(file_db, write_log(three_topics(100)))
+    monkeypatch.setenv("LABELER_DB", str(db_path))
+    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=60)
+    at.session_state[state.ANNOTATOR] = "alice"
+    at.run()
+    at.switch_page("views/settings.py").run()
+    assert not at.exception, at.exception
+    at.selectbox(key="set_order").set_value("stratified")
+    at.button(key="FormSubmitter:settings_form-Save settings").click().run()
+    assert any("labeler topics build" in e.value for e in at.error), [e.value for e in at.error]
+    assert labeler.db.get_setting(file_db, "queue_order") == "random"  # refused before anything changed
+    build_topics(file_db, k=3, seed=1)
+    at.selectbox(key="set_order").set_value("stratified")
+    at.text_input(key="set_stratified_targets").set_value("0=3, 1=1")
+    at.button(key="FormSubmitter:settings_form-Save settings").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert labeler.db.get_setting(file_db, "queue_order") == "stratified"
+    assert labeler.db.get_setting(file_db, "stratified_targets") == {"0": 0.75, "1": 0.25}
