@@ -126,6 +126,8 @@ def test_lead_targets_override_the_traffic_shares(traffic, db_path):
     assert "lead's targets" in result.output
     c = counts(traffic, take(traffic, 20))
     assert c == {"billing": 0, "sso": 10, "export": 10}, c
+    # a topic left out of the targets comes only once the targeted ones are exhausted
+    assert strata.stratum_order({1: 0.5, 2: 0.5}, {1: 9, 2: 30}, [0, 1, 2]) == [1, 2, 0]
     # the setter is lead-only and checks its input
     accounts.add_user(traffic, "lena", "lead", password="lena-password")
     accounts.add_user(traffic, "ann", "annotator", password="ann-password")

@@ -14,7 +14,8 @@ every topic by its share (``labeler.estimate.report``).
   held or finished, ``L`` = their sum; a skipped item does not count, so its stratum stays due),
   ties by stratum id; a stratum with a share above 0 first gets ``MIN_PER_STRATUM`` items (an
   estimate within a stratum needs 2). ``share`` = the stratum's share of the logged occurrences, or
-  the lead's ``stratified_targets`` ({topic: share}, normalised; topics left out get 0).
+  the lead's ``stratified_targets`` ({topic: share}, normalised; topics left out get none until the
+  targeted topics are exhausted).
 """
 
 from __future__ import annotations
@@ -119,15 +120,16 @@ def handed_counts(conn: sqlite3.Connection) -> dict[int, int]:
         "GROUP BY d.stratum", [model_id(conn)])}
 
 
-def stratum_order(share: Mapping[int, float], counts: Mapping[int, int]) -> list[int]:
+def stratum_order(share: Mapping[int, float], counts: Mapping[int, int], others: Any = ()) -> list[int]:
     """Strata in the order the next hand-out tries them (module doc): those under the minimum
-    first, then the largest deficit ``share * (L + 1) - l_h``, ties by stratum id."""
+    first, then the largest deficit ``share * (L + 1) - l_h``, ties by stratum id; strata with no
+    share (``others``: e.g. topics a lead's targets leave out) only after all of those."""
     total = sum(counts.get(s, 0) for s in share)
-    strata = set(share) | set(counts)
+    strata = set(share) | set(counts) | set(others)
 
-    def rank(s: int) -> tuple[bool, float, int]:
+    def rank(s: int) -> tuple[bool, bool, float, int]:
         p, n = share.get(s, 0.0), counts.get(s, 0)
-        return (not (p > 0 and n < MIN_PER_STRATUM), -(p * (total + 1) - n), s)
+        return (not (p > 0 and n < MIN_PER_STRATUM), not p > 0, -(p * (total + 1) - n), s)
 
     return sorted(strata, key=rank)
 
@@ -139,7 +141,8 @@ def next_in_order(conn: sqlite3.Connection, annotator: str, settings: Mapping[st
     ranged = next_sql.replace("WHERE u.taken < u.needed",
                               "WHERE u.taken < u.needed AND u.sort_key >= ?2 AND u.sort_key < ?3", 1)
     share = shares(conn, settings, cache_key)
-    for stratum in [*stratum_order(share, handed_counts(conn)), None]:
+    every = traffic_shares(conn) if cache_key is None else _cached_shares(conn, cache_key)
+    for stratum in [*stratum_order(share, handed_counts(conn), every), None]:
         low, high = _slot_range(stratum)
         row = conn.execute(ranged, [annotator, low, high]).fetchone()
         if row is not None:
@@ -150,7 +153,8 @@ def next_in_order(conn: sqlite3.Connection, annotator: str, settings: Mapping[st
 def set_stratified_targets(db: sqlite_utils.Database, targets: Mapping[Any, float] | None, *,
                            by: str | None = None) -> dict[int, float] | None:
     """Set the share of labels each topic should get under the stratified order ({topic: share},
-    normalised to sum 1; topics left out get none); None or {} goes back to the traffic shares.
+    normalised to sum 1; topics left out get none until the targeted ones are exhausted); None or {}
+    goes back to the traffic shares.
     Leads only (``by``). Returns what was stored."""
     if not targets:
         store.set_setting(db, "stratified_targets", None, by=by)
