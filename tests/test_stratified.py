@@ -236,7 +236,7 @@ def true_grade(question: str, chunk: str) -> int:
     return min(3, max(0, base - j + (len(question) % 2)))
 
 
-def test_report_weights_by_stratum_and_handles_mixed_designs(traffic):
+def test_report_weights_by_stratum_and_handles_mixed_designs(traffic, db_path, monkeypatch):
     with FakeOpenAI() as server:
         server.responder = grade_responder(
             lambda q, c: (true_grade(q, c) + (len(q) % 3 == 0)) % 4 if c and c[-1].isdigit() else None)
@@ -255,6 +255,13 @@ def test_report_weights_by_stratum_and_handles_mixed_designs(traffic):
     for v in out["metrics"].values():
         if "lambda" in v:
             assert v["ci_low"] <= v["estimate"] <= v["ci_high"]
+    # the Metrics page's section says how it was estimated
+    from tests.test_app_all_traffic import estimates_table, metrics_page
+
+    monkeypatch.setenv("LABELER_DB", str(db_path))
+    page = metrics_page()
+    assert any("stratified PPI++" in c.value and "3 topics" in c.value for c in page.caption)
+    assert len(estimates_table(page)) >= 2
     # the uniform design uses only the 6 labels drawn at random
     uniform = all_traffic_report(traffic, run.id, ["ndcg@10"], design="uniform")
     assert uniform.design == "uniform" and uniform.n_labeled == 6 and uniform.ignored == 40
