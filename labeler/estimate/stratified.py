@@ -52,7 +52,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
     model, stratum = population_strata(db, judged.pks)
     drawn_under = set(d.topic_model[mine].tolist()) if d.topic_model is not None else set()
     if drawn_under != {model if model is not None else -1}:
-        old = ", ".join(str(m) for m in sorted(drawn_under))
+        old = ", ".join("none" if m == -1 else str(m) for m in sorted(drawn_under))
         raise EstimateError(f"the stratified labels were drawn under topic model {old} but the current one is "
                             f"{model}: its topics are other strata; keep labeling from the stratified queue (a new "
                             "sample) or estimate with --design uniform from labels drawn at random")
