@@ -815,3 +815,14 @@ def m017_redaction(db: sqlite_utils.Database) -> None:
         db.execute(statement)
     db.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redact_key', ?)",
                [json.dumps(secrets.token_hex(32))])
+
+
+# --- m022: the stratified queue order (labeler.labels.strata) ------------------------------------
+
+@migrations()
+def m022_stratified(db: sqlite_utils.Database) -> None:
+    """A hand-out under queue order ``stratified`` records its stratum (the query's topic, -2 when it
+    had none yet; NULL for other designs) and the topic model the strata came from, so the
+    all-traffic estimate can weight each stratum by its share of the traffic."""
+    db.execute("ALTER TABLE queue_designs ADD COLUMN stratum INTEGER")
+    db.execute("ALTER TABLE queue_designs ADD COLUMN topic_model INTEGER")

@@ -1,5 +1,5 @@
 """The Metrics page's "Numbers for all traffic" section: every metric over all logged traffic from a
-judge run over all of it, corrected by the human labels of a random or active sample
+judge run over all of it, corrected by the human labels of a random, active or stratified sample
 (``labeler.estimate.report``), beside the human-only and the judge-only means. Kept apart from the
 page's file so the section can be rendered (and tested) on its own."""
 
@@ -40,8 +40,11 @@ def render_all_traffic(db, retriever: str | None = None) -> None:
     except LabelerError as e:
         widgets.show_error(e)
         return
-    how = ("active inference: labels drawn with probabilities from the judge's uncertainty, weighted by "
-           "1/probability" if rep.design == "active" else "PPI++: a uniform random sample of labels")
+    how = {"active": "active inference: labels drawn with probabilities from the judge's uncertainty, weighted by "
+                     "1/probability",
+           "stratified": f"stratified PPI++: a random sample of labels within each of {len(rep.strata)} topics, "
+                         "each topic weighted by its share of the traffic"}.get(
+        rep.design, "PPI++: a uniform random sample of labels")
     st.caption(f"Retriever **{widgets.escape_markdown(rep.retriever)}** · {rep.population:,} traffic queries judged "
                f"(run #{rep.judge_run}) · {rep.n_labeled} labeled by humans · {how} · 95% normal CIs · judge-only "
                "means are biased (shown for contrast)")

@@ -291,9 +291,13 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--order", type=click.Choice(["random", "oldest", "lowest_score", "frequent", "active"]),
+@click.option("--order", type=click.Choice(["random", "oldest", "lowest_score", "frequent", "active", "stratified"]),
               help="Set the queue order first (a lead's setting). active draws the queries to label with "
-                   "probabilities from the judge's uncertainty (needs --judge-run).")
+                   "probabilities from the judge's uncertainty (needs --judge-run); stratified fills the topics "
+                   "in proportion to their traffic (needs labeler topics build).")
+@click.option("--target", "targets", multiple=True, metavar="TOPIC=SHARE",
+              help="With --order stratified: the share of labels a topic should get instead of its traffic share "
+                   "(repeatable; topics left out get none).")
 @click.option("--judge-run", "judge_run", type=int, metavar="RUN",
               help="With --order active: a relevance run over all traffic (labeler judge run --on all).")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True),
@@ -301,8 +305,8 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="With --order active: seed of the draw.")
 @json_option
 @click.pass_context
-def queue(ctx: click.Context, order: str | None, judge_run: int | None, budget: float | None, seed: int,
-          as_json: bool) -> None:
+def queue(ctx: click.Context, order: str | None, targets: tuple[str, ...], judge_run: int | None,
+          budget: float | None, seed: int, as_json: bool) -> None:
     """Items in the labeling queue by state (open, leased, done), open slots, overlap, statuses.
 
     With --order, set the queue order instead; `--order active --judge-run RUN` draws the queries
@@ -314,14 +318,20 @@ def queue(ctx: click.Context, order: str | None, judge_run: int | None, budget: 
 
     \b
         labeler queue --order active --judge-run 3 --budget 200
+
+    \b
+        labeler queue --order stratified --target 0=0.5 --target 2=0.5
     """
     from ..labels import queue_counts
 
     if order is not None:
         from .estimate import set_order
 
-        set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json)
+        set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json,
+                  targets=list(targets))
         return
+    if targets:
+        raise click.UsageError("--target goes with --order stratified")
     counts = queue_counts(_open(ctx))
     if as_json:
         _print_json(counts)
@@ -679,8 +689,9 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
               help="Estimate over all traffic from a judge run plus the human labels (prediction-powered).")
 @click.option("--judge-run", "judge_run", type=int, metavar="RUN",
               help="With --all-traffic: a relevance run over all traffic (labeler judge run --on all).")
-@click.option("--design", type=click.Choice(["uniform", "active"]),
-              help="With --all-traffic: which labels (default: active when the active draw has labels).")
+@click.option("--design", type=click.Choice(["uniform", "active", "stratified"]),
+              help="With --all-traffic: which labels (default: active when the active draw has labels, else "
+                   "stratified when the stratified queue has, else uniform).")
 @click.option("--random-only", "random_only", is_flag=True,
               help="With --all-traffic: use only labels drawn at random, leaving out the others.")
 @json_option

@@ -38,16 +38,39 @@ def print_all_traffic(db, judge_run: int | None, specs: list[str] | None, *, ret
     first = next(iter(rep.more_labels.items()), None)
     if first is not None and first[1].get("more_needed") is not None:
         spec, more = first
-        click.echo(f"{spec}: {more['more_needed']} more labels for +-0.05 ({rep.design}); "
-                   f"active would need {more['active_total']}, uniform {more['uniform_total']}")
+        if rep.design == "stratified":
+            click.echo(f"{spec}: {more['more_needed']} more labels for +-0.05 (stratified)")
+        else:
+            click.echo(f"{spec}: {more['more_needed']} more labels for +-0.05 ({rep.design}); "
+                       f"active would need {more['active_total']}, uniform {more['uniform_total']}")
     for note in rep.notes:
         click.echo(f"note: {note}", err=True)
 
 
-def set_order(db, order: str, *, judge_run: int | None, budget: float | None, seed: int, as_json: bool) -> None:
-    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.designs.draw_active``)."""
+def set_order(db, order: str, *, judge_run: int | None, budget: float | None, seed: int, as_json: bool,
+              targets: list[str] | None = None) -> None:
+    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.designs.draw_active``);
+    ``stratified`` needs topics and takes the lead's target shares (``labeler.labels.strata``)."""
     from .. import db as store
     from ..estimate.designs import draw_active
+    from ..labels import strata
+
+    if targets and order != "stratified":
+        raise click.UsageError("--target goes with --order stratified")
+    if order == "stratified":
+        strata.require_topics(db)
+        stored = strata.set_stratified_targets(db, strata.parse_targets(targets or []))
+        store.set_setting(db, "queue_order", order)
+        shares = stored or strata.traffic_shares(db.conn)
+        if as_json:
+            _print_json({"queue_order": order, "targets": None if stored is None else
+                         {str(t): v for t, v in stored.items()},
+                         "shares": {str(t): v for t, v in sorted(shares.items())}})
+            return
+        how = "the lead's targets" if stored else "traffic"
+        click.echo(f"queue order: stratified (labels per topic in proportion to {how}: "
+                   + ", ".join(f"topic {t} {v:.0%}" for t, v in sorted(shares.items())) + ")")
+        return
 
     if order == "active":
         draw = draw_active(db, judge_run, budget=budget, seed=seed)

@@ -3,11 +3,13 @@ human-labeled queries were chosen.
 
 - **Recording.** Every query the queue hands out (``labels.next_item``) gets one ``queue_designs``
   row, the first time: the design it was drawn under (the queue order: ``random``, ``oldest``,
-  ``lowest_score``, ``frequent``, ``signals_first``, or ``active``), its inclusion probability when the design has one
-  (``active``; ``random`` is an equal-probability sample whose probability is n/N), and the seed.
+  ``lowest_score``, ``frequent``, ``signals_first``, ``active`` or ``stratified``), its inclusion probability when
+  the design has one (``active``; ``random`` is an equal-probability sample whose probability is n/N), and the
+  seed; ``stratified`` also its stratum (topic) and topic model.
   A labeled query without a row was not handed out by the queue: opened by hand or imported (both
   leave the same traces, so they are reported together).
-- **Probability samples.** Only ``random`` and ``active`` are; the other orders pick by a property
+- **Probability samples.** Only ``random``, ``active`` and ``stratified`` (uniform within each topic) are;
+  the other orders pick by a property
   of the query, so a mean over what they picked says nothing about the rest of the traffic.
 - **Active draws** (:func:`draw_active`): each traffic query a judge run covered gets an inclusion
   probability ``pi`` proportional to the judge's uncertainty about it, floored at 0.05 x the mean
@@ -36,7 +38,7 @@ from .. import accounts
 from .. import db as store
 from .ppi import EstimateError
 
-PROBABILITY_DESIGNS = ("random", "active")
+PROBABILITY_DESIGNS = ("random", "active", "stratified")
 NOT_PROBABILITY = {"oldest": "queue order oldest first", "lowest_score": "queue order lowest score",
                    "frequent": "queue order most frequent", "signals_first": "queue order signals first",
                    "active-undrawn": "outside the active draw",
@@ -55,9 +57,10 @@ def latest_draw(conn: sqlite3.Connection) -> tuple[int, int] | None:
 
 
 def record_handout(conn: sqlite3.Connection, query_pk: int, annotator: str, settings: dict[str, Any],
-                   at: str) -> None:
-    """Record the design ``query_pk`` was handed out under (only its first hand-out counts). Called by
-    the queue inside its transaction."""
+                   at: str, *, stratum: int | None = None, topic_model: int | None = None) -> None:
+    """Record the design ``query_pk`` was handed out under (only its first hand-out counts), with
+    its ``stratum`` and ``topic_model`` under the stratified order. Called by the queue inside its
+    transaction."""
     order = settings.get("queue_order")
     pi, draw_id, seed = None, None, settings.get("queue_seed")
     if order == "active":
@@ -70,8 +73,9 @@ def record_handout(conn: sqlite3.Connection, query_pk: int, annotator: str, sett
         else:
             pi, draw_id, seed = float(row[0]), draw[0], draw[1]
     conn.execute("INSERT OR IGNORE INTO queue_designs (query_pk, design, inclusion_prob, draw_id, seed, annotator, "
-                 "handed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 [query_pk, order, pi, draw_id, None if seed is None else str(seed), annotator, at])
+                 "handed_at, stratum, topic_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 [query_pk, order, pi, draw_id, None if seed is None else str(seed), annotator, at, stratum,
+                  topic_model])
 
 
 def active_keys(conn: sqlite3.Connection) -> dict[int, int]:
@@ -100,12 +104,14 @@ def is_drawn(conn: sqlite3.Connection, query_pk: int) -> bool:
 @dataclass
 class Designs:
     """For the labeled queries ``pks`` (sorted): ``design`` per query (see the module doc) and the
-    active inclusion probability and draw (NaN / -1 when none)."""
+    active inclusion probability and draw (NaN / -1 when none); under ``stratified`` the topic model
+    the strata came from (-1 when none)."""
 
     pks: np.ndarray
     design: np.ndarray
     pi: np.ndarray
     draw_id: np.ndarray
+    topic_model: np.ndarray | None = None
 
     def counts(self) -> dict[str, int]:
         names, counts = np.unique(self.design.astype(str), return_counts=True)
@@ -116,11 +122,12 @@ def labeled_designs(db: sqlite_utils.Database, pks: np.ndarray) -> Designs:
     """The design each of the labeled queries ``pks`` (sorted) was drawn under."""
     packed = store.dumps([int(p) for p in pks])
     rows = {int(r[0]): r[1:] for r in db.execute(
-        "SELECT query_pk, design, inclusion_prob, draw_id FROM queue_designs WHERE query_pk IN "
+        "SELECT query_pk, design, inclusion_prob, draw_id, topic_model FROM queue_designs WHERE query_pk IN "
         "(SELECT value FROM json_each(?))", [packed])}
     design = np.empty(pks.size, dtype=object)
     pi = np.full(pks.size, np.nan)
     draw = np.full(pks.size, -1, dtype=np.int64)
+    model = np.full(pks.size, -1, dtype=np.int64)
     for i, pk in enumerate(pks.tolist()):
         row = rows.get(pk)
         if row is None:
@@ -131,7 +138,9 @@ def labeled_designs(db: sqlite_utils.Database, pks: np.ndarray) -> Designs:
                 pi[i] = row[1]
             if row[2] is not None:
                 draw[i] = row[2]
-    return Designs(pks, design, pi, draw)
+            if row[3] is not None:
+                model[i] = row[3]
+    return Designs(pks, design, pi, draw, model)
 
 
 def outcomes(db: sqlite_utils.Database, design: str, pks: np.ndarray) -> dict[str, Any]:

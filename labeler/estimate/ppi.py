@@ -10,6 +10,11 @@ Three estimators, all vectorised (no loop over queries), all returning an :class
   a metric over the queries that have a relevant chunk: ``a = metric * r``, ``b = r``), as the
   estimating equation ``E[a - theta b] = 0`` with one ``lam`` tuned for it and a delta-method
   interval; with every ``b = 1`` it is exactly :func:`ppi_mean`.
+- :func:`stratified_ratio`: PPI++ within each stratum (a uniform sample in each), combined with
+  the strata's population shares ``W_h = N_h / N``: ``theta = sum W_h A_h / sum W_h B_h`` (``A_h``,
+  ``B_h``: the stratum's PPI means of ``a`` and ``b``), ``lam`` tuned per stratum, variance
+  ``sum W_h^2 var_h`` of the linearised ``a - theta b`` over the denominator squared (delta
+  method); with one stratum it is exactly :func:`ppi_ratio`.
 - :func:`active_mean` / :func:`active_ratio`: active inference (Zrnic and Candes 2024) for labels
   drawn with known inclusion probabilities ``pi``: the mean over all N of
   ``g + (Y - g) * xi / pi`` with ``g = lam * Yhat + beta * covariate`` (``xi`` = drawn and
@@ -135,6 +140,85 @@ def ppi_ratio(a: np.ndarray, ahat: np.ndarray, ahat_unlabeled: np.ndarray, b: np
     half = _z(confidence) * se
     return Estimate(float(theta), se, float(theta - half), float(theta + half), float(lam), n, n + big_n,
                     _effective(human_sd, se, n))
+
+
+Stratum = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class StratifiedParts:
+    """What :func:`stratified_ratio` found besides the estimate: per stratum the weight ``W_h``, the
+    labels ``n_h`` and ``lam_h``; and the variance's two parts at the estimate (the judge's, over
+    the unlabeled, and the correction's, over the labels), already divided by the denominator squared."""
+
+    weights: tuple[float, ...]
+    n: tuple[int, ...]
+    lams: tuple[float, ...]
+    var_imputed: float
+    var_rectifier: float
+
+
+def stratified_ratio(strata: list[Stratum], *, lam: float | None = None,
+                     confidence: float = 0.95) -> tuple[Estimate, StratifiedParts]:
+    """Stratified PPI++ estimate of ``E[a] / E[b]`` over the union of the strata (see the module
+    doc). Each stratum is ``(a, ahat, ahat_unlabeled, b, bhat, bhat_unlabeled)`` as in
+    :func:`ppi_ratio` (``b`` None = 1) and needs at least 2 labels; a stratum labeled in full has no
+    unlabeled part (its ``lam`` is 0). ``lam`` None = tuned per stratum; 0 = the stratified
+    human-only estimate. No finite-population correction (as in :func:`ppi_ratio`)."""
+    if not strata:
+        raise EstimateError("a stratified estimate needs at least one stratum")
+    parts = []
+    for a, ahat, au, b, bhat, bu in strata:
+        a = _floats("Y (human values)", a, 2)
+        ahat = _floats("Yhat (judge values on the labeled)", ahat, 2)
+        au = np.asarray(au, dtype=float).ravel()
+        if a.size != ahat.size:
+            raise EstimateError(f"Y has {a.size} values but Yhat {ahat.size}; give one judge value per labeled query")
+        if b is None:
+            b, bhat, bu = np.ones(a.size), np.ones(a.size), np.ones(au.size)
+        else:
+            b, bhat, bu = (np.asarray(x, dtype=float).ravel() for x in (b, bhat, bu))
+            if b.size != a.size or bhat.size != a.size or bu.size != au.size:
+                raise EstimateError("numerator and denominator arrays must have the same lengths")
+        if not (np.isfinite(au).all() and np.isfinite(b).all() and np.isfinite(bhat).all() and np.isfinite(bu).all()):
+            raise EstimateError("a stratum holds NaN or infinite values; give finite numbers")
+        parts.append((a, ahat, au, b, bhat, bu))
+    if lam is not None and not 0 <= lam <= 1:
+        raise EstimateError(f"lam={lam!r} must be from 0 to 1 (None tunes it)")
+    sizes = np.array([p[0].size + p[2].size for p in parts], dtype=float)
+    w = sizes / sizes.sum()
+
+    def means(lams: list[float]) -> tuple[float, float]:
+        num = den = 0.0
+        for wh, lh, (a, ahat, au, b, bhat, bu) in zip(w, lams, parts, strict=True):
+            num += wh * ((lh * au.mean() if au.size else 0.0) + (a - lh * ahat).mean())
+            den += wh * ((lh * bu.mean() if bu.size else 0.0) + (b - lh * bhat).mean())
+        if not den > 0:
+            raise EstimateError("the denominator's estimate is not positive (no query has a relevant chunk)")
+        return num / den, den
+
+    if lam is None:
+        theta1, _ = means([1.0 if p[2].size else 0.0 for p in parts])
+        lams = [_tuned_lam(a - theta1 * b, ahat - theta1 * bhat, au - theta1 * bu) if au.size else 0.0
+                for a, ahat, au, b, bhat, bu in parts]
+    else:
+        lams = [float(lam) if p[2].size else 0.0 for p in parts]
+    theta, den = means(lams)
+    var_imp = var_rect = var_human = 0.0
+    for wh, lh, (a, ahat, au, b, bhat, bu) in zip(w, lams, parts, strict=True):
+        if au.size:
+            var_imp += wh ** 2 * float(np.var(lh * (au - theta * bu))) / au.size
+        var_rect += wh ** 2 * float(np.var((a - theta * b) - lh * (ahat - theta * bhat))) / a.size
+        var_human += wh ** 2 * float(np.var(a - theta * b, ddof=1)) / a.size
+    var_imp, var_rect, var_human = var_imp / den ** 2, var_rect / den ** 2, var_human / den ** 2
+    se = math.sqrt(var_imp + var_rect)
+    n = int(sum(p[0].size for p in parts))
+    half = _z(confidence) * se
+    eff = _effective(math.sqrt(var_human * n), se, n)
+    est = Estimate(float(theta), float(se), float(theta - half), float(theta + half),
+                   float(np.dot(w, lams)), n, int(sizes.sum()), eff)
+    return est, StratifiedParts(tuple(float(x) for x in w), tuple(int(p[0].size) for p in parts),
+                                tuple(float(x) for x in lams), var_imp, var_rect)
 
 
 def _effective(human_sd: float, se: float, n: int) -> float | None:

@@ -5,8 +5,10 @@ judge's values on every query corrected by the human labels of a probability sam
 Validity is checked, not assumed: labels of queries not drawn by a random design (queue order
 ``oldest``/``lowest_score``/``frequent``, opened by hand, imported) make the estimate refuse with a
 one-line reason, unless ``random_only`` restricts it to the queries drawn at random. The design is
-``uniform`` (queue order random: PPI++, :func:`labeler.estimate.ppi.ppi_ratio`) or ``active`` (the
-newest active draw: :func:`labeler.estimate.ppi.active_ratio`). Each metric is a ratio over the
+``uniform`` (queue order random: PPI++, :func:`labeler.estimate.ppi.ppi_ratio`), ``active`` (the
+newest active draw: :func:`labeler.estimate.ppi.active_ratio`) or ``stratified`` (queue order
+stratified: PPI++ within each topic, weighted by the topic's share of the judged queries,
+:func:`labeler.estimate.ppi.stratified_ratio`). Labels of the other designs are left out, and said so. Each metric is a ratio over the
 queries with a relevant chunk (the human and the judge may disagree on which those are).
 """
 
@@ -26,7 +28,7 @@ from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_rat
 from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
 
 HALF_WIDTH = 0.05
-DESIGNS = ("uniform", "active")
+DESIGNS = ("uniform", "active", "stratified")
 
 
 @dataclass
@@ -46,14 +48,17 @@ class AllTraffic:
     agreement: dict[str, Any]
     more_labels: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    strata: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"population", "n_labeled", "judge_run", "design", "metrics": {spec: {"estimate",
         "ci_low", "ci_high", "lambda", "effective_n", "human_only": {"mean", "ci_low", "ci_high"},
         "judge_only": {"mean"}}}}``, then what else the report knows: the retriever, the labels by
         design and those left out, skipped/discarded hand-outs, the run's agreement with the humans
-        on the labeled chunks, the labels needed for a +-0.05 interval, and notes."""
-        return {"population": self.population, "n_labeled": self.n_labeled, "judge_run": self.judge_run,
+        on the labeled chunks, the labels needed for a +-0.05 interval, and notes; under the
+        stratified design ``strata``: per topic its judged queries, labels and weight."""
+        extra = {"strata": self.strata} if self.design == "stratified" else {}
+        return {**extra, "population": self.population, "n_labeled": self.n_labeled, "judge_run": self.judge_run,
                 "design": self.design, "metrics": self.metrics, "retriever": self.retriever,
                 "labeled_by_design": self.labeled_by_design, "labels_left_out": self.ignored,
                 "handed_out": self.handed_out, "agreement": self.agreement, "more_labels": self.more_labels,
@@ -67,7 +72,7 @@ def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
         why = ", ".join(f"{c} {dz.NOT_PROBABILITY.get(str(n), str(n))}" for n, c in zip(names, counts, strict=True))
         raise EstimateError(
             f"the labeled queries are not a probability sample of the traffic ({why}); pass --random-only to "
-            f"estimate from the {int((~bad).sum())} drawn at random (queue order random or active)")
+            f"estimate from the {int((~bad).sum())} drawn at random (queue order random, active or stratified)")
 
 
 def _agreement(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, golden: Any) -> dict[str, Any]:
@@ -107,8 +112,9 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     When a faithfulness / answer-relevance run over all traffic exists, ``faithful_answers`` /
     ``relevant_answers`` too (:mod:`labeler.estimate.answers`; uniform, labels drawn at random).
 
-    ``design``: ``uniform`` (labels from queue order random), ``active`` (the newest active draw) or
-    None (active when labels from the active draw exist). ``random_only``: use only labels drawn
+    ``design``: ``uniform`` (labels from queue order random), ``active`` (the newest active draw),
+    ``stratified`` (labels from queue order stratified) or None (active when labels from the active
+    draw exist, else stratified when stratified labels exist, else uniform). ``random_only``: use only labels drawn
     at random (otherwise other labels refuse the estimate, see the module doc). ``half_width``: the
     target of "more labels needed". Raises EstimateError with the reason and the fix.
     """
@@ -126,10 +132,15 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     _refuse_if_not_probability(d, random_only)
     by_design = d.counts()
     if design is None:
-        design = "active" if (d.design == "active").any() else "uniform"
+        design = "active" if (d.design == "active").any() else \
+            "stratified" if (d.design == "stratified").any() else "uniform"
     golden = human_golden(db, labeled)
     if design == "active":
         rep = _active(db, judged, labeled, d, specs, by_design, half_width, golden)
+    elif design == "stratified":
+        from .stratified import stratified_report
+
+        rep = stratified_report(db, judged, labeled, d, specs, by_design, half_width, golden)
     else:
         rep = _uniform(db, judged, labeled, d, specs, by_design, half_width, golden)
     from .answers import answer_estimates

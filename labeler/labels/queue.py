@@ -29,7 +29,8 @@ Rules:
   (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
   ones, then the rest, see ``labeler.signals``; random within each tier), ``active`` (the
   newest active draw's drawn queries in a seeded random order, and nothing else:
-  ``labeler.estimate.designs``); ties by query pk.
+  ``labeler.estimate.designs``), ``stratified`` (topics filled in proportion to their traffic or
+  a lead's targets, random within each topic: ``labeler.labels.strata``); ties by query pk.
 - **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
   probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
   which labels form a probability sample.
@@ -51,9 +52,10 @@ from .. import db as store
 from ..errors import ItemTakenError, LabelError
 from ..estimate import designs
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
+from . import strata
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active")
+ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active", "stratified")
 _UNSCORED = 1e308
 
 
@@ -93,6 +95,8 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
     extra = [designs.latest_draw(conn)] if params["order"] == "active" else []  # a new draw re-keys the queue
+    if params["order"] == "stratified":
+        extra = [strata.fingerprint(conn)]  # a new topic model (or topics for new queries) re-keys it
     return store.dumps([list(row), params, *extra])
 
 
@@ -168,8 +172,9 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     wanted: dict[int, tuple[Any, int]] = {}
     tiers = _signal_tiers(conn) if order == "signals_first" else {}
     drawn = designs.active_keys(conn) if order == "active" else {}
-    for pk, query_id, seen, occurrences, score in conn.execute(
-        f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql} "
+    topic = strata.query_strata(conn) if order == "stratified" else {}
+    for pk, query_id, seen, occurrences, score, origin in conn.execute(
+        f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql}, q.origin "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
         f"AND q.discarded_at IS NULL AND {store.visible('q')}",
         [_score_retriever(conn)] if order == "lowest_score" else []
@@ -185,6 +190,9 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
             key = (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
         elif order == "active":
             key = drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
+        elif order == "stratified":
+            key = strata.sort_key(topic.get(pk, strata.UNASSIGNED) if origin == "log" else None,
+                                  _hash(seed, "order", query_id))
         else:
             key = -occurrences
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
@@ -333,11 +341,17 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
         if back:
             return back[0]
         _reclaim_expired(conn, at)
-        row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
+        stratum = None
+        if params["order"] == "stratified":
+            found = strata.next_in_order(conn, annotator, settings, _NEXT_SQL, _fingerprint(conn, params))
+            row, stratum = (None, None) if found is None else ((found[0],), found[1])
+        else:
+            row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
         if row is None or (params["order"] == "active" and not designs.is_drawn(conn, row[0])):
             return None
         _lease(conn, row[0], annotator, at, until)
-        designs.record_handout(conn, row[0], annotator, settings, at)
+        designs.record_handout(conn, row[0], annotator, settings, at, stratum=stratum,
+                               topic_model=strata.model_id(conn) if params["order"] == "stratified" else None)
         return row[0]
 
 

@@ -12,6 +12,7 @@ from labeler import accounts
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 from labeler.estimate import designs as estimate
+from labeler.labels import strata
 
 db = state.get_db()
 me = auth.require_lead("Settings")
@@ -33,7 +34,12 @@ with st.form("settings_form"):
     order = st.selectbox("Order", list(labels.ORDERS), index=list(labels.ORDERS).index(current["queue_order"]),
                          key="set_order", help="random is seeded; lowest_score puts the retriever's weakest first; "
                          "active draws the queries where the judge is least sure (needs a judge run over all "
-                         "traffic), for the all-traffic numbers on the Metrics page")
+                         "traffic), for the all-traffic numbers on the Metrics page; stratified fills the topics in "
+                         "proportion to their traffic (needs topics)")
+    targets_text = st.text_input(
+        "Stratified order: target share per topic (TOPIC=SHARE, comma separated; empty = each topic's traffic share)",
+        value=", ".join(f"{t}={v:g}" for t, v in (current.get("stratified_targets") or {}).items()),
+        key="set_stratified_targets")
     budget = st.number_input("Label budget of the active order (expected labels per draw)", 1, 1_000_000,
                              int(current.get("label_budget") or 100), key="set_label_budget")
     c1, c2, c3 = st.columns(3)
@@ -75,6 +81,11 @@ if saved:
                   "overlap_fraction": float(fraction), "overlap_annotators": int(overlap_n),
                   "lease_minutes": int(lease), "guidelines": guidelines, "oidc_create_accounts": bool(oidc_create),
                   "label_budget": int(budget)}
+        targets = strata.parse_targets([t for t in targets_text.split(",") if t.strip()])
+        if order == "stratified":
+            strata.require_topics(db)  # before the order changes: it refuses without topics
+        if targets != {int(t): v for t, v in (current.get("stratified_targets") or {}).items()}:
+            strata.set_stratified_targets(db, targets, by=me)
         if order == "active" and (current["queue_order"] != "active" or int(budget) != current.get("label_budget")):
             estimate.draw_newest(db, budget=int(budget), by=me)  # before the order changes: it may refuse
         for key, value in values.items():
