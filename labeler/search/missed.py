@@ -6,8 +6,9 @@ query and every chunk an annotator graded or adjudicated), are fused by reciproc
 the chunks graded relevant, one list per chunk (relevance feedback, "more like this"); when an
 embeddings model is configured, cosine similarity between the question (plus the relevant chunks)
 and the chunks whose embeddings are cached (``embed_documents``); and, once any chunk of the query
-is graded, with weight 2, the best RERANK_DEPTH of those re-ranked by a Rocchio vector of the
-question and every graded chunk (``rocchio``). On CISI each part adds: see tests/test_search.py.
+is graded (in a corpus of fewer than RERANK_MAX_DOCS chunks), with weight 2, the best RERANK_DEPTH
+of those re-ranked by a Rocchio vector of the question and every graded chunk (``rocchio``). On
+CISI each part adds: see tests/test_search.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import LabelerError
-from .fts import bm25, distinctive_terms, hits, query_terms
+from .fts import bm25, corpus_size, distinctive_terms, hits, query_terms
 from .hits import SearchHit
 from .rocchio import rerank
 
@@ -33,6 +34,9 @@ MAX_FEEDBACK_CHUNKS = 10
 #: How many of the fused candidates the Rocchio vector re-ranks, and the weight of its list.
 RERANK_DEPTH = 50
 RERANK_WEIGHT = 2.0
+#: The re-ranking reads and tokenizes the candidates' texts: at a million chunks it tripled a
+#: search's median (42 -> 136 ms, bench_search.py). Corpora of this many chunks or more go without.
+RERANK_MAX_DOCS = 200_000
 
 
 def query_pk(db: sqlite_utils.Database, query_id: str) -> int:
@@ -123,8 +127,8 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
         rankings.append(_by_embedding(db, config, question, feedback, exclude))
     rankings = [r for r in rankings if r]
     negative = not_relevant_texts(db, query_pk)
-    if not feedback and not negative:  # nothing graded yet: nothing for the Rocchio vector to add
-        return hits(db, fuse(rankings, k))
+    if not feedback and not negative or corpus_size(db) >= RERANK_MAX_DOCS:
+        return hits(db, fuse(rankings, k))  # nothing graded yet (nothing for the vector to add), or too big
     candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH)]
     reranked = rerank(db, question, feedback, negative, _texts(db, candidates))
     return hits(db, fuse([*rankings, reranked], k, [1.0] * len(rankings) + [RERANK_WEIGHT]))
