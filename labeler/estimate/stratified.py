@@ -21,7 +21,7 @@ import sqlite_utils
 from ..labels.strata import UNASSIGNED
 from . import designs as dz
 from .ppi import Z95, EstimateError, stratified_ratio
-from .report import AllTraffic, _agreement, _entry, _judge_mean, _notes, _numerators
+from .report import AllTraffic, _agreement, _entry, _notes, _numerators
 from .traffic import JudgedTraffic, human_values
 
 
@@ -75,7 +75,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
         b_all = np.zeros(judged.pks.size)
         a_all[rows] = _numerators(hv, hr, s)
         b_all[rows] = hr
-        jall = _numerators(judged.values, judged.relevant, s)
+        jall = judged.numerators(s)
         strata = []
         for h in names:
             inside = stratum == h
@@ -85,7 +85,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
         human, _ = stratified_ratio(strata, lam=0.0)
         estimates[s] = est
         metrics[s] = _entry(est, {"mean": human.estimate, "ci_low": human.ci_low, "ci_high": human.ci_high},
-                            _judge_mean(judged, s))
+                            judged.judge_mean(s))
         room = (half_width / Z95) ** 2 - parts.var_imputed
         total = None if room <= 0 else int(math.ceil(est.n * parts.var_rectifier / room - 1e-9))
         more[s] = {"half_width": est.half_width, "stratified_total": total,
