@@ -213,14 +213,7 @@ def _assign_all(db: sqlite_utils.Database, model: TopicModel, *,
                           "ORDER BY q.pk LIMIT ?", [last, BATCH]).fetchall()
         if not part:
             break
-        topic, sim = model.assign([r[1] for r in part])
-        with store.transaction(db):
-            db.conn.executemany(
-                "INSERT INTO query_topics (query_pk, model_id, topic, similarity) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (query_pk) DO UPDATE SET model_id = excluded.model_id, topic = excluded.topic, "
-                "similarity = excluded.similarity",
-                zip([r[0] for r in part], [model.id] * len(part), topic.tolist(), sim.astype(float).tolist(),
-                    strict=True))
+        _store_topics(db, model, part)
         last = part[-1][0]
         done += len(part)
         if progress:
@@ -278,14 +271,7 @@ def assign_new(db: sqlite_utils.Database, *, config: Any = None) -> int:
                           "ORDER BY q.pk LIMIT ?", [model.id, BATCH]).fetchall()
         if not part:
             return added
-        topic, sim = model.assign([r[1] for r in part])
-        with store.transaction(db):
-            db.conn.executemany(
-                "INSERT INTO query_topics (query_pk, model_id, topic, similarity) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (query_pk) DO UPDATE SET model_id = excluded.model_id, topic = excluded.topic, "
-                "similarity = excluded.similarity",
-                zip([r[0] for r in part], [model.id] * len(part), topic.tolist(), sim.astype(float).tolist(),
-                    strict=True))
+        _store_topics(db, model, part)
         added += len(part)
 
 
@@ -302,3 +288,15 @@ def topic_summary(db: sqlite_utils.Database) -> dict[str, Any]:
                   "ON q.pk = t.medoid_query_pk WHERE t.model_id = ? ORDER BY t.topic", [model[0]])]
     return {"model": model[0], "method": model[1], "k": model[2], "seed": model[3], "questions": model[4],
             "far_threshold": model[5], "created_at": model[6], "params": store.loads(model[7]), "topics": topics}
+
+
+def _store_topics(db: sqlite_utils.Database, model: Any, part: list[tuple[int, str]]) -> None:
+    """Give the (pk, question) rows of ``part`` their topic under ``model``, in one short transaction."""
+    topic, sim = model.assign([r[1] for r in part])
+    with store.transaction(db):
+        db.conn.executemany(
+            "INSERT INTO query_topics (query_pk, model_id, topic, similarity) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (query_pk) DO UPDATE SET model_id = excluded.model_id, topic = excluded.topic, "
+            "similarity = excluded.similarity",
+            zip([r[0] for r in part], [model.id] * len(part), topic.tolist(), sim.astype(float).tolist(),
+                strict=True))
