@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 from .detectors import Detectors
@@ -59,15 +60,7 @@ class Redactor:
     def scrub(self, text: str) -> str:
         """``text`` with every value as ``[TYPE]``: for error messages and rejected records."""
         found = self.find(text)
-        if not found:
-            return text
-        out, pos = [], 0
-        for start, end, kind in found:
-            out.append(text[pos:start])
-            out.append(f"[{kind}]")
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
+        return _replace(text, found, lambda kind, value: f"[{kind}]") if found else text
 
     def scrub_value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -103,19 +96,16 @@ class RecordRedaction:
         found = self.redactor.find(text)
         if not found:
             return text
-        out, pos = [], 0
         numbers = self.numbers
-        for start, end, kind in found:
-            value = text[start:end]
+
+        def numbered(kind: str, value: str) -> str:
             n = numbers.get((kind, value))
             if n is None:
                 n = numbers[(kind, value)] = sum(1 for k, _ in numbers if k == kind) + 1
             self._count(kind)
-            out.append(text[pos:start])
-            out.append(f"[{kind}_{n}]")
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
+            return f"[{kind}_{n}]"
+
+        return _replace(text, found, numbered)
 
     def ident(self, text: str | None) -> str | None:
         if not text:
@@ -123,15 +113,12 @@ class RecordRedaction:
         found = self.redactor.find(text)
         if not found:
             return text
-        out, pos = [], 0
-        for start, end, kind in found:
-            digest = hmac.new(self.redactor.key, text[start:end].encode(), hashlib.sha256).hexdigest()[:12]
+
+        def pseudonym(kind: str, value: str) -> str:
             self._count(kind)
-            out.append(text[pos:start])
-            out.append(f"[{kind}:{digest}]")
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
+            return f"[{kind}:{hmac.new(self.redactor.key, value.encode(), hashlib.sha256).hexdigest()[:12]}]"
+
+        return _replace(text, found, pseudonym)
 
     def value(self, value: Any) -> Any:
         """Meta: strings, the strings inside lists and objects (keys too), and long integers
@@ -156,3 +143,15 @@ def _merge(spans: list[tuple[int, int, str]], more: list[tuple[int, int, str]]) 
             out.append(s)
     out.sort()
     return out
+
+
+def _replace(text: str, found: list[tuple[int, int, str]], placeholder: Callable[[str, str], str]) -> str:
+    """``text`` with each found span (start, end, type), in order, replaced by
+    ``placeholder(type, value)``."""
+    out, pos = [], 0
+    for start, end, kind in found:
+        out.append(text[pos:start])
+        out.append(placeholder(kind, text[start:end]))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
