@@ -397,3 +397,16 @@ def test_label_page_fills_possibly_missed_once_the_pool_is_graded(tmp_path, monk
     click(at, f"add_missed_{pk}_{target}_3")
     assert grades(path, "alice", pk)["rotate-secret"] == 3
     assert not [b for b in at.button if b.key and b.key.startswith(f"add_missed_{pk}_{target}_")]  # now in the pool
+
+
+def test_a_new_database_never_reads_another_ones_kept_vocabulary(tmp_path):
+    """Small indexes keep their vocabulary per connection. Two in-memory databases made one after
+    the other have the same index structure record, and the second connection may even take the
+    first one's id() once that one is closed: the second must still find its own words."""
+    for i, word in enumerate(["alpha", "walrus", "okapi"]):
+        db = labeler.connect(":memory:")
+        corpus = tmp_path / f"c{i}.jsonl"
+        corpus.write_text(json.dumps({"id": f"d{i}", "text": f"{word} manual page"}) + "\n")
+        labeler.ingest_corpus(db, corpus)
+        assert ids(search_text(db, word)) == [f"d{i}"], word
+        db.conn.close()

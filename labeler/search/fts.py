@@ -122,38 +122,54 @@ def document_frequencies(db: sqlite_utils.Database, terms: Iterable[str], *, est
     return out
 
 
-#: Per database file: (the index's structure record when read, term -> document frequency).
-_vocabularies: dict[str, tuple[bytes, dict[str, int]]] = {}
+class _PerConnection:
+    """Values kept per open connection, for the last few: keyed by the connection object itself
+    (held while kept), never by its file name or ``id()``. A database made anew at the same path,
+    or an in-memory one whose connection took a closed one's ``id()``, must never find another
+    database's values: two small indexes can have the same structure record."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self.items: list[tuple[object, object]] = []
+
+    def get(self, conn: object) -> object | None:
+        return next((value for c, value in self.items if c is conn), None)
+
+    def put(self, conn: object, value: object) -> None:
+        self.items = [(c, v) for c, v in self.items if c is not conn][-(self.size - 1):] + [(conn, value)]
+
+
+#: Per connection: (the index's structure record when read, term -> document frequency).
+_vocabularies = _PerConnection()
 
 
 def _vocabulary(db: sqlite_utils.Database) -> dict[str, int]:
     """Every term of the index with its document frequency. Looking terms up one by one in the
     vocabulary table costs about a millisecond each, and the relevance feedback asks for thousands.
-    FTS5 rewrites its structure record (row 10 of its data table) at every change of the index,
-    so that record tells whether the copy kept is still right."""
-    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
+    FTS5 rewrites its structure record (row 10 of its data table, with a counter of writes) at
+    every change of the index, so within one database that record tells whether the copy kept for
+    this connection is still right."""
     row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
     structure = bytes(row[0]) if row else b""
-    kept = _vocabularies.get(name)
-    if kept is None or kept[0] != structure:
+    kept = _vocabularies.get(db.conn)
+    if kept is None or kept[0] != structure:  # type: ignore[index]
         kept = (structure, dict(db.execute("SELECT term, doc FROM documents_fts_vocab")))
-        _vocabularies[name] = kept
-    return kept[1]
+        _vocabularies.put(db.conn, kept)
+    return kept[1]  # type: ignore[index]
 
 
 SAMPLE_DOCS = 5000
 SAMPLE_MIN_SEEN = 3
 SAMPLED_FROM = 10_000
-#: Per database file: (corpus size when drawn, chunks in the sample, document frequencies in it).
-_samples: dict[str, tuple[int, int, Counter]] = {}
+#: Per connection: (corpus size when drawn, chunks in the sample, document frequencies in it).
+_samples = _PerConnection()
 
 
 def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
     n = corpus_size(db)
     if n < SAMPLED_FROM:
         return None
-    name = db.execute("PRAGMA database_list").fetchone()[2] or f"memory:{id(db.conn)}"
-    kept = _samples.get(name)
+    kept = _samples.get(db.conn)
     if kept is not None and n <= kept[0] * 1.1:
         return kept
     rng = random.Random(n)  # seeded by the corpus size: the same corpus, the same sample
@@ -169,7 +185,7 @@ def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
     stem = stems(db, set().union(*words)) if words else {}
     counts = Counter(t for ws in words for t in {stem[w] for w in ws})
     kept = (n, max(len(texts), 1), counts)
-    _samples[name] = kept
+    _samples.put(db.conn, kept)
     return kept
 
 
