@@ -403,7 +403,7 @@ with tab_stable:
                 x=alt.X("run_id:O", title="run"), y=alt.Y("value:Q", title="kappa"), color="kappa:N",
                 tooltip=["run_id", "created_at", "kappa", "value"]), width="stretch", key="jd_drift_chart")
             # as text: the first run has no previous one, shown as – rather than None
-            st.dataframe(frame.astype(object).map(lambda v: _num(None if v is None or v != v else v)),
+            st.dataframe(frame.astype(object).apply(lambda col: col.map(lambda v: _num(None if v is None or v != v else v))),
                          hide_index=True, key="jd_drift")
 
 # --- rubric editor and gate -----------------------------------------------------------------------------
