@@ -225,8 +225,7 @@ class BatchStore:
                                              lambda fh: fh.write(data)))
         elif method == "GET" and not rest:
             data = [f for f in self.files.values() if not query.get("purpose") or f["purpose"] == query["purpose"]]
-            handler._send(200, {"object": "list", "data": data, "has_more": False,
-                                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
+            handler._send(200, _page(data, query, 10000))
         elif rest and rest[0] not in self.files:
             handler._error(404, f"No such File object: {rest[0]}", "invalid_request_error")
         elif method == "GET" and len(rest) == 1:
@@ -266,9 +265,7 @@ class BatchStore:
             status, body = self.create(json.loads(raw or b"{}"))
             handler._send(status, body)
         elif method == "GET" and not rest:
-            data = sorted(self.batches.values(), key=lambda b: b["id"], reverse=True)
-            handler._send(200, {"object": "list", "data": data, "has_more": False,
-                                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
+            handler._send(200, _page(sorted(self.batches.values(), key=lambda b: b["id"], reverse=True), query, 20))
         elif rest and rest[0] not in self.batches:
             handler._error(404, f"No batch found with id '{rest[0]}'.", "invalid_request_error")
         elif method == "GET" and len(rest) == 1:
@@ -299,3 +296,15 @@ def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, byt
         if name:
             fields[name.group(1)] = (filename.group(1) if filename else None, body.removesuffix(b"\r\n"))
     return fields
+
+
+def _page(items: list[dict[str, Any]], query: dict[str, str], default_limit: int) -> dict[str, Any]:
+    """One page of a cursor-paginated list, as the API serves it: ``limit`` items after the id
+    ``after``. Clients of some versions ignore ``has_more`` and ask for the page after the last
+    id until one comes back empty, so ``after`` must be honoured."""
+    ids = [item["id"] for item in items]
+    start = ids.index(query["after"]) + 1 if query.get("after") in ids else 0
+    limit = int(query.get("limit") or default_limit)
+    data = items[start:start + limit]
+    return {"object": "list", "data": data, "has_more": start + limit < len(items),
+            "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
