@@ -7,6 +7,7 @@ import json
 import pytest
 
 import labeler
+from labeler import db as store
 from labeler.search import CorpusIndex, corpus_version, search
 
 
@@ -354,6 +355,7 @@ def missed_shares(tmp_path) -> dict[str, float | int]:
     shares["fusion_where_a_pool_chunk_is_relevant"] = round(found["fusion_with_feedback"] / missed_with_feedback, 3)
     shares["fusion_where_a_pool_chunk_is_relevant_of_top10_room"] = round(
         found["fusion_with_feedback"] / room_with_feedback, 3)
+    shares |= {f"{m}_found": found[m] for m in ("tfidf", "bm25", "fusion")}
     return shares | {"relevant_outside_pool": missed, "top10_room": room}
 
 
@@ -363,12 +365,12 @@ def test_cisi_missed_chunks_found(tmp_path):
     cisi.require_cisi()
     shares = missed_shares(tmp_path)
     print("\nCISI missed-chunk shares:", json.dumps(shares))
-    # measured: TF-IDF 3.3%, BM25 5.6%, fusion 9.3% of the relevant documents outside the pools
-    # (13.8%, 23.0%, 38.6% of what a top 10 can hold): the fusion finds 2.8x, short of the 3x
-    # hoped for. Words -> Porter stems took BM25 from 4.2% to 5.5% and the fusion from 8.0% to
-    # 8.4%; title words counting twice and the Rocchio re-ranking took the fusion to 9.3%.
-    assert shares["bm25"] > 1.5 * shares["tfidf"], shares
-    assert shares["fusion"] >= 2.7 * shares["tfidf"], shares
+    # measured: TF-IDF 3.3%, BM25 5.6%, fusion 10.3% of the relevant documents outside the pools
+    # (13.8%, 23.0%, 42.4% of what a top 10 can hold): the fusion finds 3.1x. Words -> Porter stems
+    # took BM25 from 4.2% to 5.5% and the fusion from 8.0% to 8.4%; title words counting twice and
+    # the Rocchio re-ranking took it to 9.3%, the latent semantic list to 10.3%.
+    assert shares["bm25_found"] > 1.5 * shares["tfidf_found"], shares
+    assert shares["fusion_found"] >= 3 * shares["tfidf_found"], shares
 
 
 # --- the Label page's "Possibly missed" panel (AppTest) ----------------------------------------
@@ -410,3 +412,78 @@ def test_a_new_database_never_reads_another_ones_kept_vocabulary(tmp_path):
         labeler.ingest_corpus(db, corpus)
         assert ids(search_text(db, word)) == [f"d{i}"], word
         db.conn.close()
+
+
+# --- the latent semantic list: other words for the same thing --------------------------------------
+
+def _topic_corpus(path, topics=40, per_topic=10, seed=5, prefix=""):
+    """``per_topic`` chunks on each of ``topics`` topics, each chunk 6 random words of its topic's 15:
+    chunks of a topic share few words, but those words keep company across the topic."""
+    import random
+
+    rng = random.Random(seed)
+    vocab = {f"{prefix}t{n}x": [f"{prefix}t{n}x{i}" for i in range(15)] for n in range(topics)}
+    rows = [{"id": f"{name}-{j}", "text": " ".join(rng.sample(words, 6))}
+            for name, words in vocab.items() for j in range(per_topic)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return vocab
+
+
+def test_latent_list_finds_a_chunk_that_shares_no_word_with_the_question(tmp_path):
+    from labeler.search import latent, search_text
+
+    db = labeler.connect(tmp_path / "l.db")
+    topics = _topic_corpus(tmp_path / "c.jsonl")
+    labeler.ingest_corpus(db, tmp_path / "c.jsonl")
+    (tmp_path / "t.jsonl").write_text(json.dumps({"id": "target", "text": " ".join(topics["t7x"][:5])}) + "\n")
+    labeler.ingest_corpus(db, tmp_path / "t.jsonl")
+    target_pk = pks(db, "target")[0]
+    question = " ".join(topics["t7x"][10:])  # words of the target's topic, none of them in the target
+    assert target_pk not in {h.doc_pk for h in search_text(db, question, 50)}  # no word in common
+    top = latent.similar(db, question, [], set(), 401)
+    topic = dict(db.execute("SELECT pk, substr(doc_id, 1, 3) FROM documents"))
+    # the ten chunks of the question's topic and the target come first: nearness is by topic
+    assert [topic[pk] for pk in top[:11]].count("t7x") == 10 and target_pk in top[:11]
+    assert target_pk not in latent.similar(db, question, [], {target_pk}, 401)  # excluded means excluded
+    # a relevant chunk pulls its topic in: with one of topic 3's chunks graded relevant, topic 3 comes first
+    t3 = pks(db, "t3x-0")[0]
+    assert {topic[pk] for pk in latent.similar(db, question, [t3], {t3}, 9)} == {"t3x"}
+
+
+def test_latent_space_folds_in_new_changed_and_removed_chunks_and_refits_past_a_share(tmp_path):
+    from labeler.search import latent
+
+    db = labeler.connect(tmp_path / "l.db")
+    topics = _topic_corpus(tmp_path / "c.jsonl")
+    labeler.ingest_corpus(db, tmp_path / "c.jsonl")
+    question = " ".join(topics["t2x"][:5])
+    latent.similar(db, question, [], set(), 10)
+    space = latent._spaces.get(db.conn)
+    assert space.fitted == 400
+    # a chunk ingested later is projected into the kept space and found
+    (tmp_path / "n.jsonl").write_text(json.dumps({"id": "new", "text": question}) + "\n")
+    labeler.ingest_corpus(db, tmp_path / "n.jsonl")
+    new_pk = pks(db, "new")[0]
+    assert latent.similar(db, question, [], set(), 1) == [new_pk]
+    assert latent._spaces.get(db.conn) is space and space.folded == 1
+    # its text changes to another topic's words: projected again, no longer near
+    other = " ".join(topics["t9x"][:5])
+    (tmp_path / "n.jsonl").write_text(json.dumps({"id": "new", "text": other}) + "\n")
+    labeler.ingest_corpus(db, tmp_path / "n.jsonl")  # the same id again: its text is replaced
+    assert new_pk not in latent.similar(db, question, [], set(), 30)
+    assert latent.similar(db, other, [], set(), 1) == [new_pk]
+    # removed: never returned
+    db.execute("DELETE FROM documents WHERE pk = ?", [new_pk])
+    store.index_pending(db.conn)  # as `ingest undo` and `queries remove` do
+    assert new_pk not in latent.similar(db, other, [], set(), 400)
+    # more than a fifth of the corpus new: fitted again on everything
+    _topic_corpus(tmp_path / "more.jsonl", topics=10, prefix="m")
+    labeler.ingest_corpus(db, tmp_path / "more.jsonl")
+    latent.similar(db, question, [], set(), 10)
+    assert latent._spaces.get(db.conn).fitted == 500
+
+
+def test_latent_list_stays_out_of_small_corpora(db):
+    from labeler.search import latent
+
+    assert latent.similar(db, "single sign-on", [], set(), 10) == []

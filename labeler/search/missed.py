@@ -5,7 +5,9 @@ query and every chunk an annotator graded or adjudicated), are fused by reciproc
 (score = sum of weight / (60 + rank)): BM25 on the question; BM25 on the most distinctive words of
 the chunks graded relevant, one list per chunk (relevance feedback, "more like this"); when an
 embeddings model is configured, cosine similarity between the question (plus the relevant chunks)
-and the chunks whose embeddings are cached (``embed_documents``); and, once any chunk of the query
+and the chunks whose embeddings are cached (``embed_documents``); in corpora of 200 to 20,000
+chunks, nearness to the question and the relevant chunks in a latent semantic space fitted on the
+corpus (``latent``; it weighs as much as the other lists together); and, once any chunk of the query
 is graded (in a corpus of fewer than RERANK_MAX_DOCS chunks), with weight 2, the best RERANK_DEPTH
 of those re-ranked by a Rocchio vector of the question and every graded chunk (``rocchio``). On
 CISI each part adds: see tests/test_search.py.
@@ -20,6 +22,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import LabelerError
+from . import latent
 from .fts import bm25, corpus_size, distinctive_terms, hits, query_terms
 from .hits import SearchHit
 from .rocchio import rerank
@@ -63,6 +66,12 @@ def pool(db: sqlite_utils.Database, query_pk: int) -> set[int]:
 
 _GRADED = ("SELECT doc_pk FROM relevance_labels WHERE query_pk = ?1 AND grade >= ?2 "
            "UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1 AND grade >= ?2")
+
+
+def relevant_pks(db: sqlite_utils.Database, query_pk: int) -> list[int]:
+    """Keys of the chunks graded relevant (grade >= the project's threshold) by anyone."""
+    threshold = int(store.get_setting(db, "threshold"))
+    return [r[0] for r in db.execute(f"SELECT doc_pk FROM ({_GRADED}) ORDER BY 1", [query_pk, threshold])]
 
 
 def relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
@@ -126,12 +135,17 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
     if config is not None and getattr(config, "embedding_model", None):
         rankings.append(_by_embedding(db, config, question, feedback, exclude))
     rankings = [r for r in rankings if r]
+    weights = [1.0] * len(rankings)
+    lsa = latent.similar(db, question, relevant_pks(db, query_pk), exclude, DEPTH)
+    if lsa:  # one list of everything at once, against one per chunk: it weighs as much as they do together
+        rankings.append(lsa)
+        weights.append(float(max(1, len(weights))))
     negative = not_relevant_texts(db, query_pk)
     if not feedback and not negative or corpus_size(db) >= RERANK_MAX_DOCS:
-        return hits(db, fuse(rankings, k))  # nothing graded yet (nothing for the vector to add), or too big
-    candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH)]
+        return hits(db, fuse(rankings, k, weights))  # nothing graded yet (nothing for the vector to add), or too big
+    candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH, weights)]
     reranked = rerank(db, question, feedback, negative, _texts(db, candidates))
-    return hits(db, fuse([*rankings, reranked], k, [1.0] * len(rankings) + [RERANK_WEIGHT]))
+    return hits(db, fuse([*rankings, reranked], k, [*weights, RERANK_WEIGHT]))
 
 
 def _texts(db: sqlite_utils.Database, pks: list[int]) -> dict[int, str]:

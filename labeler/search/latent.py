@@ -1,0 +1,166 @@
+"""Latent semantic search: chunks near the question and the chunks graded relevant, in a space of
+topics learned from the corpus itself (LSA: tf-idf reduced by a truncated SVD, Deerwester et al.
+1990), so a chunk that says the same thing in other words can be found without an embeddings
+endpoint.
+
+The space is fitted with scikit-learn on every visible chunk, for corpora of LSA_MIN_DOCS to
+LSA_MAX_DOCS chunks (about a second per 5,000 chunks on this machine), kept per connection, and
+brought up to date cheaply: chunks added, removed or changed since the fit are projected into the
+kept space (folding in, as LSI does), and the space is fitted again only when they are more than
+REFIT_SHARE of it. Larger corpora use the embeddings endpoint instead (``missed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sqlite_utils
+
+from .. import db as store
+from .fts import _PerConnection
+
+#: Below this many chunks a latent space says nothing a word match does not.
+LSA_MIN_DOCS = 200
+#: Above this many, fitting would hold up the Label page for seconds.
+LSA_MAX_DOCS = 20_000
+#: Dimensions of the space, at most a fifth of the chunks (CISI, 1,460 chunks: 100 to 200 find about
+#: as many missed chunks).
+DIMENSIONS = 150
+#: Weight of the mean relevant chunk against the question in the probe (the question weighs 1).
+RELEVANT_WEIGHT = 2.0
+#: Share of the fitted chunks that may be added, removed or changed before the space is refitted.
+REFIT_SHARE = 0.2
+
+
+@dataclass
+class _Space:
+    vectorizer: object
+    svd: object
+    key: tuple  # the index's state when last brought up to date (``_key``)
+    hashes: dict[int, int]  # doc_pk -> hash of its title and text when projected
+    rows: dict[int, int]  # doc_pk -> row of ``vectors``
+    vectors: np.ndarray  # unit rows
+    fitted: int  # chunks the space was fitted on
+    folded: int = 0  # chunks projected since
+
+
+_spaces = _PerConnection(size=4)
+
+
+def _key(db: sqlite_utils.Database) -> tuple:
+    """Cheap to read, and different whenever a chunk was added, changed, removed or made visible:
+    FTS5's structure record (rewritten at every change of the index), and the visible chunks'
+    count and largest key (an ingest's staged chunks become visible without touching the index)."""
+    row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
+    count, top = db.execute(f"SELECT count(*), max(d.pk) FROM documents d WHERE d.text IS NOT NULL "
+                            f"AND {store.visible('d')}").fetchone()
+    return bytes(row[0]) if row else b"", count, top
+
+
+def _chunks(db: sqlite_utils.Database) -> dict[int, int]:
+    """doc_pk -> hash of title and text, of every visible chunk with text (this process's hash)."""
+    return {r[0]: hash((r[1], r[2])) for r in db.execute(
+        f"SELECT d.pk, d.title, d.text FROM documents d WHERE d.text IS NOT NULL AND {store.visible('d')}")}
+
+
+def _texts(db: sqlite_utils.Database, pks: list[int]) -> list[str]:
+    out: dict[int, str] = {}
+    for i in range(0, len(pks), 500):
+        part = pks[i:i + 500]
+        out |= {r[0]: f"{r[1] or ''} {r[2]}" for r in db.execute(
+            f"SELECT pk, title, text FROM documents WHERE pk IN ({','.join('?' * len(part))})", part)}
+    return [out.get(pk, "") for pk in pks]
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    return (matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def _fit(db: sqlite_utils.Database, chunks: dict[int, int], key: tuple) -> _Space | None:
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    pks = sorted(chunks)
+    vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, min_df=2, dtype=np.float32)
+    try:
+        matrix = vectorizer.fit_transform(_texts(db, pks))
+    except ValueError:  # no word occurs in two chunks
+        return None
+    dims = min(DIMENSIONS, matrix.shape[1] - 1, len(pks) // 5)  # more than a fifth of the chunks fits noise
+    if dims < 2:
+        return None
+    svd = TruncatedSVD(dims, random_state=0)
+    vectors = _unit(svd.fit_transform(matrix))
+    return _Space(vectorizer, svd, key, dict(chunks), {pk: i for i, pk in enumerate(pks)}, vectors, len(pks))
+
+
+def _project(space: _Space, texts: list[str]) -> np.ndarray:
+    return _unit(space.svd.transform(space.vectorizer.transform(texts)))
+
+
+def _space(db: sqlite_utils.Database) -> _Space | None:
+    """The latent space of the visible chunks, fitted or brought up to date."""
+    key = _key(db)
+    if not LSA_MIN_DOCS <= key[1] <= LSA_MAX_DOCS:
+        return None
+    space = _spaces.get(db.conn)
+    if space is not None and space.key == key:  # type: ignore[union-attr]
+        return space  # type: ignore[return-value]
+    chunks = _chunks(db)
+    if space is not None:
+        stale = [pk for pk, h in chunks.items() if space.hashes.get(pk) != h]  # type: ignore[union-attr]
+        gone = [pk for pk in space.hashes if pk not in chunks]  # type: ignore[union-attr]
+        if space.folded + len(stale) + len(gone) > REFIT_SHARE * space.fitted:  # type: ignore[union-attr]
+            space = None
+        else:
+            _fold_in(db, space, stale, gone, chunks)  # type: ignore[arg-type]
+            space.key = key  # type: ignore[union-attr]
+    if space is None:
+        space = _fit(db, chunks, key)
+        if space is None:
+            return None
+        _spaces.put(db.conn, space)
+    return space  # type: ignore[return-value]
+
+
+def _fold_in(db: sqlite_utils.Database, space: _Space, stale: list[int], gone: list[int],
+             chunks: dict[int, int]) -> None:
+    for pk in gone:
+        space.hashes.pop(pk, None)
+        space.rows.pop(pk, None)  # its row stays in the matrix, unreachable
+    if stale:
+        projected = _project(space, _texts(db, stale))
+        for pk, vector in zip(stale, projected, strict=True):
+            if pk in space.rows:
+                space.vectors[space.rows[pk]] = vector
+            else:
+                space.rows[pk] = len(space.vectors)
+                space.vectors = np.vstack([space.vectors, vector[None, :]])
+            space.hashes[pk] = chunks[pk]
+    space.folded += len(stale) + len(gone)
+
+
+def similar(db: sqlite_utils.Database, question: str, relevant: list[int], exclude: set[int],
+            k: int) -> list[int]:
+    """The ``k`` chunks outside ``exclude`` nearest the probe: the question plus RELEVANT_WEIGHT
+    times the mean of the chunks ``relevant`` (keys); best first, ties by key. Empty when the
+    corpus is out of range."""
+    space = _space(db)
+    if space is None:
+        return []
+    probe = _project(space, [question])[0]
+    rows = [space.rows[pk] for pk in relevant if pk in space.rows]
+    if rows:
+        probe = probe + RELEVANT_WEIGHT * space.vectors[rows].mean(axis=0)
+    pks = np.fromiter(space.rows.keys(), dtype=np.int64, count=len(space.rows))
+    scores = space.vectors[np.fromiter(space.rows.values(), dtype=np.int64, count=len(space.rows))] @ probe
+    order = np.lexsort((pks, -scores))
+    out: list[int] = []
+    for i in order:
+        pk = int(pks[i])
+        if pk not in exclude:
+            out.append(pk)
+            if len(out) == k:
+                break
+    return out
