@@ -458,14 +458,18 @@ def test_latent_space_folds_in_new_changed_and_removed_chunks_and_refits_past_a_
     labeler.ingest_corpus(db, tmp_path / "c.jsonl")
     question = " ".join(topics["t2x"][:5])
     latent.similar(db, question, [], set(), 10)
-    space = latent._spaces.get(db.conn)
+    space = latent._spaces[str(tmp_path / "l.db")]
     assert space.fitted == 400
     # a chunk ingested later is projected into the kept space and found
     (tmp_path / "n.jsonl").write_text(json.dumps({"id": "new", "text": question}) + "\n")
     labeler.ingest_corpus(db, tmp_path / "n.jsonl")
     new_pk = pks(db, "new")[0]
     assert latent.similar(db, question, [], set(), 1) == [new_pk]
-    assert latent._spaces.get(db.conn) is space and space.folded == 1
+    assert latent._spaces[str(tmp_path / "l.db")] is space and space.folded == 1
+    # another connection to the file (the app has one per script thread) shares the space
+    other_db = labeler.connect(tmp_path / "l.db")
+    assert latent.similar(other_db, question, [], set(), 1) == [new_pk]
+    assert latent._spaces[str(tmp_path / "l.db")] is space and space.folded == 1
     # its text changes to another topic's words: projected again, no longer near
     other = " ".join(topics["t9x"][:5])
     (tmp_path / "n.jsonl").write_text(json.dumps({"id": "new", "text": other}) + "\n")
@@ -480,7 +484,26 @@ def test_latent_space_folds_in_new_changed_and_removed_chunks_and_refits_past_a_
     _topic_corpus(tmp_path / "more.jsonl", topics=10, prefix="m")
     labeler.ingest_corpus(db, tmp_path / "more.jsonl")
     latent.similar(db, question, [], set(), 10)
-    assert latent._spaces.get(db.conn).fitted == 500
+    assert latent._spaces[str(tmp_path / "l.db")].fitted == 500
+
+
+def test_latent_space_of_a_database_made_anew_at_the_same_path_is_its_own(tmp_path):
+    from labeler.search import latent
+
+    path = tmp_path / "again.db"
+    db = labeler.connect(path)
+    topics = _topic_corpus(tmp_path / "c.jsonl")
+    labeler.ingest_corpus(db, tmp_path / "c.jsonl")
+    question = " ".join(topics["t4x"][:5])
+    assert {pk for pk in latent.similar(db, question, [], set(), 10)} == set(pks(db, *[f"t4x-{j}" for j in range(10)]))
+    db.conn.close()
+    path.unlink()
+    db = labeler.connect(path)  # the same file name, the same number of chunks, other words
+    _topic_corpus(tmp_path / "c2.jsonl", prefix="z")
+    labeler.ingest_corpus(db, tmp_path / "c2.jsonl")
+    assert latent.similar(db, question, [], set(), 10) == []  # no word of the question is in it
+    z4 = " ".join(f"zt4x{i}" for i in range(5))
+    assert set(latent.similar(db, z4, [], set(), 10)) == set(pks(db, *[f"zt4x-{j}" for j in range(10)]))
 
 
 def test_latent_list_stays_out_of_small_corpora(db):

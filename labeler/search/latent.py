@@ -4,21 +4,23 @@ topics learned from the corpus itself (LSA: tf-idf reduced by a truncated SVD, D
 endpoint.
 
 The space is fitted with scikit-learn on every visible chunk, for corpora of LSA_MIN_DOCS to
-LSA_MAX_DOCS chunks (about a second per 5,000 chunks on this machine), kept per connection, and
-brought up to date cheaply: chunks added, removed or changed since the fit are projected into the
+LSA_MAX_DOCS chunks, kept per database file for every connection and thread of the process (the
+app opens one connection per script thread), and brought up to date cheaply: chunks added, removed or changed since the fit are projected into the
 kept space (folding in, as LSI does), and the space is fitted again only when they are more than
 REFIT_SHARE of it. Larger corpora use the embeddings endpoint instead (``missed``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 import sqlite_utils
 
 from .. import db as store
-from .fts import _PerConnection
 
 #: Below this many chunks a latent space says nothing a word match does not.
 LSA_MIN_DOCS = 200
@@ -37,15 +39,21 @@ REFIT_SHARE = 0.2
 class _Space:
     vectorizer: object
     svd: object
-    key: tuple  # the index's state when last brought up to date (``_key``)
     hashes: dict[int, int]  # doc_pk -> hash of its title and text when projected
     rows: dict[int, int]  # doc_pk -> row of ``vectors``
     vectors: np.ndarray  # unit rows
     fitted: int  # chunks the space was fitted on
     folded: int = 0  # chunks projected since
+    #: Database object -> the ``_key`` it last read while this space matched the chunks it sees
+    verified: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
 
-_spaces = _PerConnection(size=4)
+#: Database file -> its space, for the last few files. Whether a space matches what a connection
+#: sees is decided by the chunks' hashes (``_chunks``), never by the file name alone: a database
+#: made anew at the same path, or another in-memory one, only reuses the vectors of identical chunks.
+_spaces: OrderedDict[str, _Space] = OrderedDict()
+_SPACES_KEPT = 4
+_lock = threading.Lock()  # one thread at a time fits, folds in or reads a space
 
 
 def _key(db: sqlite_utils.Database) -> tuple:
@@ -77,7 +85,7 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return (matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
-def _fit(db: sqlite_utils.Database, chunks: dict[int, int], key: tuple) -> _Space | None:
+def _fit(db: sqlite_utils.Database, chunks: dict[int, int]) -> _Space | None:
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -92,36 +100,46 @@ def _fit(db: sqlite_utils.Database, chunks: dict[int, int], key: tuple) -> _Spac
         return None
     svd = TruncatedSVD(dims, random_state=0)
     vectors = _unit(svd.fit_transform(matrix))
-    return _Space(vectorizer, svd, key, dict(chunks), {pk: i for i, pk in enumerate(pks)}, vectors, len(pks))
+    return _Space(vectorizer, svd, dict(chunks), {pk: i for i, pk in enumerate(pks)}, vectors, len(pks))
 
 
 def _project(space: _Space, texts: list[str]) -> np.ndarray:
     return _unit(space.svd.transform(space.vectorizer.transform(texts)))
 
 
+def _file(db: sqlite_utils.Database) -> str:
+    row = db.execute("PRAGMA database_list").fetchone()
+    return row[2] if row and row[2] else ":memory:"
+
+
 def _space(db: sqlite_utils.Database) -> _Space | None:
-    """The latent space of the visible chunks, fitted or brought up to date."""
+    """The latent space of the visible chunks ``db`` sees, fitted or brought up to date. Call with
+    ``_lock`` held."""
     key = _key(db)
     if not LSA_MIN_DOCS <= key[1] <= LSA_MAX_DOCS:
         return None
-    space = _spaces.get(db.conn)
-    if space is not None and space.key == key:  # type: ignore[union-attr]
-        return space  # type: ignore[return-value]
+    path = _file(db)
+    space = _spaces.get(path)
+    if space is not None and space.verified.get(db) == key:
+        return space
     chunks = _chunks(db)
     if space is not None:
-        stale = [pk for pk, h in chunks.items() if space.hashes.get(pk) != h]  # type: ignore[union-attr]
-        gone = [pk for pk in space.hashes if pk not in chunks]  # type: ignore[union-attr]
-        if space.folded + len(stale) + len(gone) > REFIT_SHARE * space.fitted:  # type: ignore[union-attr]
+        stale = [pk for pk, h in chunks.items() if space.hashes.get(pk) != h]
+        gone = [pk for pk in space.hashes if pk not in chunks]
+        if space.folded + len(stale) + len(gone) > REFIT_SHARE * space.fitted:
             space = None
-        else:
-            _fold_in(db, space, stale, gone, chunks)  # type: ignore[arg-type]
-            space.key = key  # type: ignore[union-attr]
+        elif stale or gone:
+            _fold_in(db, space, stale, gone, chunks)
     if space is None:
-        space = _fit(db, chunks, key)
+        space = _fit(db, chunks)
         if space is None:
             return None
-        _spaces.put(db.conn, space)
-    return space  # type: ignore[return-value]
+        _spaces[path] = space
+        while len(_spaces) > _SPACES_KEPT:
+            _spaces.popitem(last=False)
+    _spaces.move_to_end(path)
+    space.verified[db] = key
+    return space
 
 
 def _fold_in(db: sqlite_utils.Database, space: _Space, stale: list[int], gone: list[int],
@@ -145,16 +163,19 @@ def similar(db: sqlite_utils.Database, question: str, relevant: list[int], exclu
             k: int) -> list[int]:
     """The ``k`` chunks outside ``exclude`` nearest the probe: the question plus RELEVANT_WEIGHT
     times the mean of the chunks ``relevant`` (keys); best first, ties by key. Empty when the
-    corpus is out of range."""
-    space = _space(db)
-    if space is None:
-        return []
-    probe = _project(space, [question])[0]
-    rows = [space.rows[pk] for pk in relevant if pk in space.rows]
-    if rows:
-        probe = probe + RELEVANT_WEIGHT * space.vectors[rows].mean(axis=0)
-    pks = np.fromiter(space.rows.keys(), dtype=np.int64, count=len(space.rows))
-    scores = space.vectors[np.fromiter(space.rows.values(), dtype=np.int64, count=len(space.rows))] @ probe
+    corpus is out of range or the probe is empty."""
+    with _lock:
+        space = _space(db)
+        if space is None:
+            return []
+        probe = _project(space, [question])[0]
+        rows = [space.rows[pk] for pk in relevant if pk in space.rows]
+        if rows:
+            probe = probe + RELEVANT_WEIGHT * space.vectors[rows].mean(axis=0)
+        if not np.any(probe):
+            return []  # no word the space knows, no relevant chunk: nothing is nearer than another
+        pks = np.fromiter(space.rows.keys(), dtype=np.int64, count=len(space.rows))
+        scores = space.vectors[np.fromiter(space.rows.values(), dtype=np.int64, count=len(space.rows))] @ probe
     order = np.lexsort((pks, -scores))
     out: list[int] = []
     for i in order:
