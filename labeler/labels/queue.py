@@ -24,16 +24,8 @@ Rules:
   k, so the choice stays the k smallest hashes as long as the set only grows. A new
   ``queue_seed`` re-picks from scratch. A target never drops below the annotators already holding
   the item.
-- **Order** (``queue_order``): ``random`` (seeded hash of the query id), ``oldest`` (first seen,
-  as text), ``lowest_score`` (top-1 retrieval score of the default retriever, unscored last), ``frequent``
-  (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
-  ones, then the rest, see ``labeler.signals``; random within each tier), ``active`` (the
-  newest active draw's drawn queries in a seeded random order, and nothing else:
-  ``labeler.estimate.designs``), ``stratified`` (topics filled in proportion to their traffic or
-  a lead's targets, random within each topic: ``labeler.labels.strata``); ties by query pk.
-- **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
-  probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
-  which labels form a probability sample.
+- **Order** (``queue_order``): the sort keys, and how the ``active`` and ``stratified`` orders
+  pick and record a hand-out, are in ``labeler.labels.orders``; ties by query pk.
 - **What is queued**: logged and imported queries; synthetic queries only once their
   ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
@@ -42,7 +34,6 @@ Rules:
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from typing import Any, NamedTuple
 
@@ -50,13 +41,11 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import ItemTakenError, LabelError
-from ..estimate import designs
-from ..retrievers import RetrieverError, default_retriever, logged_retrievers
-from . import strata
+from . import orders
 from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
 
-ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active", "stratified")
-_UNSCORED = 1e308
+# re-exported: the orders lived here before ``labels.orders``
+from .orders import _UNSCORED, ORDERS, _hash, _score_retriever, _signal_tiers  # noqa: F401
 
 
 class QueueSync(NamedTuple):
@@ -66,11 +55,6 @@ class QueueSync(NamedTuple):
     removed: int = 0
     rekeyed: int = 0
     retargeted: int = 0
-
-
-def _hash(seed: Any, stream: str, query_id: str) -> int:
-    digest = hashlib.blake2b(f"{seed}\x1f{stream}\x1f{query_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 def _params(settings: dict[str, Any]) -> dict[str, Any]:
@@ -94,10 +78,7 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
-    extra = [designs.latest_draw(conn)] if params["order"] == "active" else []  # a new draw re-keys the queue
-    if params["order"] == "stratified":
-        extra = [strata.fingerprint(conn)]  # a new topic model (or topics for new queries) re-keys it
-    return store.dumps([list(row), params, *extra])
+    return store.dumps([list(row), params, *orders.fingerprint_extra(conn, params["order"])])
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> Any:
@@ -167,34 +148,16 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     prev = _meta(conn, "params") or {}
     reuse_overlap = "seed" in prev and prev["seed"] == seed
     reuse_order = reuse_overlap and order == prev.get("order") == "random"
-    score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
-                 "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
     wanted: dict[int, tuple[Any, int]] = {}
-    tiers = _signal_tiers(conn) if order == "signals_first" else {}
-    drawn = designs.active_keys(conn) if order == "active" else {}
-    topic = strata.query_strata(conn) if order == "stratified" else {}
+    score_sql, args, sort_key = orders.sort_keys(conn, order, seed)
     for pk, query_id, seen, occurrences, score, origin in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql}, q.origin "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
-        f"AND q.discarded_at IS NULL AND {store.visible('q')}",
-        [_score_retriever(conn)] if order == "lowest_score" else []
+        f"AND q.discarded_at IS NULL AND {store.visible('q')}", args
     ):
         old = have.get(pk)
-        if order == "random":
-            key: Any = old[0] if reuse_order and old else _hash(seed, "order", query_id)
-        elif order == "oldest":
-            key = seen or ""
-        elif order == "lowest_score":
-            key = _UNSCORED if score is None else score
-        elif order == "signals_first":
-            key = (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
-        elif order == "active":
-            key = drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
-        elif order == "stratified":
-            key = strata.sort_key(topic.get(pk, strata.UNASSIGNED) if origin == "log" else None,
-                                  _hash(seed, "order", query_id))
-        else:
-            key = -occurrences
+        # reuse_order: only under ``random``, whose key depends on the seed and query id alone
+        key = old[0] if reuse_order and old else sort_key(pk, query_id, seen, occurrences, score, origin)
         wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
     added = [(pk, k, ok) for pk, (k, ok) in wanted.items() if pk not in have]
     rekey = [(k, ok, pk) for pk, (k, ok) in wanted.items()
@@ -202,23 +165,6 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     # a query that left the queue (e.g. a synthetic question no longer accepted) goes only if unstarted
     removed = [(pk,) for pk, row in have.items() if pk not in wanted and row[4] == 0]
     return added, rekey, removed
-
-
-def _signal_tiers(conn: sqlite3.Connection) -> dict[int, int]:
-    """{query pk: 0 unhappy, 1 other signal} for ``signals_first`` (queries without one are tier 2)."""
-    from ..signals import signal_groups
-
-    return {pk: 0 if g == "unhappy" else 1 for pk, g in signal_groups(conn).items()}  # type: ignore[arg-type]
-
-
-def _score_retriever(conn: sqlite3.Connection) -> str | None:
-    """Whose top score orders ``lowest_score``: the default retriever (``labeler.retrievers``), or,
-    when several logged rankings and none is the default, the first by name."""
-    names = logged_retrievers(conn)
-    try:
-        return default_retriever(conn, known=names)
-    except RetrieverError:
-        return names[0] if names else None
 
 
 def _sync(conn: sqlite3.Connection, params: dict[str, Any], *, force: bool = False) -> QueueSync:
@@ -341,18 +287,13 @@ def next_item(db: sqlite_utils.Database, annotator: str, *, now: When = None) ->
         if back:
             return back[0]
         _reclaim_expired(conn, at)
-        stratum = None
-        if params["order"] == "stratified":
-            found = strata.next_in_order(conn, annotator, settings, _NEXT_SQL, _fingerprint(conn, params))
-            row, stratum = (None, None) if found is None else ((found[0],), found[1])
-        else:
-            row = conn.execute(_NEXT_SQL, [annotator]).fetchone()
-        if row is None or (params["order"] == "active" and not designs.is_drawn(conn, row[0])):
+        picked = orders.pick(conn, annotator, settings, params["order"], _NEXT_SQL,
+                             lambda: _fingerprint(conn, params))
+        if picked is None:
             return None
-        _lease(conn, row[0], annotator, at, until)
-        designs.record_handout(conn, row[0], annotator, settings, at, stratum=stratum,
-                               topic_model=strata.model_id(conn) if params["order"] == "stratified" else None)
-        return row[0]
+        _lease(conn, picked[0], annotator, at, until)
+        orders.record_handout(conn, picked[0], annotator, settings, at, params["order"], picked[1])
+        return picked[0]
 
 
 def claim(conn: sqlite3.Connection, query_pk: int, annotator: str, at: str, settings: dict[str, Any],
