@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import _print_json
+from .common import _print_json
 
 
 def print_all_traffic(db, judge_run: int | None, specs: list[str] | None, *, retriever: str | None,

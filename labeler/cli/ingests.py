@@ -1,11 +1,159 @@
-"""``labeler ingest list`` / ``ingest undo`` and ``labeler queries remove``: undoing a bad ingest
-or single bad items (``labeler.ingest.undo``)."""
+"""``labeler ingest`` (``logs``, ``corpus``, ``list``, ``undo``) and ``labeler queries remove``: loading
+query logs and corpora (``labeler.ingest``) and undoing a bad ingest or single bad items
+(``labeler.ingest.undo``)."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import click
 
-from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, cli, ingest, json_option
+from ..ingest import ingest_tools
+from ..ingest.readers import FORMATS as FILE_FORMATS
+from . import cli, stdio
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _progress_bar, json_option
+
+
+@cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
+def ingest() -> None:
+    """Load production query logs or a corpus into the database.
+
+    Example:
+
+        labeler ingest logs prod-2026-11.jsonl.gz
+    """
+
+
+def _ingest_summary(r: dict[str, Any]) -> str:
+    line = (f"{r['path']}: {r['records']} records: {r['new']} new, {r['merged']} merged, "
+            f"{r['unchanged']} unchanged, {r['rejected']} rejected")
+    if r["kind"] == "logs":
+        line += f"; {r['retrievals']} retrievals, {r['documents_new']} new documents"
+        if r["documents_without_text"]:
+            line += (f"; {r['documents_without_text']} documents have no text yet "
+                     "(ingest a corpus file with their text)")
+    for note in r.get("notes") or []:
+        line += f"\n  {note}"
+    if r.get("rejects_path"):
+        line += f"\nrejected records and reasons: {r['rejects_path']}"
+    return line
+
+
+def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_json: bool, fn: Callable,
+                **kwargs: Any) -> None:
+    if files.count(stdio.DASH) > 1:
+        raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
+    db = _open(ctx, create=True)
+    results = []
+    for f in files:
+        with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
+            update, close = _progress_bar(name or Path(f).name)
+            try:
+                result = fn(db, path, fmt=file_fmt, name=name, progress=update if sys.stderr.isatty() else None,
+                            **kwargs)
+            finally:
+                close()
+            if name and result.rejects_path:
+                result.rejects_path = stdio.keep_rejects(result.rejects_path)
+        results.append(result.to_dict())
+        if not as_json:
+            click.echo(_ingest_summary(results[-1]))
+            for p in result.problems[:20]:
+                click.echo(f"  {p}", err=True)
+    if as_json:
+        _print_json(results if len(results) > 1 else results[0])
+
+
+def redact_option(f: Callable) -> Callable:
+    f = click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="TYPE=REGEX",
+                     help="Also replace what this regular expression matches, by [TYPE_n] (added to the "
+                          "setting redact_patterns), e.g. --redact-pattern CUSTOMER=CUST-\\d{6}.")(f)
+    return click.option("--redact/--no-redact", default=None,
+                        help="Replace personal data and secrets with placeholders before storing (default: "
+                             "on, unless the setting redact is off).")(f)
+
+
+# file formats, then the tools whose reader --format may force (ingest.formats' registry)
+LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
+
+@ingest.command("logs", context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@click.option("--format", "fmt", type=click.Choice(LOG_FORMATS),
+              help="File format (default: from the extension; .gz is decompressed; for - from the first "
+                   "bytes), or the tool that wrote the file, to force its reader (default: recognised "
+                   "per record).")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=PATH",
+              help="Read a field from a (dotted) path, e.g. --map question=inputs.query.")
+@click.option("--lenient", is_flag=True,
+              help="Write the valid records; write rejects with reasons to FILE.rejects.jsonl.")
+@click.option("--max-line-mb", type=click.IntRange(1, 1024), default=16, show_default=True,
+              help="Reject records longer than this.")
+@redact_option
+@click.option("--sample", type=float, metavar="RATE|N",
+              help="Keep a uniform sample: a rate below 1 (e.g. 0.05, picked by a hash of the query id and "
+                   "--seed, the same in every file and re-ingest) or a number of records per file (a seeded "
+                   "reservoir, e.g. 50000).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@json_option
+@click.pass_context
+def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
+                    lenient: bool, max_line_mb: int, redact: bool | None, redact_patterns: tuple[str, ...],
+                    sample: float | None, seed: int, as_json: bool) -> None:
+    """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
+    OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
+    Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
+
+    Each record needs a question and the retrieved chunks (ids, optional text, score, title); a
+    chunk without an id gets one made from its text. Spans and runs that are not retrievals are
+    skipped and counted. Strict by default: any invalid record means nothing from that file is
+    written. --map chunk.id=metadata.source reaches inside each chunk. FILE - reads standard input
+    (named <stdin> in messages; format from --format, else from its first bytes: [ JSON array,
+    { JSON lines, PAR1 Parquet; gzip is decompressed). Email addresses, phone, card and national
+    id numbers, IBANs, IP addresses and secrets become placeholders such as [EMAIL_1] before
+    anything is stored (--no-redact keeps them).
+
+    Example:
+
+        labeler ingest logs logs.jsonl --map question=inputs.query --map retrieved=outputs.documents
+
+        labeler ingest logs big-*.jsonl.gz --sample 0.05 --seed 7
+    """
+    from ..ingest import ingest_logs, parse_mapping
+    from ..privacy import parse_patterns
+
+    mapping = parse_mapping(maps)
+    tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
+    _run_ingest(ctx, files, None if tool else fmt, as_json, ingest_logs, mapping=mapping, lenient=lenient, tool=tool,
+                max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
+
+
+@ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@click.option("--format", "fmt", type=click.Choice(FILE_FORMATS),
+              help="File format (default: from the extension; for - from the first bytes).")
+@click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
+@redact_option
+@json_option
+@click.pass_context
+def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, lenient: bool,
+                      redact: bool | None, redact_patterns: tuple[str, ...], as_json: bool) -> None:
+    """Ingest the corpus: chunk records with id, text and optional title and source.
+
+    FILE - reads standard input, as for labeler ingest logs.
+
+    Example:
+
+        labeler ingest corpus chunks.jsonl
+    """
+    from ..ingest import ingest_corpus
+    from ..privacy import parse_patterns
+
+    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient, redact=redact,
+                redact_patterns=parse_patterns(redact_patterns))
 
 
 @ingest.command("list", context_settings=CONTEXT_SETTINGS)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import CONTEXT_SETTINGS, _open, _print_json, cli, json_option
+from . import cli
+from .common import CONTEXT_SETTINGS, _open, _print_json, json_option
 
 
 def _cut(text: str, width: int) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _secrets_toml, cli, json_option
+from . import cli
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _secrets_toml, json_option
 
 _K = click.option("--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
                   help="How many chunks to return.")

@@ -6,14 +6,14 @@ from typing import Any
 
 import click
 
-from . import (
+from . import cli
+from .common import (
     CONTEXT_SETTINGS,
     LabelerGroup,
     _open,
     _print_json,
     _progress_bar,
     _secrets_toml,
-    cli,
     json_option,
 )
 

@@ -9,7 +9,8 @@ import sys
 
 import click
 
-from . import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, cli, json_option
+from . import cli
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, json_option
 
 
 def _read_password(from_stdin: bool, prompt: str = "Password") -> str:

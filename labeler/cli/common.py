@@ -1,0 +1,89 @@
+"""What every ``labeler`` command module shares: the group class, the --json option, the database
+of --db, JSON output, the progress bar and ``.streamlit/secrets.toml``.
+
+Kept apart from ``labeler.cli`` (the package) so that the command modules import it without a cycle;
+the package re-exports every name.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import db as store
+from ..errors import IngestError, LabelerError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class LabelerGroup(click.Group):
+    """Turns LabelerError into one clear line and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except IngestError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(1)
+        except LabelerError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(1)
+
+
+def json_option(f: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(f)
+
+
+def _open(ctx: click.Context, *, create: bool = False):
+    """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
+    app) may create it; for every other command a missing file is an error (``store.connect``),
+    so that a mistyped --db is not a new, empty database that reads as zeros."""
+    return store.connect(ctx.obj["db_path"], create=create)
+
+
+def _print_json(value: Any, *, err: bool = False) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str), err=err)
+
+
+def _progress_bar(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A click progress bar on stderr, driven by (done, total) byte counts."""
+    state: dict[str, Any] = {"bar": None, "done": 0}
+
+    def update(done: int, total: int) -> None:
+        if state["bar"] is None:
+            state["bar"] = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
+            state["bar"].__enter__()
+        state["bar"].update(max(done - state["done"], 0))
+        state["done"] = done
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].__exit__(None, None, None)
+
+    return update, close
+
+
+def _secrets_toml() -> dict[str, Any]:
+    """``.streamlit/secrets.toml`` of the working directory (where the app reads it), if any."""
+    import tomllib
+
+    path = Path(".streamlit") / "secrets.toml"
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise LabelerError(f"cannot read {path}: {e}") from None
+
+
+def _fmt_value(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+# --origin of labeler metrics and labeler export
+ORIGIN_CHOICE = click.Choice(["log", "synthetic", "import"])

@@ -1,0 +1,250 @@
+"""``labeler metrics`` (retrieval metrics of the labeled queries, ``labeler.report``) and ``labeler eval``
+(a RAG pipeline on the golden set, ``labeler.harness``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import cli
+from .common import (
+    CONTEXT_SETTINGS,
+    ORIGIN_CHOICE,
+    _fmt_value,
+    _open,
+    _print_json,
+    _progress_bar,
+    _secrets_toml,
+    json_option,
+)
+
+
+def _eval_llm_config() -> Any:
+    from ..llm import LLMConfig
+
+    return LLMConfig.from_env(_secrets_toml())  # the judge run's own model and temperature are used
+
+
+@cli.command("eval", context_settings=CONTEXT_SETTINGS)
+@click.option("--golden", required=True, type=click.Path(dir_okay=False),
+              help="The golden set: JSONL from labeler export, or lines {question, relevant_ids}.")
+@click.option("--pipeline", metavar="MODULE:FUNCTION",
+              help="A function taking a question and returning (docs, answer), e.g. mypkg.rag:answer.")
+@click.option("--endpoint", metavar="URL", help='An HTTP pipeline: POST {"question": ...}, JSON response.')
+@click.option("--map", "maps", multiple=True, metavar="FIELD=PATH",
+              help="Read the endpoint's response from (dotted) paths, as in ingest: --map retrieved=result.docs.")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
+              help="An HTTP header for --endpoint (repeatable), e.g. 'Authorization: Bearer $TOKEN'.")
+@click.option("--retriever", help="Without --pipeline/--endpoint: the logged retriever in --db to evaluate "
+              "(default: the only one, else production).")
+@click.option("-k", "k", type=click.IntRange(1), help="Cutoff of the default metrics recall@k, precision@k, "
+              "hit@k, mrr, ndcg@k (default 10).")
+@click.option("--metric", "metric_specs", multiple=True, metavar="SPEC", help="Another metric, e.g. ndcg@10.")
+@click.option("--threshold", type=click.IntRange(1), help="Lowest relevant grade (default: manifest's, else 2).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Questions in flight at once.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30.0, show_default=True,
+              help="Seconds per question; a slower question counts as a miss.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="A baseline (--save-baseline) to compare with.")
+@click.option("--max-drop", "max_drops", multiple=True, metavar="METRIC=TOL",
+              help="Fail when METRIC's mean drops by more than TOL and p < alpha (TOL alone: every metric; "
+              "none: every metric at 0).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the paired randomization test.")
+@click.option("--permutations", type=click.IntRange(1), default=10000, show_default=True,
+              help="Sign flips of the randomization test.")
+@click.option("--allow-golden-change", is_flag=True,
+              help="Compare with a baseline made on another golden set (on the shared questions).")
+@click.option("--save-baseline", type=click.Path(dir_okay=False), help="Write this run as a baseline.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write report.json here and per-question records to <stem>.questions.jsonl.")
+@click.option("--lenient", is_flag=True, help="Skip invalid golden lines with a warning instead of stopping.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the test.")
+@click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
+              help="Also judge the answers (faithfulness / answer relevance) with the judge, rubric and model of "
+              "this calibration run in --db (labeler judge list); repeatable. A relevance run over all traffic "
+              "(judge run --on all) is cited instead: the report's all_traffic holds its all-traffic estimate.")
+@click.option("--holdout", is_flag=True, help="Evaluate the holdout questions only (labeler split); the look "
+              "is counted in --db.")
+@json_option
+@click.pass_context
+def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
+             headers: tuple[str, ...], retriever: str | None, k: int | None, metric_specs: tuple[str, ...],
+             threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
+             max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
+             save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
+             holdout: bool, as_json: bool) -> None:
+    """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
+
+    Without --pipeline or --endpoint, evaluates the retrieval logged in --db by --retriever (default:
+    the only retriever, else production) to seed a first baseline. Prints a markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).
+    Exit 0: no regression; 3: a metric dropped by more than its --max-drop with p < --alpha (the
+    questions that got worse are listed); 1: a user error.
+
+    Example:
+
+    \b
+        labeler eval --golden golden.jsonl --pipeline mypkg.rag:answer -k 5 \\
+            --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json
+    """
+    from ..harness import append_step_summary, evaluate, parse_headers
+    from ..ingest import parse_mapping
+
+    update, close = _progress_bar("questions")
+    try:
+        result = evaluate(
+            golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
+            headers=parse_headers(headers),
+            db=ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None,
+            retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
+            concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
+            allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
+            save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None,
+            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None, holdout=holdout)
+    finally:
+        close()
+    if as_json:
+        _print_json(result.report)
+    else:
+        click.echo(result.markdown, nl=False)
+    append_step_summary(result.markdown, os.environ.get("GITHUB_STEP_SUMMARY"))
+    ctx.exit(result.exit_code)
+
+
+def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(k) for k in value.split(",") if k.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 1,3,5,10") from None
+    if not ks or min(ks) < 1:
+        raise click.BadParameter(f"{value!r}: give positive cutoffs, e.g. 1,3,5,10")
+    return ks
+
+
+@cli.command("metrics", context_settings=CONTEXT_SETTINGS)
+@click.option("--k", "ks", default="1,3,5,10", show_default=True, callback=_parse_ks, metavar="K,K,...",
+              help="Cutoffs for the default metrics and for --metric names given without @k.")
+@click.option("--metric", "metric_specs", multiple=True, metavar="SPEC",
+              help="A metric spec (recall@5, P@10, mrr, ndcg...); repeatable. Default: recall, ndcg, mrr.")
+@click.option("--retriever", help="Whose logged ranking to score (default: the only retriever, else production).")
+@click.option("--compare", metavar="A,B", help="Compare two retrievers on the queries both ran: means, the paired "
+              "difference with a bootstrap CI, a sign-flip p-value, judged@k.")
+@click.option("--origin", type=ORIGIN_CHOICE, help="Only queries of this origin.")
+@click.option("--annotator", help="Only this annotator's submitted grades.")
+@click.option("--since", metavar="TIME", help="Only labels submitted at or after TIME (ISO 8601).")
+@click.option("--until", metavar="TIME", help="Only labels submitted before TIME (ISO 8601).")
+@click.option("--per-query", "per_query", type=click.Path(dir_okay=False),
+              help='Write every query\'s values as JSONL {"query_id", "metric", "value"}.')
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap CIs.")
+@click.option("--all-traffic", "all_traffic", is_flag=True,
+              help="Estimate over all traffic from a judge run plus the human labels (prediction-powered).")
+@click.option("--judge-run", "judge_run", type=int, metavar="RUN",
+              help="With --all-traffic: a relevance run over all traffic (labeler judge run --on all).")
+@click.option("--design", type=click.Choice(["uniform", "active", "stratified"]),
+              help="With --all-traffic: which labels (default: active when the active draw has labels, else "
+                   "stratified when the stratified queue has, else uniform).")
+@click.option("--random-only", "random_only", is_flag=True,
+              help="With --all-traffic: use only labels drawn at random, leaving out the others.")
+@json_option
+@click.pass_context
+def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str | None,
+                compare: str | None, origin: str | None, annotator: str | None, since: str | None,
+                until: str | None, per_query: str | None, seed: int, all_traffic: bool, judge_run: int | None,
+                design: str | None, random_only: bool, as_json: bool) -> None:
+    """Retrieval metrics of the labeled queries, identical to trec_eval, with 95% bootstrap CIs.
+
+    Scores the logged ranking of --retriever against the consolidated human labels of submitted
+    queries; relevant = grade >= the project's threshold. Queries without a relevant chunk are
+    left out of the means and counted. judged@k (the share of the top k with a label) under 0.9
+    prints a warning: the metrics then count unjudged chunks as irrelevant.
+
+    Example:
+
+        labeler metrics --k 5,10 --metric recall --metric mrr --origin log --json
+
+    \b
+        labeler metrics --compare production,bm25 --k 10 --json
+
+    --all-traffic estimates every metric over all logged traffic: a judge run over all of it
+    (`labeler judge run --on all`), corrected by the human labels of a random or active sample
+    (PPI++ / active inference), with 95% CIs, beside the human-only and the judge-only means.
+
+    \b
+        labeler metrics --all-traffic --judge-run 3 --json
+    """
+    from ..report import retrieval_report
+
+    if all_traffic:
+        from .estimate import print_all_traffic
+
+        if compare is not None or per_query or origin or annotator or since or until:
+            raise click.UsageError("--all-traffic takes --metric, --retriever, --judge-run, --design, --random-only")
+        print_all_traffic(_open(ctx), judge_run, list(metric_specs) or None, retriever=retriever, design=design,
+                          random_only=random_only, as_json=as_json)
+        return
+    if judge_run is not None or design is not None or random_only:
+        raise click.UsageError("--judge-run, --design and --random-only go with --all-traffic")
+
+    if compare is not None:
+        if retriever is not None or per_query:
+            raise click.UsageError("--compare names both retrievers; it takes neither --retriever nor --per-query")
+        _compare(ctx, compare, list(metric_specs) or None, ks=ks, origin=origin, annotator=annotator, since=since,
+                 until=until, seed=seed, as_json=as_json)
+        return
+    report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
+                              annotator=annotator, since=since, until=until, seed=seed)
+    if per_query:
+        report.write_per_query(per_query)
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    click.echo(f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
+               f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
+               + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else ""))
+    click.echo(f"{'metric':<14}{'mean':>8}  {'95% CI':<18}{'n':>7}")
+    for spec, v in report.to_dict()["metrics"].items():
+        if v["mean"] is None:
+            click.echo(f"{spec:<14}{'-':>8}  {'':<18}{v['n']:>7}")
+        else:
+            ci = f"[{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
+            click.echo(f"{spec:<14}{v['mean']:>8.3f}  {ci:<18}{v['n']:>7}")
+    for spec, v in report.judged.items():
+        if v["mean"] is not None:
+            click.echo(f"{spec:<14}{v['mean']:>8.3f}  (share of the top k with a human label)")
+    for line in report.judged_warnings():
+        click.echo(f"Warning: {line}", err=True)
+
+
+def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tuple[int, ...], origin: str | None,
+             annotator: str | None, since: str | None, until: str | None, seed: int, as_json: bool) -> None:
+    from ..report import compare_retrievers
+
+    pair = [n.strip() for n in names.split(",")]
+    if len(pair) != 2 or not all(pair):
+        raise click.BadParameter(f"{names!r}: give two retrievers separated by a comma, e.g. production,bm25",
+                                 param_hint="'--compare'")
+    c = compare_retrievers(_open(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
+                           since=since, until=until, seed=seed)
+    if as_json:
+        _print_json(c.to_dict())
+    else:
+        click.echo(f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
+                   f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
+                   f"difference (seed {c.seed}), paired sign-flip p-value")
+        click.echo(f"{'metric':<14}{c.a[:10]:>10}{c.b[:10]:>10}{'diff':>9}  {'95% CI':<18}{'p':>7}{'n':>6}")
+        for spec, v in c.metrics.items():
+            if v["n"] == 0:
+                click.echo(f"{spec:<14}{'-':>10}{'-':>10}{'-':>9}  {'':<18}{'-':>7}{0:>6}")
+                continue
+            ci = f"[{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+            click.echo(f"{spec:<14}{v['a']:>10.3f}{v['b']:>10.3f}{v['diff']:>+9.3f}  {ci:<18}{v['p_value']:>7.4f}"
+                       f"{v['n']:>6}")
+        for r, judged in c.judged.items():
+            click.echo(f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items()))
+        for line in c.warnings:  # --json carries them in "warnings"
+            click.echo(f"Warning: {line}", err=True)
+
+
