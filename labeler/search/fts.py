@@ -253,6 +253,16 @@ def bm25(db: sqlite_utils.Database, terms: list[str], k: int = 10, *,
         limit *= 4  # an ingest still staging holds many of the best matches: look further
 
 
+def chunk_texts(db: sqlite_utils.Database, pks: list[int]) -> dict[int, str]:
+    """doc_pk -> its title and text joined by a space, in the order of ``pks`` (unknown keys: "")."""
+    out: dict[int, str] = {}
+    for i in range(0, len(pks), 500):
+        part = pks[i:i + 500]
+        out |= {r[0]: f"{r[1] or ''} {r[2] or ''}" for r in db.execute(
+            f"SELECT pk, title, text FROM documents WHERE pk IN ({','.join('?' * len(part))})", part)}
+    return {pk: out.get(pk, "") for pk in pks}
+
+
 def _staged(db: sqlite_utils.Database, pks: list[int]) -> set[int]:
     if not pks or not db.execute("SELECT 1 FROM ingests WHERE state = 'staging' LIMIT 1").fetchone():
         return set()

@@ -21,6 +21,7 @@ import numpy as np
 import sqlite_utils
 
 from .. import db as store
+from .fts import chunk_texts
 
 #: Below this many chunks a latent space says nothing a word match does not.
 LSA_MIN_DOCS = 200
@@ -72,15 +73,6 @@ def _chunks(db: sqlite_utils.Database) -> dict[int, int]:
         f"SELECT d.pk, d.title, d.text FROM documents d WHERE d.text IS NOT NULL AND {store.visible('d')}")}
 
 
-def _texts(db: sqlite_utils.Database, pks: list[int]) -> list[str]:
-    out: dict[int, str] = {}
-    for i in range(0, len(pks), 500):
-        part = pks[i:i + 500]
-        out |= {r[0]: f"{r[1] or ''} {r[2]}" for r in db.execute(
-            f"SELECT pk, title, text FROM documents WHERE pk IN ({','.join('?' * len(part))})", part)}
-    return [out.get(pk, "") for pk in pks]
-
-
 def _unit(matrix: np.ndarray) -> np.ndarray:
     return (matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
@@ -92,7 +84,7 @@ def _fit(db: sqlite_utils.Database, chunks: dict[int, int]) -> _Space | None:
     pks = sorted(chunks)
     vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, min_df=2, dtype=np.float32)
     try:
-        matrix = vectorizer.fit_transform(_texts(db, pks))
+        matrix = vectorizer.fit_transform(list(chunk_texts(db, pks).values()))
     except ValueError:  # no word occurs in two chunks
         return None
     dims = min(DIMENSIONS, matrix.shape[1] - 1, len(pks) // 5)  # more than a fifth of the chunks fits noise
@@ -148,7 +140,7 @@ def _fold_in(db: sqlite_utils.Database, space: _Space, stale: list[int], gone: l
         space.hashes.pop(pk, None)
         space.rows.pop(pk, None)  # its row stays in the matrix, unreachable
     if stale:
-        projected = _project(space, _texts(db, stale))
+        projected = _project(space, list(chunk_texts(db, stale).values()))
         for pk, vector in zip(stale, projected, strict=True):
             if pk in space.rows:
                 space.vectors[space.rows[pk]] = vector

@@ -23,7 +23,7 @@ import sqlite_utils
 from .. import db as store
 from ..errors import LabelerError
 from . import latent
-from .fts import bm25, corpus_size, distinctive_terms, hits, query_terms
+from .fts import bm25, chunk_texts, corpus_size, distinctive_terms, hits, query_terms
 from .hits import SearchHit
 from .rocchio import rerank
 
@@ -144,16 +144,8 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
     if not feedback and not negative or corpus_size(db) >= RERANK_MAX_DOCS:
         return hits(db, fuse(rankings, k, weights))  # nothing graded yet (nothing for the vector to add), or too big
     candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH, weights)]
-    reranked = rerank(db, question, feedback, negative, _texts(db, candidates))
+    reranked = rerank(db, question, feedback, negative, chunk_texts(db, candidates))
     return hits(db, fuse([*rankings, reranked], k, [*weights, RERANK_WEIGHT]))
-
-
-def _texts(db: sqlite_utils.Database, pks: list[int]) -> dict[int, str]:
-    if not pks:
-        return {}
-    marks = ",".join("?" * len(pks))
-    return {r[0]: f"{r[1] or ''} {r[2] or ''}" for r in db.execute(
-        f"SELECT pk, title, text FROM documents WHERE pk IN ({marks})", pks)}
 
 
 def _chunk_vectors(db: sqlite_utils.Database, model: str) -> tuple[np.ndarray, np.ndarray]:
