@@ -826,3 +826,14 @@ def m022_stratified(db: sqlite_utils.Database) -> None:
     all-traffic estimate can weight each stratum by its share of the traffic."""
     db.execute("ALTER TABLE queue_designs ADD COLUMN stratum INTEGER")
     db.execute("ALTER TABLE queue_designs ADD COLUMN topic_model INTEGER")
+
+
+# --- m023: one collector per batch at a time (labeler.llm.batch_collect) ---------------------------
+
+@migrations()
+def m023_batch_collector(db: sqlite_utils.Database) -> None:
+    """A process collecting a batch holds it (``collector``, a random token, until
+    ``collecting_until``, renewed at each step): two collects at once would each retry the bad
+    lines directly and re-send an expired batch's rest, paying twice."""
+    db.execute("ALTER TABLE llm_batches ADD COLUMN collector TEXT")
+    db.execute("ALTER TABLE llm_batches ADD COLUMN collecting_until TEXT")

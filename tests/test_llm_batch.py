@@ -343,3 +343,56 @@ def test_cli_lists_and_cancels_batches(tmp_path, server, monkeypatch):
     assert json.loads(r.stdout)[0]["state"] == "cancelling"  # offline: what the database holds
     r = runner.invoke(cli, ["--db", str(path), "llm", "collect", "--all", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["ok"] == 1
+
+
+# --- two collects at once -----------------------------------------------------------------------------
+
+def test_a_batch_held_by_another_collect_is_left_to_it_until_its_hold_runs_out(db, server):
+    cfg = config(server)
+    ts = tasks(3)
+    server.batch.line_faults[llm.task_hash(cfg, ts[0])] = "500"  # one line to retry directly
+    sub = batch.submit(db, cfg, ts, owner="demo", run_id=1)
+    advance_all(server, sub)
+    before = server.total
+    db.execute("UPDATE llm_batches SET collector = 'other', collecting_until = '2999-01-01T00:00:00.000000Z'")
+    result = batch.collect(db, cfg)
+    assert result.busy == [sub.batches[0].batch_id] and result.batches == [] and result.ok == 0
+    assert server.total == before and calls(db) == []  # nothing paid, nothing stored
+    db.execute("UPDATE llm_batches SET collecting_until = '2000-01-01T00:00:00.000000Z'")  # that collect was killed
+    result = batch.collect(db, cfg)
+    assert result.busy == [] and result.ok == 3 and result.retried == 1 and server.total == before + 1
+    assert db.execute("SELECT collector, collecting_until FROM llm_batches").fetchall() == [(None, None)]
+
+
+def test_two_collects_at_once_retry_each_bad_line_once(tmp_path):
+    import threading
+
+    with FakeOpenAI(latency=0.3) as slow:
+        cfg = config(slow)
+        path = tmp_path / "two.db"
+        first = store.connect(path)
+        ts = tasks(4)
+        for t in ts[:2]:
+            slow.batch.line_faults[llm.task_hash(cfg, t)] = "invalid_json"
+        sub = batch.submit(first, cfg, ts, owner="demo", run_id=1)
+        advance_all(slow, sub)
+        before = slow.total
+        results: list = []
+        errors: list = []
+
+        def collect() -> None:
+            try:
+                results.append(batch.collect(store.connect(path), cfg))
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+
+        threads = [threading.Thread(target=collect) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert slow.total - before == 2  # each bad line repaired once, by one of the two
+        assert sum(len(r.batches) for r in results) == 1  # collected by one; the other left it alone
+        assert sum(r.ok for r in results) == 4
+        assert first.execute("SELECT count(*) FROM llm_calls WHERE status = 'ok'").fetchone()[0] == 4

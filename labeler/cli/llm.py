@@ -49,6 +49,8 @@ def collect_summary(result: Any) -> str:
         line += "; finished " + ", ".join(f"{kind} run {run}" for kind, run in result.finished_runs)
     if result.waiting:
         line += f"; {len(result.waiting)} batch(es) still running"
+    if result.busy:
+        line += f"; {len(result.busy)} batch(es) being collected by another process ({', '.join(result.busy)})"
     return line
 
 

@@ -2,14 +2,18 @@
 and error files, validate and store every line in ``llm_calls`` chunk by chunk with the lines' state
 (so an interrupted download is read again without counting twice), retry bad lines once directly,
 re-send or run directly what an expired batch never ran, and let the run's owner read its results
-back once all its batches are collected."""
+back once all its batches are collected. One collect at a time holds a batch (``_hold``): a second
+collect started meanwhile (another terminal, a page opened by another lead) leaves it alone, so
+nothing is retried or re-sent twice."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import openai
@@ -25,6 +29,9 @@ from .client import LLMConfig, Task, _Failed, _short, completion_content, valida
 from .direct import run_tasks
 
 _CHUNK = 2_000  # lines stored per transaction
+#: How long a collect holds a batch without renewing the hold (it renews at every step): another
+#: collect waits that long for a collect that was killed.
+HOLD_S = 15 * 60
 
 
 @dataclass
@@ -40,6 +47,7 @@ class Collected:
     run_direct: int = 0
     finished_runs: list[tuple[str, int]] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # being collected by another process: left to it
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,13 +74,22 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
     try:
         batches = refresh(db, config, client=client, owner=owner, run_id=run_id)
         touched: set[tuple[str, int]] = set()
+        token = secrets.token_hex(8)
         for b in batches:
             if b.collected_at is not None:
                 continue
             if not b.finished:
                 result.waiting.append(b.batch_id or b.key)
                 continue
-            _collect_one(db, config, client, b, result, direct_rest=direct_rest)
+            if not _hold(db, b.key, token):
+                if db.execute("SELECT collected_at FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0] is None:
+                    result.busy.append(b.batch_id or b.key)
+                continue
+            try:
+                _collect_one(db, config, client, b, result, direct_rest=direct_rest,
+                             renew=lambda b=b: _renew(db, b, token))
+            finally:
+                _release(db, b.key, token)
             touched.add((b.owner, b.run_id))
         for kind, run in sorted(touched):
             if db.execute("SELECT 1 FROM llm_batches WHERE owner = ? AND run_id = ? AND collected_at IS NULL",
@@ -87,8 +104,34 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
     return result
 
 
+def _until(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _hold(db: sqlite_utils.Database, key: str, token: str) -> bool:
+    """Take (or renew) the hold on the uncollected batch ``key`` for the collect ``token``; False
+    when another collect holds it and its hold has not run out."""
+    with transaction(db):
+        cursor = db.execute(
+            "UPDATE llm_batches SET collector = ?1, collecting_until = ?2 WHERE key = ?3 AND collected_at IS NULL "
+            "AND (collector IS NULL OR collector = ?1 OR collecting_until < ?4)", [token, _until(HOLD_S), key, now()])
+    return cursor.rowcount == 1
+
+
+def _renew(db: sqlite_utils.Database, b: BatchInfo, token: str) -> None:
+    if not _hold(db, b.key, token):
+        raise LLMError(f"Batch API: collecting {b.batch_id or b.key} took longer than {HOLD_S // 60} minutes "
+                       "between steps and another collect took it over; what was stored is kept")
+
+
+def _release(db: sqlite_utils.Database, key: str, token: str) -> None:
+    with transaction(db):
+        db.execute("UPDATE llm_batches SET collector = NULL, collecting_until = NULL WHERE key = ? AND collector = ?",
+                   [key, token])
+
+
 def _collect_one(db: sqlite_utils.Database, config: LLMConfig, client: openai.OpenAI, b: BatchInfo,
-                 result: Collected, *, direct_rest: bool) -> None:
+                 result: Collected, *, direct_rest: bool, renew: Callable[[], None]) -> None:
     config = _run_config(config, db.execute("SELECT config FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0])
     schema = _owner(b.owner).schema(db, b.run_id)
     label = b.batch_id or b.key
@@ -101,13 +144,16 @@ def _collect_one(db: sqlite_utils.Database, config: LLMConfig, client: openai.Op
     for file_id in (b.output_file_id, b.error_file_id):
         if file_id:
             _collect_file(db, config, client, b, file_id, schema, prior, result)
+            renew()
     # lines with no answer: in a completed batch they were lost (retry directly); otherwise never run
     missing = "retry" if b.state == "completed" else "rest"
     with transaction(db):
         db.execute("UPDATE llm_batch_items SET state = ? WHERE batch_key = ? AND state = 'sent'", [missing, b.key])
     _retry_direct(db, config, b, schema, prior, result)
+    renew()
     if b.state == "expired":
         _rest(db, config, client, b, schema, result, direct_rest=direct_rest)
+        renew()
     elif b.state == "cancelled":
         _fail_rest(db, config, b.key, f"batch {label} was cancelled before this request ran", states=("rest",))
     spent = db.execute("SELECT count(*) FROM llm_batch_items WHERE batch_key = ? AND state IN ('ok', 'failed')",
