@@ -165,6 +165,12 @@ def test_lead_view_shows_grades_side_by_side_and_requeues(desk_path):
     at_.button(key="lead_discard").click().run()
     assert db.execute("SELECT discard_reason FROM queries WHERE pk = ?", [q0]).fetchone() == ("duplicate of q003",)
     assert any("Discarded" in s.value for s in at_.success)
+    at_.button(key="lead_restore").click().run()  # the lead changes their mind
+    assert not at_.exception, at_.exception
+    assert db.execute("SELECT discarded_at FROM queries WHERE pk = ?", [q0]).fetchone() == (None,)
+    assert dict(db.execute("SELECT annotator, status FROM query_labels WHERE query_pk = ?", [q0]).fetchall()) == {
+        "alice": "submitted", "bob": "in_progress"}
+    assert any("Restored" in s.value for s in at_.success) and at_.button(key="lead_discard")
 
 
 def test_lead_resolves_a_flag_and_the_annotator_sees_the_note(desk_path):

@@ -132,6 +132,7 @@ def test_annotators_are_refused_everything_and_nothing_is_written(db, desk):
                  lambda: L.requeue_item(db, desk[0], by="bob"),
                  lambda: L.request_adjudication(db, desk[0], by="bob"),
                  lambda: L.discard_item(db, desk[0], "bad", by="bob"),
+                 lambda: L.restore_item(db, desk[0], by="bob"),
                  lambda: L.edit_question(db, desk[1], "What is item q1?", by="bob"),
                  lambda: L.flagged_items(db, by="bob"),
                  lambda: L.flag_count(db, by="bob"),
@@ -187,6 +188,29 @@ def test_discard_takes_the_item_out_of_the_queue_and_the_golden_set(db, desk):
         L.discard_item(db, desk[1], "  ", by="lena")
     with pytest.raises(LabelError, match="discarded by a lead"):
         L.requeue_item(db, desk[0], by="lena")
+
+
+def test_restore_undoes_a_discard_with_every_status_as_it_was(db, desk):
+    golden_before = sorted(map(tuple, L.golden_labels(db)[["query_pk", "doc_pk", "grade"]].values.tolist()))
+    L.discard_item(db, desk[0], "by mistake", by="lena", now=at(5))
+    assert L.restore_item(db, desk[0], by="lena", now=at(6)) == {"alice": "submitted", "bob": "submitted"}
+    row = L.list_items(db, page_size=1).rows[0]
+    assert not row.discarded and row.discard_reason is None and row.relevant == 2
+    assert sorted(map(tuple, L.golden_labels(db)[["query_pk", "doc_pk", "grade"]].values.tolist())) == golden_before
+    assert [e.action for e in audit_log(db) if e.query_id == "q000"][-2:] == ["item_discard", "item_restore"]
+    with pytest.raises(LabelError, match="q000 is not discarded"):
+        L.restore_item(db, desk[0], by="lena")
+    L.requeue_item(db, desk[0], ["bob"], by="lena", now=at(7))  # a live item again
+
+
+def test_restore_after_a_flag_was_resolved_by_discarding_sends_it_back_to_the_flagger(db, desk):
+    L.resolve_flag(db, desk[1], "alice", "discard", by="lena", now=at(5))
+    other = L.next_item(db, "alice", now=at(6))
+    assert other != desk[1]
+    L.release(db, other, "alice", now=at(6))
+    assert L.restore_item(db, desk[1], by="lena", now=at(7))["alice"] == "in_progress"
+    assert db.execute("SELECT count(*) FROM queue WHERE query_pk = ?", [desk[1]]).fetchone()[0] == 1
+    assert L.next_item(db, "alice", now=at(8)) == desk[1]  # first in her queue, grades kept
 
 
 def test_flag_inbox_and_resolving_by_unflag(db, desk):

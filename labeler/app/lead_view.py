@@ -1,6 +1,6 @@
 """The Label page's lead view (``/?item=PK``; Label is the default page): one item with every
 annotator's grades side by side (leads are not blind), their answers and statuses, and the lead's
-actions on it: re-queue, send to adjudication, discard. An account that is not a lead gets nothing
+actions on it: re-queue, send to adjudication, discard, restore a discarded one. An account that is not a lead gets nothing
 but a one-line refusal: the role is read from the database, and the library refuses the data and
 the actions too."""
 
@@ -39,6 +39,10 @@ def adjudicate(pk: int) -> None:
 
 def discard(pk: int) -> None:
     _act(labels.discard_item, pk, st.session_state.get(f"lead_discard_reason_{pk}") or "", done="Discarded")
+
+
+def restore(pk: int) -> None:
+    _act(labels.restore_item, pk, done="Restored: back in the queue and the golden set")
 
 
 def close() -> None:
@@ -136,7 +140,9 @@ def show(db: Any, name: str) -> bool:
 
     st.subheader("Lead actions")
     if row.discarded:
-        st.caption("A discarded item stays out of the queue and the golden set.")
+        st.caption("A discarded item stays out of the queue and the golden set until a lead restores it.")
+        st.button("Restore item", key="lead_restore", on_click=restore, args=(pk,),
+                  help="Undo the discard: each annotator gets back the status they had before it")
         return True
     left, middle, right = st.columns(3, gap="large")
     with left:

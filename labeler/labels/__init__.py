@@ -25,6 +25,7 @@ from .desk import (
     request_adjudication,
     requeue_item,
     resolve_flag,
+    restore_item,
 )
 from .items import (
     ITEM_STATUSES,
@@ -70,6 +71,7 @@ __all__ = [
     "QuestionEdit",
     "conflicting_items",
     "discard_item",
+    "restore_item",
     "edit_question",
     "flag_count",
     "flagged_items",

@@ -12,7 +12,9 @@ leaves one ``audit_events`` row (``labeler audit``).
   ingest grows a pool); their grades count again once they submit.
 - **Discard** (the lead's, for the whole item): every annotator's status becomes ``discarded`` with
   the lead's reason, the item leaves the queue and the golden set; ``queries.discarded_at`` keeps it
-  out of the queue for good.
+  out of the queue until a lead **restores** it: then each annotator gets back the status they had
+  before the discard (kept in the discard's audit row; one who had not submitted, skipped or
+  discarded it themselves gets it back first in their queue) and the item returns to the queue.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .. import accounts
 from .. import db as store
 from ..errors import LabelError
 from ._common import When, check_name, event, query_row, stamp
+from .queue import sync_queue
 
 FLAG_ACTIONS = ("edit", "discard", "unflag")
 
@@ -103,8 +106,10 @@ def request_adjudication(db: sqlite_utils.Database, query_pk: int, *, note: str 
     return added
 
 
-def _discard(conn, query_pk: int, reason: str, at: str) -> dict[str, str]:
+def _discard(conn, query_pk: int, reason: str, at: str, lead: str) -> dict[str, str]:
+    """Discard the item; its statuses before go to an ``item_discard`` audit row (``restore_item``)."""
     old = dict(conn.execute("SELECT annotator, status FROM query_labels WHERE query_pk = ?", [query_pk]).fetchall())
+    event(conn, at, lead, query_pk, None, "item_discard", store.dumps(old), reason)
     conn.execute("UPDATE queries SET discarded_at = ?, discard_reason = ? WHERE pk = ?", [at, reason, query_pk])
     conn.execute("UPDATE query_labels SET status = 'discarded', status_at = ?, status_reason = ?, updated_at = ? "
                  "WHERE query_pk = ? AND status != 'discarded'", [at, reason, at, query_pk])
@@ -125,8 +130,40 @@ def discard_item(db: sqlite_utils.Database, query_pk: int, reason: str, *, by: s
     with store.transaction(db):
         conn = db.conn
         _live(conn, query_pk)
-        old = _discard(conn, query_pk, reason, at)
-        event(conn, at, _lead(by), query_pk, None, "item_discard", store.dumps(old), reason)
+        _discard(conn, query_pk, reason, at, _lead(by))
+
+
+def restore_item(db: sqlite_utils.Database, query_pk: int, *, by: str | None = None,
+                 now: When = None) -> dict[str, str]:
+    """Undo a lead's discard (see the module doc); return each annotator's status now."""
+    accounts.require(db, by, "lead", "restoring a discarded item")
+    at = stamp(now)
+    with store.transaction(db):
+        conn = db.conn
+        query_id = query_row(conn, query_pk)[1]
+        if conn.execute("SELECT discarded_at FROM queries WHERE pk = ?", [query_pk]).fetchone()[0] is None:
+            raise LabelError(f"query {query_id} is not discarded: there is nothing to restore")
+        row = conn.execute("SELECT old FROM label_events WHERE query_pk = ? AND field = 'item_discard' "
+                           "ORDER BY id DESC LIMIT 1", [query_pk]).fetchone()
+        before: dict[str, str] = store.loads(row[0]) if row and row[0] else {}
+        now_discarded = [r[0] for r in conn.execute("SELECT annotator FROM query_labels WHERE query_pk = ? AND "
+                                                     "status = 'discarded' ORDER BY annotator", [query_pk])]
+        back = {name: before.get(name, "in_progress") for name in now_discarded}
+        for name, status in back.items():
+            if status in ("submitted", "skipped", "discarded"):  # their own decision before the lead's
+                conn.execute("UPDATE query_labels SET status = ?, status_at = ?, status_reason = NULL, updated_at = ? "
+                             "WHERE query_pk = ? AND annotator = ? AND status = 'discarded'",
+                             [status, at, at, query_pk, name])
+        again = [n for n, s in back.items() if s not in ("submitted", "skipped", "discarded")]
+        conn.execute("UPDATE query_labels SET status_reason = NULL WHERE query_pk = ? AND annotator IN "
+                     "(SELECT value FROM json_each(?))", [query_pk, store.dumps(again)])
+        _requeue(conn, query_pk, again, at)
+        conn.execute("UPDATE queries SET discarded_at = NULL, discard_reason = NULL WHERE pk = ?", [query_pk])
+        event(conn, at, _lead(by), query_pk, None, "item_restore", None, store.dumps(back))
+        statuses = dict(conn.execute("SELECT annotator, status FROM query_labels WHERE query_pk = ? "
+                                     "ORDER BY annotator", [query_pk]).fetchall())
+    sync_queue(db, force=True)  # the queue's change check cannot see an item come back
+    return statuses
 
 
 # --- question edits -------------------------------------------------------------------------
@@ -251,7 +288,7 @@ def resolve_flag(db: sqlite_utils.Database, query_pk: int, annotator: str, actio
         elif action == "unflag":
             _requeue(conn, query_pk, [annotator], at)
         else:
-            _discard(conn, query_pk, note or row[0] or "flagged", at)
+            _discard(conn, query_pk, note or row[0] or "flagged", at, lead)
         done = {"edit": "edited", "discard": "discarded", "unflag": "unflagged"}[action]
         conn.execute("INSERT INTO flag_resolutions (query_pk, annotator, flag_reason, action, note, lead, created_at) "
                      "VALUES (?, ?, ?, ?, ?, ?, ?)", [query_pk, annotator, row[0], done, note, lead, at])
