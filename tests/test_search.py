@@ -457,8 +457,10 @@ def test_latent_space_folds_in_new_changed_and_removed_chunks_and_refits_past_a_
     topics = _topic_corpus(tmp_path / "c.jsonl")
     labeler.ingest_corpus(db, tmp_path / "c.jsonl")
     question = " ".join(topics["t2x"][:5])
-    latent.similar(db, question, [], set(), 10)
+    assert latent.warm(db)  # what the app does at start, in the background
     space = latent._spaces[str(tmp_path / "l.db")]
+    latent.similar(db, question, [], set(), 10)
+    assert latent._spaces[str(tmp_path / "l.db")] is space
     assert space.fitted == 400
     # a chunk ingested later is projected into the kept space and found
     (tmp_path / "n.jsonl").write_text(json.dumps({"id": "new", "text": question}) + "\n")
@@ -509,4 +511,5 @@ def test_latent_space_of_a_database_made_anew_at_the_same_path_is_its_own(tmp_pa
 def test_latent_list_stays_out_of_small_corpora(db):
     from labeler.search import latent
 
+    assert not latent.warm(db)
     assert latent.similar(db, "single sign-on", [], set(), 10) == []

@@ -90,11 +90,13 @@ class _Warmer:
 
     def _run(self) -> None:
         from labeler import labels, report
+        from labeler.search import latent
 
         db = labeler.connect(self.path, migrate=False)
         try:
             report.prepare(db)
             labels.conflicting_items(db)  # the Items page's conflict filter (kept per database)
+            latent.warm(db)  # the Possibly missed panel's latent space (kept per database file)
         except Exception as e:  # noqa: BLE001 - a warm-up only; the page shows any error itself
             logging.getLogger(__name__).warning("computing the Metrics page in the background failed: %s", e)
         finally:

@@ -45,6 +45,10 @@ class _Space:
     vectors: np.ndarray  # unit rows
     fitted: int  # chunks the space was fitted on
     folded: int = 0  # chunks projected since
+    #: the projection as a dense (terms x dimensions) array: a question's few terms are a few rows
+    basis: np.ndarray | None = None
+    #: (chunk keys, their rows of ``vectors``) as arrays, rebuilt after a fold-in
+    index: tuple[np.ndarray, np.ndarray] | None = None
     #: Database object -> the ``_key`` it last read while this space matched the chunks it sees
     verified: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
@@ -58,13 +62,13 @@ _lock = threading.Lock()  # one thread at a time fits, folds in or reads a space
 
 
 def _key(db: sqlite_utils.Database) -> tuple:
-    """Cheap to read, and different whenever a chunk was added, changed, removed or made visible:
-    FTS5's structure record (rewritten at every change of the index), and the visible chunks'
-    count and largest key (an ingest's staged chunks become visible without touching the index)."""
+    """Index lookups only, and different whenever a chunk was added, changed, removed or made
+    visible: FTS5's structure record (rewritten at every change of the index), the largest chunk
+    key, and the ingests done and staging (an ingest's chunks become visible when it commits)."""
     row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
-    count, top = db.execute(f"SELECT count(*), max(d.pk) FROM documents d WHERE d.text IS NOT NULL "
-                            f"AND {store.visible('d')}").fetchone()
-    return bytes(row[0]) if row else b"", count, top
+    rest = db.execute("SELECT (SELECT max(pk) FROM documents), (SELECT max(id) FROM ingests WHERE state = 'done'), "
+                      "(SELECT group_concat(id) FROM ingests WHERE state = 'staging')").fetchone()
+    return (bytes(row[0]) if row else b"", *rest)
 
 
 def _chunks(db: sqlite_utils.Database) -> dict[int, int]:
@@ -96,7 +100,16 @@ def _fit(db: sqlite_utils.Database, chunks: dict[int, int]) -> _Space | None:
 
 
 def _project(space: _Space, texts: list[str]) -> np.ndarray:
-    return _unit(space.svd.transform(space.vectorizer.transform(texts)))
+    """Unit vectors of ``texts`` in the space (tf-idf times the SVD's basis, as its ``transform``)."""
+    if space.basis is None:
+        space.basis = np.ascontiguousarray(space.svd.components_.T, dtype=np.float32)  # type: ignore[attr-defined]
+    tfidf = space.vectorizer.transform(texts).tocsr()  # type: ignore[attr-defined]
+    out = np.zeros((len(texts), space.basis.shape[1]), dtype=np.float32)
+    for i in range(len(texts)):
+        cols = tfidf.indices[tfidf.indptr[i]:tfidf.indptr[i + 1]]
+        if cols.size:
+            out[i] = tfidf.data[tfidf.indptr[i]:tfidf.indptr[i + 1]] @ space.basis[cols]
+    return _unit(out)
 
 
 def _file(db: sqlite_utils.Database) -> str:
@@ -108,13 +121,15 @@ def _space(db: sqlite_utils.Database) -> _Space | None:
     """The latent space of the visible chunks ``db`` sees, fitted or brought up to date. Call with
     ``_lock`` held."""
     key = _key(db)
-    if not LSA_MIN_DOCS <= key[1] <= LSA_MAX_DOCS:
+    if not LSA_MIN_DOCS <= (key[1] or 0) <= LSA_MAX_DOCS * 1.1:  # the largest key bounds the count
         return None
     path = _file(db)
     space = _spaces.get(path)
     if space is not None and space.verified.get(db) == key:
         return space
     chunks = _chunks(db)
+    if not LSA_MIN_DOCS <= len(chunks) <= LSA_MAX_DOCS:
+        return None
     if space is not None:
         stale = [pk for pk, h in chunks.items() if space.hashes.get(pk) != h]
         gone = [pk for pk in space.hashes if pk not in chunks]
@@ -149,6 +164,14 @@ def _fold_in(db: sqlite_utils.Database, space: _Space, stale: list[int], gone: l
                 space.vectors = np.vstack([space.vectors, vector[None, :]])
             space.hashes[pk] = chunks[pk]
     space.folded += len(stale) + len(gone)
+    space.index = None
+
+
+def warm(db: sqlite_utils.Database) -> bool:
+    """Fit (or bring up to date) the space of ``db``'s file now, so the first search does not wait;
+    False when the corpus is out of range. The app calls it in the background at start."""
+    with _lock:
+        return _space(db) is not None
 
 
 def similar(db: sqlite_utils.Database, question: str, relevant: list[int], exclude: set[int],
@@ -166,14 +189,16 @@ def similar(db: sqlite_utils.Database, question: str, relevant: list[int], exclu
             probe = probe + RELEVANT_WEIGHT * space.vectors[rows].mean(axis=0)
         if not np.any(probe):
             return []  # no word the space knows, no relevant chunk: nothing is nearer than another
-        pks = np.fromiter(space.rows.keys(), dtype=np.int64, count=len(space.rows))
-        scores = space.vectors[np.fromiter(space.rows.values(), dtype=np.int64, count=len(space.rows))] @ probe
-    order = np.lexsort((pks, -scores))
-    out: list[int] = []
-    for i in order:
-        pk = int(pks[i])
-        if pk not in exclude:
-            out.append(pk)
-            if len(out) == k:
-                break
-    return out
+        if space.index is None:
+            pks = np.fromiter(space.rows.keys(), dtype=np.int64, count=len(space.rows))
+            space.index = pks, np.fromiter(space.rows.values(), dtype=np.int64, count=len(space.rows))
+        pks, rows_of = space.index
+        scores = (space.vectors @ probe)[rows_of]  # rows of removed chunks are scored and dropped
+    # only the best k + |exclude| can make the list: sort those (ties by key)
+    take = min(len(pks), k + len(exclude))
+    best = np.argpartition(-scores, take - 1)[:take] if take < len(pks) else np.arange(len(pks))
+    threshold = scores[best].min() if take else 0.0
+    best = np.flatnonzero(scores >= threshold)  # every tie of the last score too
+    order = best[np.lexsort((pks[best], -scores[best]))]
+    out = [int(pk) for pk in pks[order] if int(pk) not in exclude]
+    return out[:k]
