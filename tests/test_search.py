@@ -508,6 +508,21 @@ def test_latent_space_of_a_database_made_anew_at_the_same_path_is_its_own(tmp_pa
     assert set(latent.similar(db, z4, [], set(), 10)) == set(pks(db, *[f"zt4x-{j}" for j in range(10)]))
 
 
+def test_latent_range_counts_chunks_with_text_not_document_keys(tmp_path):
+    from labeler.search import latent
+
+    db = labeler.connect(tmp_path / "ids.db")
+    now = store.now()
+    with store.transaction(db):  # 21,000 chunk ids that logs named without text: keys, not chunks
+        db.conn.executemany("INSERT INTO documents (doc_id, created_at) VALUES (?, ?)",
+                            [(f"logged-{i}", now) for i in range(21_000)])
+    topics = _topic_corpus(tmp_path / "c.jsonl")
+    labeler.ingest_corpus(db, tmp_path / "c.jsonl")
+    assert db.execute("SELECT max(pk) FROM documents").fetchone()[0] > latent.LSA_MAX_DOCS
+    top = latent.similar(db, " ".join(topics["t5x"][:5]), [], set(), 10)
+    assert set(top) == set(pks(db, *[f"t5x-{j}" for j in range(10)]))
+
+
 def test_latent_list_stays_out_of_small_corpora(db):
     from labeler.search import latent
 

@@ -5,9 +5,10 @@ endpoint.
 
 The space is fitted with scikit-learn on every visible chunk, for corpora of LSA_MIN_DOCS to
 LSA_MAX_DOCS chunks, kept per database file for every connection and thread of the process (the
-app opens one connection per script thread), and brought up to date cheaply: chunks added, removed or changed since the fit are projected into the
-kept space (folding in, as LSI does), and the space is fitted again only when they are more than
-REFIT_SHARE of it. Larger corpora use the embeddings endpoint instead (``missed``).
+app opens one connection per script thread), and brought up to date cheaply: chunks added, removed
+or changed since the fit are projected into the kept space (folding in, as LSI does), and the space
+is fitted again only when they are more than REFIT_SHARE of it. Larger corpora use the embeddings
+endpoint instead (``missed``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class _Space:
 #: made anew at the same path, or another in-memory one, only reuses the vectors of identical chunks.
 _spaces: OrderedDict[str, _Space] = OrderedDict()
 _SPACES_KEPT = 4
+#: Database file -> (``_key``, chunks with text) when the largest chunk key was above LSA_MAX_DOCS:
+#: documents without text (logged ids only) make keys, so the count may still be in range.
+_counts: dict[str, tuple[tuple, int]] = {}
+#: Above this largest chunk key the chunks are not even counted: the corpus is taken as too big.
+COUNT_SCAN_MAX = 200_000
 _lock = threading.Lock()  # one thread at a time fits, folds in or reads a space
 
 
@@ -117,13 +123,29 @@ def _file(db: sqlite_utils.Database) -> str:
     return row[2] if row and row[2] else ":memory:"
 
 
+def _in_range(db: sqlite_utils.Database, key: tuple, path: str) -> bool:
+    """Whether the visible chunks with text may number LSA_MIN_DOCS to LSA_MAX_DOCS, cheaply: the
+    largest chunk key bounds their count, and is exact enough unless many documents have no text."""
+    top = key[1] or 0
+    if top < LSA_MIN_DOCS or top > COUNT_SCAN_MAX:
+        return False
+    if top <= LSA_MAX_DOCS:
+        return True
+    kept = _counts.get(path)
+    if kept is None or kept[0] != key:
+        n = db.execute(f"SELECT count(*) FROM documents d WHERE d.text IS NOT NULL AND {store.visible('d')}"
+                       ).fetchone()[0]
+        kept = _counts[path] = (key, int(n))
+    return LSA_MIN_DOCS <= kept[1] <= LSA_MAX_DOCS
+
+
 def _space(db: sqlite_utils.Database) -> _Space | None:
     """The latent space of the visible chunks ``db`` sees, fitted or brought up to date. Call with
     ``_lock`` held."""
     key = _key(db)
-    if not LSA_MIN_DOCS <= (key[1] or 0) <= LSA_MAX_DOCS * 1.1:  # the largest key bounds the count
-        return None
     path = _file(db)
+    if not _in_range(db, key, path):
+        return None
     space = _spaces.get(path)
     if space is not None and space.verified.get(db) == key:
         return space
@@ -156,13 +178,16 @@ def _fold_in(db: sqlite_utils.Database, space: _Space, stale: list[int], gone: l
         space.rows.pop(pk, None)  # its row stays in the matrix, unreachable
     if stale:
         projected = _project(space, list(chunk_texts(db, stale).values()))
+        added = []
         for pk, vector in zip(stale, projected, strict=True):
             if pk in space.rows:
                 space.vectors[space.rows[pk]] = vector
             else:
-                space.rows[pk] = len(space.vectors)
-                space.vectors = np.vstack([space.vectors, vector[None, :]])
+                space.rows[pk] = len(space.vectors) + len(added)
+                added.append(vector)
             space.hashes[pk] = chunks[pk]
+        if added:
+            space.vectors = np.vstack([space.vectors, np.asarray(added, dtype=np.float32)])
     space.folded += len(stale) + len(gone)
     space.index = None
 
