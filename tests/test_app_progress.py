@@ -45,10 +45,10 @@ def test_sidebar_counts_items_and_labels_apart_and_the_eta_ignores_an_import(tmp
     assert p.eta_seconds == p.items_left * p.median_seconds / 1
 
     side = {m.label: m.value for m in at.sidebar.metric}
-    assert side["My labels"] == "1" and side["Team labels"] == "3" and side["Labels still needed"] == "5"
+    assert side["My labels"] == "1" and side["Team labels"] == "3" and side["Labels to go"] == "5"
     helps = {m.label: m.proto.help for m in at.sidebar.metric}
     assert "overlap" in helps["Team labels"] and "counts twice" in helps["Team labels"]
-    assert "labels, not items" in helps["Labels still needed"] and "overlap" in helps["Labels still needed"]
+    assert "labels, not items" in helps["Labels to go"] and "overlap" in helps["Labels to go"]
     texts = [c.value for c in at.sidebar.caption]
     assert any("with 1 annotator labeling in the app in the last 30 min" in t for t in texts), texts
     bar = at.sidebar.get("progress")[0]

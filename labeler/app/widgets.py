@@ -112,7 +112,7 @@ def progress_panel(db: Any, annotator: str) -> None:
     c1.metric("My labels", mine["submitted"], help="items I submitted")
     c2.metric("Team labels", max(team.submitted, mine["submitted"]),
               help="labels submitted by everyone: an item labeled by two annotators counts twice. " + _OVERLAP_HELP)
-    c1.metric("Labels still needed", team.items_left,
+    c1.metric("Labels to go", team.items_left,
               help=f"labels, not items: the {team.items_open:,} unfinished items still need this many labels. "
                    + _OVERLAP_HELP)
     c2.metric("Median / item", _duration(team.median_seconds))
