@@ -325,6 +325,43 @@ def test_synth_generate_batch_stores_questions_when_collected(db, tmp_path):
         assert direct.summary.cached == 3 and direct.already == 6 and s.total == 3
 
 
+def test_a_synth_batch_stores_what_was_sent_though_the_corpus_changed_meanwhile(db, tmp_path):
+    from labeler import synth
+    from labeler.ingest import ingest_corpus, ingest_logs
+    from tests.fake_openai import synth_responder
+    from tests.test_synth import LOGS, corpus_records
+    from tests.test_synth import config as synth_config
+
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus_records()))
+    (tmp_path / "logs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LOGS))
+    ingest_corpus(db, tmp_path / "corpus.jsonl")
+    ingest_logs(db, tmp_path / "logs.jsonl")
+    with FakeOpenAI(responder=synth_responder()) as s:
+        cfg = synth_config(s)
+        result = synth.generate(db, cfg, synth.SynthOptions(n=6, per_chunk=2, seed=7), batch=True)
+        seeds = result.plan.seeds
+        assert len(seeds) == 3 and not any(seed.multi_hop for seed in seeds)
+        # while the batch runs: a seed chunk is rewritten (a plan made now would ask something else),
+        # another is removed, and new chunks arrive
+        changed, removed = seeds[0].doc_ids[0], seeds[1].doc_pks[0]
+        (tmp_path / "more.jsonl").write_text(
+            json.dumps({"id": changed, "text": "Rewritten: exports now run nightly at 02:00 UTC."}) + "\n"
+            + "".join(json.dumps({"id": f"new-{i}", "text": f"A new help article number {i} about invoices, "
+                                  "reminders and late fees for every plan."}) + "\n" for i in range(6)))
+        ingest_corpus(db, tmp_path / "more.jsonl")
+        db.execute("DELETE FROM documents WHERE pk = ?", [removed])
+        store.index_pending(db.conn)
+        s.batch.advance(result.batches[0], "completed")
+        collected = batch.collect(db, cfg)
+        assert collected.finished_runs == [("synth", result.run_id)] and collected.failed == 0
+        stored = db.execute("SELECT seed_doc_ids FROM queries WHERE origin = 'synthetic'").fetchall()
+        assert sorted(json.loads(r[0])[0] for r in stored) == sorted([seeds[0].doc_ids[0]] * 2 + [seeds[2].doc_ids[0]] * 2)
+        reasons = db.execute("SELECT reason, detail FROM synth_rejections").fetchall()
+        assert [r[0] for r in reasons] == ["seed_removed"] * 2 and seeds[1].doc_ids[0] in reasons[0][1]
+        summary = json.loads(db.execute("SELECT summary FROM synth_runs WHERE id = ?", [result.run_id]).fetchone()[0])
+        assert summary["stored"] == 4 and summary["llm"]["failed"] == []
+
+
 def test_cli_lists_and_cancels_batches(tmp_path, server, monkeypatch):
     path = tmp_path / "c.db"
     db = store.connect(path)

@@ -166,6 +166,11 @@ def plan_generation(db: sqlite_utils.Database, config: llm.LLMConfig, options: S
     examples = style_examples(db, options.n_examples, options.seed)
     if not examples and options.n_examples:
         notes.append("no logged questions to use as style examples: ingest logs first for realistic phrasing")
+    return _plan(db, config, options, seeds, examples, language, notes)
+
+
+def _plan(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions, seeds: list[Seed],
+          examples: list[str], language: str, notes: list[str]) -> SynthPlan:
     params: dict[str, Any] = {}
     wanted_tokens = 200 + 250 * options.per_chunk * (2 if options.multi_hop else 1)
     if config.max_tokens is not None and config.max_tokens < wanted_tokens:
@@ -210,9 +215,12 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
         submitted = llm.batch.submit(db, config, plan.tasks, owner="synth", run_id=run_id)
         if submitted.batches:
             with store.transaction(db):
+                # the plan as sent: the corpus may change before the batches are collected
                 db.execute("UPDATE synth_runs SET summary = ? WHERE id = ?",
                            [store.dumps({"engine": "batch", "options": asdict(plan.options),
-                                         "batches": [b.batch_id for b in submitted.batches]}), run_id])
+                                         "batches": [b.batch_id for b in submitted.batches],
+                                         "language": plan.language, "examples": plan.examples,
+                                         "seeds": [asdict(seed) for seed in plan.seeds]}), run_id])
             result = GenerateResult(run_id=run_id, plan=plan, summary=llm.RunSummary(total=len(plan.tasks)),
                                     status="submitted")
             result.batches = [b.batch_id or b.key for b in submitted.batches]
@@ -291,9 +299,14 @@ def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: llm.RunS
     fresh = [it for it in items if it.query_id not in known and it.key not in known]
     result.already = len(items) - len(fresh)
     verdicts: dict[str, tuple[str, str]] = {}
+    seed_pks = json.dumps(sorted({pk for it in fresh for pk in it.seed.doc_pks}))
+    alive = {r[0] for r in db.execute("SELECT pk FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
+                                      [seed_pks])}
     for it in fresh:
         index_in_batch = int(it.key.rsplit(":", 1)[1])
-        if index_in_batch >= plan.options.per_chunk:
+        if gone := [d for d, pk in zip(it.seed.doc_ids, it.seed.doc_pks, strict=True) if pk not in alive]:
+            verdicts[it.key] = ("seed_removed", f"chunk {', '.join(gone)} was removed before the answer was stored")
+        elif index_in_batch >= plan.options.per_chunk:
             verdicts[it.key] = ("too_many", f"question {index_in_batch + 1} of a batch asked for {plan.options.per_chunk}")
         elif (problem := check_item(it.item, it.seed, plan.options)) is not None:
             verdicts[it.key] = problem
@@ -362,11 +375,16 @@ def _finish_batch(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
 
 def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int) -> GenerateResult:
     """Check and store a batch run's questions (its answers are all in the LLM cache by now): the
-    plan is rebuilt from the options stored at submission."""
+    plan is the one sent, from the seeds, examples and language stored at submission, whatever
+    the corpus became since (runs submitted before they were stored plan again from the options)."""
     summary = store.loads(db.execute("SELECT summary FROM synth_runs WHERE id = ?", [run_id]).fetchone()[0]) or {}
     options = SynthOptions(**summary.get("options", {}))
     index = CorpusIndex(db)
-    return _finish_batch(db, config, run_id, plan_generation(db, config, options, index=index), index)
+    if "seeds" not in summary:
+        return _finish_batch(db, config, run_id, plan_generation(db, config, options, index=index), index)
+    seeds = [Seed(**{k: tuple(v) for k, v in seed.items()}) for seed in summary["seeds"]]
+    plan = _plan(db, config, options, seeds, summary["examples"], summary["language"], [])
+    return _finish_batch(db, config, run_id, plan, index)
 
 
 llm.batch.register_owner(llm.batch.BatchOwner("synth", lambda db, run_id: GeneratedBatch, _batch_finish))
