@@ -3,13 +3,16 @@ or user-written field carries markdown images, HTML images, links, ``javascript:
 URLs pointing at a tracker server on 127.0.0.1 (tests/hostile.py), a lead and an annotator visit
 every page (tabs, expanders and estimates opened, a file with a hostile name uploaded) and the
 tracker records no request, and no page has a link or image to the tracker or a ``javascript:``
-link. A request the test itself sends to the tracker from the page proves the browser reaches it."""
+link. A request the test itself sends to the tracker from the page proves the browser reaches it.
+Beyond the tracker, the browser sends no request at all (page.on("request")) to any host but the
+app's own host:port: no favicon or font from an outside server, no analytics."""
 
 from __future__ import annotations
 
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -26,6 +29,7 @@ class Tracker:
 
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.outside: Requests | None = None  # the requests the browser sent anywhere but the app
         self.lock = threading.Condition()
         tracker = self
 
@@ -73,6 +77,26 @@ def tracker():
     t.stop()
 
 
+class Requests:
+    """Every request a page sends (page.on("request")) that goes to a host:port other than the app's;
+    data: and blob: URLs go nowhere. The test's own control images to the tracker are left out."""
+
+    def __init__(self, app_url: str, control_base: str) -> None:
+        self.app = urlsplit(app_url).netloc
+        self.control = f"{control_base}/control-"
+        self.foreign: list[str] = []
+
+    def watch(self, page) -> None:
+        page.on("request", lambda request: self.record(request.url))
+
+    def record(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob", "about") or url.startswith(self.control):
+            return
+        if parts.netloc != self.app:
+            self.foreign.append(url)
+
+
 PASSWORD = "hostile-password"
 
 
@@ -94,6 +118,7 @@ def control(page, tracker: Tracker, name: str) -> None:
 
 def assert_nothing_loaded(page, tracker: Tracker, where: str) -> None:
     settle(page)
+    assert tracker.outside.foreign == [], (where, tracker.outside.foreign)
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")
     live = page.evaluate("""base => [
         ...Array.from(document.querySelectorAll('img, image, source, iframe, video, audio, object, embed'))
@@ -187,11 +212,13 @@ def test_hostile_logs_make_no_browser_request(tmp_path, tracker, start_app, brow
     db.close()
     upload = "".join(json.dumps(r) + "\n" for r in hostile.log_records(h.base, prefix="upload-")[:1]).encode()
     server = start_app(h.path, env={"LABELER_MODEL": h.p("model"), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    outside = tracker.outside = Requests(server.url, tracker.base)
 
     for name in (h.lead, h.annotator):
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(30_000)
+        outside.watch(page)
         try:
             sign_in(page, server, name)
             control(page, tracker, f"control-{len(tracker.paths)}")
@@ -203,7 +230,13 @@ def test_hostile_logs_make_no_browser_request(tmp_path, tracker, start_app, brow
                 assert_nothing_loaded(page, tracker, "Adjudication")
                 visit(page, "Settings", "Accounts and roles")
                 assert_nothing_loaded(page, tracker, "Settings")
+                visit(page, "Items", "item(s) match")
+                tab(page, "Flags (1)", "flagged by")
+                assert_nothing_loaded(page, tracker, "Items")
+                visit(page, "Annotators", "Each pair of annotators")
+                assert_nothing_loaded(page, tracker, "Annotators")
             control(page, tracker, f"control-{len(tracker.paths)}")  # anything sent before has arrived too
         finally:
             context.close()
     assert tracker.leaks() == []
+    assert outside.foreign == []
