@@ -130,6 +130,15 @@ def assert_nothing_loaded(page, tracker: Tracker, where: str) -> None:
     assert live == [], (where, live)
 
 
+def pick(page, key: str, option: str) -> None:
+    """Choose the first option of the selectbox with widget key ``key`` whose text contains ``option``."""
+    box = page.locator(f".st-key-{key} input[role=combobox]")
+    box.click()
+    box.press("ArrowDown")  # Streamlit 1.67's combobox opens its list from the keyboard, not on a click
+    page.get_by_role("option").filter(has_text=option).first.click()
+    settle(page)
+
+
 def visit(page, link: str, ready: str) -> None:
     page.get_by_role("link", name=link, exact=True).click()
     page.get_by_text(ready, exact=False).first.wait_for()
@@ -164,7 +173,13 @@ def common_pages(page, tracker, h: hostile.Hostile, upload: bytes, *, lead: bool
         assert_nothing_loaded(page, tracker, "Data")
     else:
         upload_file(page, tracker, h, upload)
-    visit(page, "Metrics", "Worst queries by")
+    # two logged retrievers with hostile names, none called production: the page names them and asks
+    visit(page, "Metrics", "none is called production")
+    assert_nothing_loaded(page, tracker, "Metrics, no retriever picked")
+    pick(page, "m_retriever", "")
+    page.get_by_text("Worst queries by").first.wait_for()
+    page.get_by_text("Compare retrievers").first.wait_for()
+    page.get_by_text("Topics and coverage").first.wait_for()
     assert_nothing_loaded(page, tracker, "Metrics")
     review_synth_judge(page, tracker, lead=lead)
 
@@ -177,6 +192,11 @@ def upload_file(page, tracker, h: hostile.Hostile, upload: bytes) -> None:
     page.get_by_text(" records: ", exact=False).first.wait_for()
     page.get_by_text(f"{h.base.removeprefix('http://')}/md-file) <img").first.wait_for()  # the file name, literally
     assert_nothing_loaded(page, tracker, "Data")
+    pick(page, "export_format", "ragas")  # one retriever's ranking, several logged and none called production
+    page.get_by_text("none called production").first.wait_for()
+    page.get_by_role("button", name="Undo…").click()  # the preview names the hostile logs file
+    page.get_by_text("Undo ingest").first.wait_for()
+    assert_nothing_loaded(page, tracker, "Data, export and undo")
 
 
 def review_synth_judge(page, tracker, *, lead: bool) -> None:
