@@ -63,7 +63,7 @@ def log_records(base: str, prefix: str = "") -> list[dict]:
                 "timestamp": f"2026-01-0{i + 1}T00:00:00Z", "retriever": p("retriever"),
                 "metadata": {p("meta_key"): p(f"meta_value-{i}"), "tenant": p("tenant"), "thumbs": "down" if i % 2 else "up",
                              "rating": 1 + i % 5, "comment": p(f"feedback-{i}")},
-                "escalated": p("escalated") if i % 3 == 0 else None,
+                "escalated": p("escalated") if i % 3 == 0 else None, "outcome": {"failure": p(f"error-{i}")},
                 "retrieved": [{"id": p(f"doc_id-{i}-{j}"), "title": p(f"title-{i}-{j}"),
                                "text": f"{p(f'chunk-{i}-{j}')} {QUOTE}", "score": round(0.9 - j / 10, 2)}
                               for j in range(3)]}
@@ -104,7 +104,7 @@ def build(path: Path, base: str) -> Hostile:
     labeler.set_setting(db, "queue_order", "oldest")
 
     labeler.ingest_logs(db, _write_jsonl(path.with_name("hostile-logs.jsonl"), log_records(base)),
-                        name=file_name(base))
+                        name=file_name(base), mapping={"signal.error": "outcome.failure"})  # a mapped signal
     corpus = [{"id": p(f"corpus_id-{k}"), "title": p(f"corpus_title-{k}"), "text": f"{p(f'corpus_text-{k}')} {QUOTE}"}
               for k in range(4)]
     labeler.ingest_corpus(db, _write_jsonl(path.with_name("hostile-corpus.jsonl"), corpus))

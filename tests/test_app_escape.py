@@ -278,6 +278,14 @@ def test_adjudication_and_settings_pages(app_env):
     assert any(html.escape(h.annotator) in b.proto.body for b in at.get("html"))
 
 
+def test_annotators_page(app_env):
+    h = app_env
+    at = page(h.lead, "views/annotators.py")
+    check(at)
+    names = {n for df in at.dataframe for n in df.value.get("annotator", [])}
+    assert h.annotator in names  # shown, in a table (plain text)
+
+
 def test_items_page_flag_inbox_and_lead_view(app_env):
     h = app_env
     at = page(h.lead, "views/items.py")

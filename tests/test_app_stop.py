@@ -1,6 +1,7 @@
 """The server stops when told: ``labeler app`` and ``labeler demo`` started as real processes, killed
-with SIGTERM or SIGINT (the labeler process only, as a service manager or ``kill PID`` does),
-free their port within 5 s and leave no Streamlit process behind."""
+with SIGTERM or SIGINT (the labeler process only, as a service manager or ``kill PID`` does; or the
+whole process group, as Ctrl-C in a terminal does), free their port within 5 s and leave no
+Streamlit process behind."""
 
 from __future__ import annotations
 
@@ -73,9 +74,11 @@ def _healthy(port: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize(("command", "sig"), [("app", signal.SIGTERM), ("app", signal.SIGINT),
-                                              ("demo", signal.SIGTERM)])
-def test_killing_labeler_stops_the_server(tmp_path, command, sig):
+@pytest.mark.parametrize(("command", "sig", "group"), [
+    ("app", signal.SIGTERM, False), ("app", signal.SIGINT, False), ("demo", signal.SIGTERM, False),
+    ("app", signal.SIGINT, True),  # Ctrl-C in a terminal: the whole process group gets it, Streamlit twice
+])
+def test_killing_labeler_stops_the_server(tmp_path, command, sig, group):
     port = _free_port()
     args = ["--db", str(tmp_path / "stop.db"), command, "--headless", "--port", str(port)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), STREAMLIT_SERVER_FILE_WATCHER_TYPE="none",
@@ -83,7 +86,7 @@ def test_killing_labeler_stops_the_server(tmp_path, command, sig):
     env.pop("LABELER_DB", None)
     log = open(tmp_path / "labeler.log", "w")
     labeler = subprocess.Popen([sys.executable, "-m", "labeler", *args], env=env, cwd=tmp_path,
-                               stdout=log, stderr=subprocess.STDOUT)
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     servers: list[int] = []
     try:
         assert _poll(lambda: _healthy(port) or labeler.poll() is not None, 60), "no server in 60 s"
@@ -91,7 +94,10 @@ def test_killing_labeler_stops_the_server(tmp_path, command, sig):
         servers = _children(labeler.pid)
         assert servers, "labeler app runs Streamlit in a child process"
 
-        labeler.send_signal(sig)
+        if group:
+            os.killpg(labeler.pid, sig)  # the session this test started: labeler and its server only
+        else:
+            labeler.send_signal(sig)
         freed = _poll(lambda: _refuses(port), STOP_WITHIN_S)
         left = [pid for pid in servers if _alive(pid)]
         assert freed, f"port {port} still served {STOP_WITHIN_S} s after {sig.name}"

@@ -160,6 +160,8 @@ def label_page(page, tracker, h: hostile.Hostile, *, skip: bool) -> None:
     page.locator('.lb-plain[data-key="question"]', has_text=f"{h.base}/md-").wait_for()
     page.get_by_text("My history").click()
     page.get_by_role("button", name="submitted").first.wait_for()
+    for expander in ("Guidelines", "Grades"):
+        page.get_by_text(expander, exact=True).click()
     assert_nothing_loaded(page, tracker, "Label")
     if skip:  # the next item is the accepted synthetic question (seed chunks, proposal)
         page.get_by_role("button", name="Skip").click()
@@ -253,6 +255,9 @@ def test_hostile_logs_make_no_browser_request(tmp_path, tracker, start_app, brow
                 visit(page, "Items", "item(s) match")
                 tab(page, "Flags (1)", "flagged by")
                 assert_nothing_loaded(page, tracker, "Items")
+                page.get_by_role("button", name="Open", exact=True).first.click()  # the lead view: everyone's grades
+                page.get_by_text("Lead view · query").first.wait_for()
+                assert_nothing_loaded(page, tracker, "Label, lead view")
                 visit(page, "Annotators", "Each pair of annotators")
                 assert_nothing_loaded(page, tracker, "Annotators")
             control(page, tracker, f"control-{len(tracker.paths)}")  # anything sent before has arrived too
