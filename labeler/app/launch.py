@@ -103,7 +103,9 @@ def serve(cmd: list[str], env: Mapping[str, str] | None = None) -> int:
     proc = subprocess.Popen(cmd, env=None if env is None else dict(env))
 
     def forward(signum: int, frame: object) -> None:
-        if proc.poll() is None:
+        if proc.poll() is None and sys.platform == "win32":
+            proc.terminate()  # Windows sends a child no POSIX signal: terminate is its way to stop one
+        elif proc.poll() is None:
             proc.send_signal(signum)
         raise _Stop
 
