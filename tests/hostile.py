@@ -164,6 +164,9 @@ def build(path: Path, base: str) -> Hostile:
             judge.run_judge(db, config if tokens is None else replace(config, max_tokens=tokens), "relevance.v1")
         pre = judge.run_judge(db, config, "relevance.v1", on="unlabeled")
         assert pre.done >= 3, pre
+        # every logged query judged: the Metrics page's numbers for all traffic
+        everything = judge.run_judge(db, config, "relevance.v1", on="all")
+        assert everything.status == "done", everything
     topics.build_topics(db, k=2, by=LEAD)
     db.close()
     return Hostile(path=path, base=base, lead=LEAD, annotator=annotator, open_pk=pks[5], synthetic_pks=stored)

@@ -208,6 +208,7 @@ def test_metrics_page(app_env, who):
     check(at, h.p("retriever"), *([h.p("query_id-0")] if who == "lead" else []))  # the worst queries: a lead's list
     texts = "\n".join(markdown_texts(at))
     assert "2 topics (tfidf" in texts and "questions carry a signal" in texts  # topics and signals drawn
+    assert at.selectbox(key="at_run").options  # the numbers for all traffic, from the judge run over all of it
     at.selectbox(key="m_cmp_b").set_value(h.p("retriever_b")).run()
     check(at, h.p("retriever"), h.p("retriever_b"))
     if who == "lead":
