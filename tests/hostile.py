@@ -5,8 +5,9 @@ if the app interpreted it: for tests/test_app_escape.py (AppTest) and tests/e2e/
 The data takes every shape that has a branch of its own on some page: two retrievers, both with
 hostile names and none called production; a logs file with a hostile name; metadata keys and values
 and outcome signals (feedback text, thumbs, rating) in every record; topics built over the hostile
-questions; a judge batch the provider refused with hostile error text; hostile model, rubric,
-persona and annotator names.
+questions; a judge batch the provider refused with hostile error text; a judge run over all
+traffic; hostile model, persona and annotator names and rubric text (judge and rubric names come
+from the code's registry, not from data).
 
 ``payload(base, field)`` is, in one string, a markdown image, an HTML ``<img>``, a markdown link, a
 ``javascript:`` link, a bare URL, a ``www.`` autolink, a Streamlit colour directive, a material icon
@@ -56,8 +57,8 @@ def log_records(base: str, prefix: str = "") -> list[dict]:
     def p(field: str) -> str:
         return payload(base, prefix + field)
 
-    # no record is left to the default retriever (production): pages that pick one have to ask
-    # two kinds of question, so that topics have two clusters to find
+    # every record names its (hostile) retriever, so none is called production and pages that need one
+    # ask; the questions come in two kinds, so that topics have two clusters to find
     records = [{"query_id": p(f"query_id-{i}"), "question": f"{p(f'question-{i}')} {TOPIC_WORDS[i % 2]}",
                 "answer": p(f"answer-{i}"),
                 "timestamp": f"2026-01-0{i + 1}T00:00:00Z", "retriever": p("retriever"),
