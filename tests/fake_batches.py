@@ -49,7 +49,8 @@ class BatchStore:
     def _id(self, prefix: str) -> str:
         with self.lock:
             self._n += 1
-            return f"{prefix}-fake{self._n:06d}"
+            # the port too: two fake servers over one database (one closed, one new) never reuse an id
+            return f"{prefix}-fake{self.fake.port}-{self._n:06d}"
 
     def path(self, file_id: str) -> str:
         return os.path.join(self.dir.name, file_id)
@@ -124,10 +125,17 @@ class BatchStore:
                     errors.append({"code": "invalid_request", "line": n, "message": problem, "param": None})
         return errors
 
-    def advance(self, batch_id: str, status: str, *, done: int | None = None) -> dict[str, Any]:
-        """Move a batch to ``status`` (answering its lines on completed / expired / cancelled)."""
+    def advance(self, batch_id: str, status: str, *, done: int | None = None,
+                errors: list[str] | None = None) -> dict[str, Any]:
+        """Move a batch to ``status`` (answering its lines on completed / expired / cancelled).
+        ``errors``: the provider refuses the batch (status ``failed``) with these messages."""
         with self.lock:
             batch = self.batches[batch_id]
+            if errors is not None:
+                batch["errors"] = {"object": "list", "data": [
+                    {"code": "invalid_request", "line": n, "message": m, "param": None}
+                    for n, m in enumerate(errors, 1)]}
+                status = "failed"
             if batch["status"] == "validating" and status != "cancelled":
                 if errors := self._validate(batch):
                     batch["errors"] = {"object": "list", "data": errors}

@@ -2,6 +2,13 @@
 if the app interpreted it: for tests/test_app_escape.py (AppTest) and tests/e2e/test_no_tracking.py
 (a real browser and a tracker server).
 
+The data takes every shape that has a branch of its own on some page: two retrievers, both with
+hostile names and none called production; a logs file with a hostile name; metadata keys and values
+and outcome signals (feedback text, thumbs, rating) in every record; topics built over the hostile
+questions; a judge batch the provider refused with hostile error text; a judge run over all
+traffic; hostile model, persona and annotator names and rubric text (judge and rubric names come
+from the code's registry, not from data).
+
 ``payload(base, field)`` is, in one string, a markdown image, an HTML ``<img>``, a markdown link, a
 ``javascript:`` link, a bare URL, a ``www.`` autolink, a Streamlit colour directive, a material icon
 and a formula; every URL points at ``base`` with a path that names the field, so a request that
@@ -18,11 +25,12 @@ from pathlib import Path
 
 import labeler
 import labeler.labels as labels
-from labeler import judge, llm, synth
+from labeler import judge, llm, synth, topics
 from tests.fake_openai import FakeOpenAI, grade_responder
 
 LEAD = "lead"
 QUOTE = "Refunds are paid within five days."  # in every chunk, so the generator's quotes check out
+TOPIC_WORDS = ("refund policy for damaged parcels", "shipping times to islands")
 N_LOGGED = 6  # q0..q3 labeled by both (q0 and q1 conflict), q4 flagged by the annotator, q5 open
 
 
@@ -49,14 +57,20 @@ def log_records(base: str, prefix: str = "") -> list[dict]:
     def p(field: str) -> str:
         return payload(base, prefix + field)
 
-    records = [{"query_id": p(f"query_id-{i}"), "question": p(f"question-{i}"), "answer": p(f"answer-{i}"),
-                "timestamp": f"2026-01-0{i + 1}T00:00:00Z",
+    # every record names its (hostile) retriever, so none is called production and pages that need one
+    # ask; the questions come in two kinds, so that topics have two clusters to find
+    records = [{"query_id": p(f"query_id-{i}"), "question": f"{p(f'question-{i}')} {TOPIC_WORDS[i % 2]}",
+                "answer": p(f"answer-{i}"),
+                "timestamp": f"2026-01-0{i + 1}T00:00:00Z", "retriever": p("retriever"),
+                "metadata": {p("meta_key"): p(f"meta_value-{i}"), "tenant": p("tenant"), "thumbs": "down" if i % 2 else "up",
+                             "rating": 1 + i % 5, "comment": p(f"feedback-{i}")},
+                "escalated": p("escalated") if i % 3 == 0 else None, "outcome": {"failure": p(f"error-{i}")},
                 "retrieved": [{"id": p(f"doc_id-{i}-{j}"), "title": p(f"title-{i}-{j}"),
                                "text": f"{p(f'chunk-{i}-{j}')} {QUOTE}", "score": round(0.9 - j / 10, 2)}
                               for j in range(3)]}
                for i in range(N_LOGGED)]
-    # a second retriever, named in the logs, over the labeled queries
-    records += [{**r, "retriever": p("retriever"), "retrieved": r["retrieved"][::-1]} for r in records[:4]]
+    # a second retriever over the labeled queries
+    records += [{**r, "retriever": p("retriever_b"), "retrieved": r["retrieved"][::-1]} for r in records[:4]]
     return records
 
 
@@ -90,7 +104,8 @@ def build(path: Path, base: str) -> Hostile:
     labeler.set_setting(db, "overlap_fraction", 1.0)
     labeler.set_setting(db, "queue_order", "oldest")
 
-    labeler.ingest_logs(db, _write_jsonl(path.with_name("hostile-logs.jsonl"), log_records(base)))
+    labeler.ingest_logs(db, _write_jsonl(path.with_name("hostile-logs.jsonl"), log_records(base)),
+                        name=file_name(base), mapping={"signal.error": "outcome.failure"})  # a mapped signal
     corpus = [{"id": p(f"corpus_id-{k}"), "title": p(f"corpus_title-{k}"), "text": f"{p(f'corpus_text-{k}')} {QUOTE}"}
               for k in range(4)]
     labeler.ingest_corpus(db, _write_jsonl(path.with_name("hostile-corpus.jsonl"), corpus))
@@ -141,8 +156,18 @@ def build(path: Path, base: str) -> Hostile:
         for shift, tokens in ((0, None), (1, 999)):
             graded = grade_responder(lambda q, c: truth.get((q, c)), shift=shift)
             server.responder = lambda request, graded=graded: {**graded(request), "rationale": p("rationale")}
+            if shift:  # between the two: a batch run the provider refuses, with its own (hostile) error text
+                refused = judge.run_judge(db, replace(config, max_tokens=555), "relevance.v1", limit=2, batch=True)
+                for batch_id in list(server.batch.batches):
+                    server.batch.advance(batch_id, "failed", errors=[p("batch_error")])
+                collected = llm.batch.collect(db, config, run_id=refused.id)
+                assert collected.failed and any(p("batch_error") in n for n in collected.notes), collected
             judge.run_judge(db, config if tokens is None else replace(config, max_tokens=tokens), "relevance.v1")
         pre = judge.run_judge(db, config, "relevance.v1", on="unlabeled")
         assert pre.done >= 3, pre
+        # every logged query judged: the Metrics page's numbers for all traffic
+        everything = judge.run_judge(db, config, "relevance.v1", on="all")
+        assert everything.status == "done", everything
+    topics.build_topics(db, k=2, by=LEAD)
     db.close()
     return Hostile(path=path, base=base, lead=LEAD, annotator=annotator, open_pk=pks[5], synthetic_pks=stored)

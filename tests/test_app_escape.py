@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import labeler
+from labeler import judge, llm
 from labeler.app import state
 from labeler.app.widgets import WORD_JOINER, escape_markdown
 from tests import hostile
+from tests.fake_openai import FakeOpenAI
 from tests.test_app_label import APP
 
 BASE = "http://127.0.0.1:9"  # the discard port: nothing answers there
@@ -181,6 +185,13 @@ def test_data_page(app_env, who):
     at = page(h.lead if who == "lead" else h.annotator, "views/data.py", **{state.INGEST_RESULT: result})
     if who == "lead":
         check(at, hostile.file_name(h.base), str(h.path))
+        # a format that embeds one ranking, with two logged retrievers and none called production: it asks
+        at.selectbox(key="export_format").set_value("ragas").run()
+        check(at, h.p("retriever"), h.p("retriever_b"))
+        assert any("none called production" in i.value for i in at.info)
+        # the logs file's own (hostile) name, in the undo preview
+        at.button(key="undo_ask").click().run()
+        check(at, hostile.file_name(h.base))
     else:  # no upload, no export, no database path for annotators
         check(at)
         assert hostile.file_name(h.base) not in "\n".join(m.value for m in at.markdown)
@@ -190,9 +201,16 @@ def test_data_page(app_env, who):
 def test_metrics_page(app_env, who):
     h = app_env
     at = page(h.lead if who == "lead" else h.annotator, "views/metrics.py")
-    check(at, *([h.p("query_id-0")] if who == "lead" else []))  # the worst queries: a lead's list
+    # two logged retrievers, none called production: the page names them and asks for one
+    check(at, h.p("retriever"), h.p("retriever_b"))
+    assert any("none is called production" in i.value for i in at.info)
     at.selectbox(key="m_retriever").set_value(h.p("retriever")).run()
-    check(at, h.p("retriever"))
+    check(at, h.p("retriever"), *([h.p("query_id-0")] if who == "lead" else []))  # the worst queries: a lead's list
+    texts = "\n".join(markdown_texts(at))
+    assert "2 topics (tfidf" in texts and "questions carry a signal" in texts  # topics and signals drawn
+    assert at.selectbox(key="at_run").options  # the numbers for all traffic, from the judge run over all of it
+    at.selectbox(key="m_cmp_b").set_value(h.p("retriever_b")).run()
+    check(at, h.p("retriever"), h.p("retriever_b"))
     if who == "lead":
         at.selectbox(key="m_annotator").set_value(h.annotator).run()
         check(at)
@@ -230,6 +248,28 @@ def test_judge_page(app_env, who):
     check(at, h.p("model"))
 
 
+def test_judge_page_collects_a_batch_the_provider_refused(app_env, tmp_path, monkeypatch):
+    """The page collects a finished batch when it opens: the provider's (hostile) refusal shows as
+    a note, escaped."""
+    h = app_env
+    copy = tmp_path / "refused.db"
+    shutil.copy(h.path, copy)  # the module's database stays as built
+    error = h.p("batch_refusal")
+    with FakeOpenAI() as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="sk-test-hostile", model=h.p("model"), timeout_s=5,
+                               max_retries=1, max_tokens=777)
+        db = labeler.connect(copy)
+        judge.run_judge(db, config, "relevance.v1", limit=2, batch=True)
+        db.close()
+        for batch_id in list(server.batch.batches):
+            server.batch.advance(batch_id, "failed", errors=[error])
+        monkeypatch.setenv("LABELER_DB", str(copy))
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        at = page(h.lead, "views/judge.py")
+    check(at, error)
+    assert any("failed validation" in c.value for c in at.caption)
+
+
 def test_adjudication_and_settings_pages(app_env):
     h = app_env
     at = page(h.lead, "views/adjudicate.py")
@@ -237,6 +277,14 @@ def test_adjudication_and_settings_pages(app_env):
     at = page(h.lead, "views/settings.py")
     check(at)  # account names are HTML-escaped plain text there
     assert any(html.escape(h.annotator) in b.proto.body for b in at.get("html"))
+
+
+def test_annotators_page(app_env):
+    h = app_env
+    at = page(h.lead, "views/annotators.py")
+    check(at)
+    names = {n for df in at.dataframe for n in df.value.get("annotator", [])}
+    assert h.annotator in names  # shown, in a table (plain text)
 
 
 def test_items_page_flag_inbox_and_lead_view(app_env):

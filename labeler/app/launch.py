@@ -6,13 +6,19 @@ Streamlit reads ``~/.streamlit/config.toml``, then ``./.streamlit/config.toml``,
 ``STREAMLIT_*`` environment variables and command-line flags, each later source winning. The
 defaults can only travel as flags (Streamlit reads no other file of ours), and a flag would beat
 the user's files, so an option that either file or the environment sets is not passed at all.
+
+``serve`` runs that command and stops it when the launcher is told to stop (SIGTERM, SIGINT), so a
+killed ``labeler app`` leaves no server behind.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -23,6 +29,8 @@ from ..errors import LabelerError
 
 APP = Path(__file__).with_name("streamlit_app.py")
 DEFAULTS = "config.toml"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+GRACE_S = 10.0  # Streamlit stops in well under a second; one that hangs longer is killed
 
 
 def packaged_defaults() -> dict[str, Any]:
@@ -81,6 +89,54 @@ def streamlit_command(*, host: str = "127.0.0.1", port: int | None = None, headl
     if headless:
         cmd += ["--server.headless", "true"]
     return cmd
+
+
+class _Stop(Exception):
+    """Raised by the signal handler to break out of the child's wait and start the grace period."""
+
+
+def serve(cmd: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``cmd`` (the Streamlit server) until it exits and return its exit status (128 + N when
+    signal N ended it, as a shell reports it). SIGTERM and SIGINT sent to this process are passed
+    on to the server, which is then waited for (killed after ``GRACE_S``): ``subprocess.call``
+    would die on SIGTERM and leave the server holding the port."""
+    proc = subprocess.Popen(cmd, env=None if env is None else dict(env))
+
+    def forward(signum: int, frame: object) -> None:
+        if proc.poll() is None and sys.platform == "win32":
+            proc.terminate()  # Windows sends a child no POSIX signal: terminate is its way to stop one
+        elif proc.poll() is None:
+            proc.send_signal(signum)
+        raise _Stop
+
+    previous: dict[int, Any] = {}
+    deadline: float | None = None
+    try:
+        try:
+            for s in STOP_SIGNALS:
+                previous[s] = signal.signal(s, forward)
+        except _Stop:  # told to stop while the handlers were going in
+            deadline = time.monotonic() + GRACE_S
+        except ValueError:  # not the main thread (an embedding caller): signals stay theirs
+            pass
+        while True:
+            try:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = proc.wait(timeout)
+                break
+            except _Stop:
+                # a second signal while stopping passes on too but does not extend the grace period
+                deadline = deadline or time.monotonic() + GRACE_S
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                deadline = None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if proc.poll() is None:  # an unexpected error in this process: the server goes with it
+            proc.kill()
+            proc.wait()
+    return 128 - code if code < 0 else code
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -14,7 +14,8 @@ from labeler.errors import LabelerError
 
 # uncaught errors show their type and a generic line in the browser; the traceback goes to the log
 st.set_option("client.showErrorDetails", "type")
-st.set_page_config(page_title="labeler", page_icon=":material/label:", layout="wide")
+# an emoji favicon is drawn in the page (a data: URL); a :material/...: one is fetched from Google's font server
+st.set_page_config(page_title="labeler", page_icon="🏷️", layout="wide")
 
 annotator = auth.current_annotator(state.get_db())
 if annotator is None:

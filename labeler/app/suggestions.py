@@ -48,5 +48,5 @@ def render_suggestion(db, query_pk: int, doc_pk: int, annotator: str, *, current
                        + ": a suggestion, not a label")
         c2.button("Accept" if current != s.grade else "Accepted", key=f"accept_{query_pk}_{doc_pk}",
                   on_click=accept, args=(db, query_pk, doc_pk, annotator), disabled=current == s.grade,
-                  help=f"Grade this chunk {label}, as the judge suggests", width="stretch")
+                  help=widgets.escape_markdown(f"Grade this chunk {label}, as the judge suggests"), width="stretch")
     return s

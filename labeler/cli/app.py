@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,14 +16,14 @@ from .common import CONTEXT_SETTINGS, _open, _secrets_toml
 
 def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
     from ..accounts import check_exposure
-    from ..app.launch import streamlit_command
+    from ..app.launch import serve, streamlit_command
 
     secrets = _secrets_toml()
     check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
                    oidc=bool(secrets.get("auth")))
     cmd = streamlit_command(host=host, port=port, headless=headless)
     env = dict(os.environ, LABELER_DB=str(Path(db_path).resolve()))
-    raise SystemExit(subprocess.call(cmd, env=env))
+    raise SystemExit(serve(cmd, env))
 
 
 def _launch(db_path: str, port: int | None, headless: bool, host: str) -> None:

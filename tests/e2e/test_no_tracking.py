@@ -3,13 +3,16 @@ or user-written field carries markdown images, HTML images, links, ``javascript:
 URLs pointing at a tracker server on 127.0.0.1 (tests/hostile.py), a lead and an annotator visit
 every page (tabs, expanders and estimates opened, a file with a hostile name uploaded) and the
 tracker records no request, and no page has a link or image to the tracker or a ``javascript:``
-link. A request the test itself sends to the tracker from the page proves the browser reaches it."""
+link. A request the test itself sends to the tracker from the page proves the browser reaches it.
+Beyond the tracker, the browser sends no request at all (page.on("request")) to any host but the
+app's own host:port: no favicon or font from an outside server, no analytics."""
 
 from __future__ import annotations
 
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -26,6 +29,7 @@ class Tracker:
 
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.outside: Requests | None = None  # the requests the browser sent anywhere but the app
         self.lock = threading.Condition()
         tracker = self
 
@@ -73,6 +77,26 @@ def tracker():
     t.stop()
 
 
+class Requests:
+    """Every request a page sends (page.on("request")) that goes to a host:port other than the app's;
+    data: and blob: URLs go nowhere. The test's own control images to the tracker are left out."""
+
+    def __init__(self, app_url: str, control_base: str) -> None:
+        self.app = urlsplit(app_url).netloc
+        self.control = f"{control_base}/control-"
+        self.foreign: list[str] = []
+
+    def watch(self, page) -> None:
+        page.on("request", lambda request: self.record(request.url))
+
+    def record(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob", "about") or url.startswith(self.control):
+            return
+        if parts.netloc != self.app:
+            self.foreign.append(url)
+
+
 PASSWORD = "hostile-password"
 
 
@@ -94,6 +118,7 @@ def control(page, tracker: Tracker, name: str) -> None:
 
 def assert_nothing_loaded(page, tracker: Tracker, where: str) -> None:
     settle(page)
+    assert tracker.outside.foreign == [], (where, tracker.outside.foreign)
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")
     live = page.evaluate("""base => [
         ...Array.from(document.querySelectorAll('img, image, source, iframe, video, audio, object, embed'))
@@ -103,6 +128,15 @@ def assert_nothing_loaded(page, tracker: Tracker, where: str) -> None:
     ]""", tracker.base)
     assert tracker.leaks() == [], (where, tracker.leaks())
     assert live == [], (where, live)
+
+
+def pick(page, key: str, option: str) -> None:
+    """Choose the first option of the selectbox with widget key ``key`` whose text contains ``option``."""
+    box = page.locator(f".st-key-{key} input[role=combobox]")
+    box.click()
+    box.press("ArrowDown")  # Streamlit 1.67's combobox opens its list from the keyboard, not on a click
+    page.get_by_role("option").filter(has_text=option).first.click()
+    settle(page)
 
 
 def visit(page, link: str, ready: str) -> None:
@@ -126,6 +160,8 @@ def label_page(page, tracker, h: hostile.Hostile, *, skip: bool) -> None:
     page.locator('.lb-plain[data-key="question"]', has_text=f"{h.base}/md-").wait_for()
     page.get_by_text("My history").click()
     page.get_by_role("button", name="submitted").first.wait_for()
+    for expander in ("Guidelines", "Grades"):
+        page.get_by_text(expander, exact=True).click()
     assert_nothing_loaded(page, tracker, "Label")
     if skip:  # the next item is the accepted synthetic question (seed chunks, proposal)
         page.get_by_role("button", name="Skip").click()
@@ -139,7 +175,13 @@ def common_pages(page, tracker, h: hostile.Hostile, upload: bytes, *, lead: bool
         assert_nothing_loaded(page, tracker, "Data")
     else:
         upload_file(page, tracker, h, upload)
-    visit(page, "Metrics", "Worst queries by")
+    # two logged retrievers with hostile names, none called production: the page names them and asks
+    visit(page, "Metrics", "none is called production")
+    assert_nothing_loaded(page, tracker, "Metrics, no retriever picked")
+    pick(page, "m_retriever", "")
+    page.get_by_text("Worst queries by").first.wait_for()
+    page.get_by_text("Compare retrievers").first.wait_for()
+    page.get_by_text("Topics and coverage").first.wait_for()
     assert_nothing_loaded(page, tracker, "Metrics")
     review_synth_judge(page, tracker, lead=lead)
 
@@ -152,6 +194,11 @@ def upload_file(page, tracker, h: hostile.Hostile, upload: bytes) -> None:
     page.get_by_text(" records: ", exact=False).first.wait_for()
     page.get_by_text(f"{h.base.removeprefix('http://')}/md-file) <img").first.wait_for()  # the file name, literally
     assert_nothing_loaded(page, tracker, "Data")
+    pick(page, "export_format", "ragas")  # one retriever's ranking, several logged and none called production
+    page.get_by_text("none called production").first.wait_for()
+    page.get_by_role("button", name="Undo…").click()  # the preview names the hostile logs file
+    page.get_by_text("Undo ingest").first.wait_for()
+    assert_nothing_loaded(page, tracker, "Data, export and undo")
 
 
 def review_synth_judge(page, tracker, *, lead: bool) -> None:
@@ -187,11 +234,13 @@ def test_hostile_logs_make_no_browser_request(tmp_path, tracker, start_app, brow
     db.close()
     upload = "".join(json.dumps(r) + "\n" for r in hostile.log_records(h.base, prefix="upload-")[:1]).encode()
     server = start_app(h.path, env={"LABELER_MODEL": h.p("model"), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    outside = tracker.outside = Requests(server.url, tracker.base)
 
     for name in (h.lead, h.annotator):
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(30_000)
+        outside.watch(page)
         try:
             sign_in(page, server, name)
             control(page, tracker, f"control-{len(tracker.paths)}")
@@ -203,7 +252,16 @@ def test_hostile_logs_make_no_browser_request(tmp_path, tracker, start_app, brow
                 assert_nothing_loaded(page, tracker, "Adjudication")
                 visit(page, "Settings", "Accounts and roles")
                 assert_nothing_loaded(page, tracker, "Settings")
+                visit(page, "Items", "item(s) match")
+                tab(page, "Flags (1)", "flagged by")
+                assert_nothing_loaded(page, tracker, "Items")
+                page.get_by_role("button", name="Open", exact=True).first.click()  # the lead view: everyone's grades
+                page.get_by_text("Lead view · query").first.wait_for()
+                assert_nothing_loaded(page, tracker, "Label, lead view")
+                visit(page, "Annotators", "Each pair of annotators")
+                assert_nothing_loaded(page, tracker, "Annotators")
             control(page, tracker, f"control-{len(tracker.paths)}")  # anything sent before has arrived too
         finally:
             context.close()
     assert tracker.leaks() == []
+    assert outside.foreign == []

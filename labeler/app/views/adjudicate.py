@@ -41,11 +41,12 @@ for item in items:
         for pair in item.pairs:
             with st.container(border=True, key=f"adj_{item.query_pk}_{pair.doc_pk}"):
                 widgets.chunk_card(pair)
-                st.write("Grades: " + " · ".join(f"{widgets.escape_markdown(a)}: **{g} {names[g]}**"
+                st.write("Grades: " + " · ".join(f"{widgets.escape_markdown(a)}: **{g} {widgets.escape_markdown(names[g])}**"
                                                   for a, g in pair.grades.items()))
                 cols = st.columns(len(names) + 1)
                 for g in range(len(names)):
-                    cols[g].button(f"Final {g}", key=f"adj_{item.query_pk}_{pair.doc_pk}_{g}", help=names[g],
+                    cols[g].button(f"Final {g}", key=f"adj_{item.query_pk}_{pair.doc_pk}_{g}",
+                                   help=widgets.escape_markdown(names[g]),
                                    type="primary" if pair.adjudicated == g else "secondary",
                                    on_click=decide, args=(item.query_pk, pair.doc_pk, g), width="stretch")
                 if pair.adjudicated is not None:

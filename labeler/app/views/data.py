@@ -184,7 +184,7 @@ no_ranking = golden_export.FORMATS[export_format].runs == "one" and export_retri
     and not has_default
 if no_ranking:
     st.info(f"The {export_format} format embeds one retriever's ranking and several logged rankings "
-            f"({', '.join(logged)}), none called production: pick one above.")
+            f"({', '.join(map(widgets.escape_markdown, logged))}), none called production: pick one above.")
 widgets.stat_tiles({
     "Queries to export": export_counts["queries"],
     "Judged pairs": export_counts["judged_pairs"],

@@ -157,7 +157,7 @@ with st.sidebar:
         st.markdown(settings["guidelines"])
     with st.expander("Grades"):
         for g, (name, desc) in enumerate(zip(names, settings["grade_help"], strict=False)):
-            st.write(f"**{g} {name}**: {desc}")
+            st.write(f"**{g} {widgets.escape_markdown(name)}**: {widgets.escape_markdown(desc)}")
     with st.expander("My history"):
         for h in labels.history(db, annotator, limit=30):
             st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
@@ -283,7 +283,8 @@ with right:
                 widgets.chunk_card(h, focused=False, note="already on this item" if h.doc_pk in shown else None)
                 with st.container(horizontal=True):
                     for g in range(len(names)):
-                        st.button(f"Add as {g}", key=f"{add}_{pk}_{h.doc_pk}_{g}", help=names[g],
+                        st.button(f"Add as {g}", key=f"{add}_{pk}_{h.doc_pk}_{g}",
+                                  help=widgets.escape_markdown(names[g]),
                                   on_click=grade, args=(pk, h.doc_pk, g), width="content")
 
     st.subheader("Find what the retriever missed")

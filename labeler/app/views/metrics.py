@@ -61,8 +61,8 @@ if isinstance(dates, tuple | list) and len(dates) >= 1:
         until = (dates[1] + dt.timedelta(days=1)).isoformat()  # the end day is included
 
 if retriever is None:
-    st.info(f"Several retrievers logged rankings ({', '.join(known)}) and none is called production: pick one "
-            "above.")
+    st.info(f"Several retrievers logged rankings ({', '.join(map(widgets.escape_markdown, known))}) and none is "
+            "called production: pick one above.")
     st.stop()
 try:
     rep = reports.retrieval_report(db, families or ["recall"], ks=sorted(ks) or [5], retriever=retriever,
