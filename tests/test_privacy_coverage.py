@@ -206,7 +206,7 @@ def test_no_planted_value_is_stored_or_exported_from_any_path(tmp_path):
     db = labeler.connect(db_path)
     # a phone number read as a number has no separators: found by the user's pattern, with its +
     labeler.set_redaction(db, patterns={"PHONE": r"\+1415555\d{4}"})
-    files = {"jsonl": tmp_path / "l.jsonl", "csv": tmp_path / "l.csv", "parquet": tmp_path / "l.parquet",
+    files = {"jsonl": tmp_path / f"logs of {plants.new('file name', 'EMAIL')}.jsonl", "csv": tmp_path / "l.csv", "parquet": tmp_path / "l.parquet",
              "gzip": tmp_path / "l.jsonl.gz"}
     files["jsonl"].write_text(dumps_lines([log_record(plants, "jsonl")]))
     write_csv(files["csv"], [log_record(plants, "csv")])
@@ -269,3 +269,45 @@ def test_no_planted_value_is_stored_or_exported_from_any_path(tmp_path):
     answer = summary.results["t1"]
     # the model saw the request redacted, and the caller gets the echo redacted too
     assert answer.answer.startswith("I read: Grade this: [") and answer.rationale == "and called [EMAIL_1]"
+
+
+def test_a_synthetic_question_a_review_edit_and_a_judge_rationale_that_echo_a_value_are_stored_redacted(
+        db, tmp_path, ingest_tiny):
+    from labeler import judge, synth
+    from tests.test_synth import corpus_records, transform
+
+    plants = Plants()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(dumps_lines(corpus_records()))
+    labeler.ingest_corpus(db, corpus)
+    asked, answered = plants.new("synth.question", "EMAIL"), plants.new("synth.answer", "CARD")
+
+    def echo(request, questions):
+        return [{**q, "question": f"{q['question']} Mail {asked}?", "answer": f"{q['answer']} {answered}"}
+                for q in questions]
+
+    with FakeOpenAI(responder=transform(echo)) as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="sk-test", model="fake-model", timeout_s=5, max_retries=0)
+        result = synth.generate(db, config, synth.SynthOptions(n=2, per_chunk=1))
+    assert result.stored
+    pk = result.stored[0]
+    question = db.execute("SELECT question FROM queries WHERE pk = ?", [pk]).fetchone()[0]
+    assert question.endswith("Mail [EMAIL_1]?")
+    synth.review(db, pk, "edit", reviewer="rita", question=f"Edited {plants.new('synth.review question')}",
+                 answer=f"Edited {plants.new('synth.review answer')}")
+    # a judge whose rationale quotes a value it made up
+    pks = ingest_tiny(db, 2, 2)
+    labeler.set_setting(db, "overlap_fraction", 0)
+    for qpk in pks:
+        for (dpk,) in db.execute("SELECT doc_pk FROM retrievals WHERE query_pk = ?", [qpk]).fetchall():
+            L.set_grade(db, qpk, dpk, "alice", 2)
+        L.set_status(db, qpk, "alice", "submitted")
+    quoted = plants.new("judge.rationale", "PHONE")
+    with FakeOpenAI(responder=lambda request: {"rationale": f"the user at {quoted} asks", "relevance_grade": 2}) \
+            as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="sk-test", model="fake-model", timeout_s=5, max_retries=0)
+        run = judge.run_judge(db, config, "relevance.v1", on="labeled")
+    assert run.done == 4
+    rationales = {r[0] for r in db.execute("SELECT rationale FROM judge_labels WHERE run_id = ?", [run.id])}
+    assert rationales == {"the user at [PHONE_1] asks"}
+    assert plants.leaks("\n".join(db.conn.iterdump()).encode()) == []

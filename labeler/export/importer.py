@@ -258,6 +258,9 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     raws: dict[int, Any] = {}
 
     redactor = privacy.redactor_for(db, redact)
+    if redactor is not None:  # the file's name is stored (ingests.path, queries.source)
+        shown = redactor.record().text(shown)
+        result.path = shown
 
     def reject(line: int, field_name: str, message: str, raw: Any) -> None:
         if redactor is not None:
