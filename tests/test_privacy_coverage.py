@@ -311,3 +311,34 @@ def test_a_synthetic_question_a_review_edit_and_a_judge_rationale_that_echo_a_va
     rationales = {r[0] for r in db.execute("SELECT rationale FROM judge_labels WHERE run_id = ?", [run.id])}
     assert rationales == {"the user at [PHONE_1] asks"}
     assert plants.leaks("\n".join(db.conn.iterdump()).encode()) == []
+
+
+def test_a_batch_run_sends_stores_and_collects_only_redacted_text(db):
+    from labeler.llm import batch
+
+    plants = Plants()
+    finished: list[int] = []
+    batch.register_owner(batch.BatchOwner("privacy-test", lambda db, run_id: Echo,
+                                          lambda db, config, run_id: finished.append(run_id)))
+    echoed = plants.new("batch.answer", "EMAIL")
+    tasks = [llm.Task(f"t{i}", [{"role": "user", "content": f"Grade {plants.new(f'batch.request {i}')}"}], Echo)
+             for i in range(3)]
+
+    def respond(request):
+        asked = " ".join(m["content"] for m in request["messages"] if m["role"] == "user")
+        return {"answer": f"I read: {asked}", "rationale": f"and called {echoed}"}
+
+    with FakeOpenAI(responder=respond) as server:
+        config = llm.LLMConfig(base_url=server.url, api_key="sk-test", model="gpt-4o-mini", timeout_s=5,
+                               max_retries=0)
+        sub = batch.submit(db, config, tasks, owner="privacy-test", run_id=1)
+        for b in sub.batches:
+            server.batch.advance(b.batch_id, "completed")
+        assert batch.collect(db, config).ok == 3 and finished == [1]
+        uploaded = b"".join(Path(server.batch.path(f)).read_bytes() for f, meta in server.batch.files.items()
+                            if meta["purpose"] == "batch")
+        summary = llm.run_tasks(db, config, tasks, cached_only=True)  # the same tasks find their answers
+    assert summary.cached == 3 and not summary.failed
+    assert {r.rationale for r in summary.results.values()} == {"and called [EMAIL_1]"}
+    assert b"Grade [" in uploaded and plants.leaks(uploaded) == []  # the provider got the redacted requests
+    assert plants.leaks("\n".join(db.conn.iterdump()).encode()) == []
