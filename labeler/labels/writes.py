@@ -1,9 +1,9 @@
 """Label writes: grades, query-level fields, time spent and status, each saved at once with an audit event.
 
-Text an annotator types is redacted like an ingest (``privacy.redact_typed``) when the setting
-``redact`` is on. Every write runs in one short ``BEGIN IMMEDIATE`` transaction, renews the annotator's lease and
+Every write runs in one short ``BEGIN IMMEDIATE`` transaction, renews the annotator's lease and
 appends one ``label_events`` row per field whose value changed (who, when, old, new). Current
-values live in ``relevance_labels`` / ``query_labels``; history is never deleted.
+values live in ``relevance_labels`` / ``query_labels``; history is never deleted. Text an annotator
+types is redacted like an ingest (``privacy.redact_typed``) while the setting ``redact`` is on.
 
 Writing needs a slot: an annotator may always edit items they finished (history), renews a lease
 they hold, and otherwise takes a free slot; when the item already has all the annotators it
