@@ -1,4 +1,5 @@
-"""Import of golden files as one annotator's submitted labels (strict/lenient like ingest)."""
+"""Import of golden files as one annotator's submitted labels (strict/lenient like ingest), redacted
+like an ingest (question, expected answer, query and chunk ids) before anything is stored."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from .. import db as store
 from ..errors import IngestError
 from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
@@ -117,6 +118,21 @@ def _parse(rec: dict[str, Any], line: int, top: int) -> _Line:
                  judgments["answer_faithful"], judgments["answer_relevant"], origin)
 
 
+def _redact(redactor: privacy.Redactor, x: _Line) -> _Line:
+    """The line with its values replaced as an ingest replaces them: the question numbered on its own
+    (so it still matches the question an ingest stored) and the ids pseudonymised (so they match the
+    stored chunk and query ids)."""
+    r = redactor.record()
+    x.question = r.text(x.question)
+    x.expected_answer = r.text(x.expected_answer)
+    x.query_id = r.ident(x.query_id)
+    relevance: dict[str, int] = {}
+    for doc, grade in x.relevance.items():
+        relevance[r.ident(doc)] = grade
+    x.relevance = relevance
+    return x
+
+
 def _finish(db: sqlite_utils.Database, path: Path, shown: str, fmt: str, result: ImportResult, lenient: bool,
             rejects: list[dict]) -> ImportResult:
     """The ingest rules and messages: empty file, strict failure listing problems, rejects file."""
@@ -208,7 +224,8 @@ def _store_line(conn: Any, x: _Line, pk: int, docs: dict[str, int], annotator: s
 
 
 def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str, lenient: bool = False,
-                  fmt: str | None = None, name: str | None = None, by: str | None = None) -> ImportResult:
+                  fmt: str | None = None, name: str | None = None, by: str | None = None,
+                  redact: bool | None = None) -> ImportResult:
     """Import a golden set (this tool's JSONL, or the minimal form) as ``annotator``'s submitted labels.
 
     Each line is matched to a query by ``query_id``, else by the normalized question; otherwise a
@@ -218,7 +235,8 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     answer and answer judgments the line's; the label is submitted. Unknown chunk ids are created
     without text (a corpus ingest fills it). Strict by default (see the module doc). ``name`` is
     how the file is called in messages (default: its path). Leads only (``by``; ``None`` is the
-    local operator).
+    local operator). ``redact``: replace personal data and secrets as an ingest does (None: the
+    setting ``redact``); problems and rejects are scrubbed the same way.
     """
     accounts.require(db, by, "lead", "importing a golden set")
     annotator = check_name(annotator)
@@ -239,7 +257,14 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     rejects: list[dict] = []
     raws: dict[int, Any] = {}
 
+    redactor = privacy.redactor_for(db, redact)
+    if redactor is not None:  # the file's name is stored (ingests.path, queries.source)
+        shown = redactor.record().text(shown)
+        result.path = shown
+
     def reject(line: int, field_name: str, message: str, raw: Any) -> None:
+        if redactor is not None:
+            field_name, message, raw = redactor.scrub(field_name), redactor.scrub(message), redactor.scrub_value(raw)
         result.problems.append(Problem(shown, line, field_name, message))
         if lenient:
             rejects.append({"line": line, "field": field_name, "error": message, "record": raw})
@@ -250,7 +275,8 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
             reject(line, raw.field, raw.message, raw.raw)
             continue
         try:
-            lines.append(_parse(raw, line, top))
+            parsed = _parse(raw, line, top)
+            lines.append(parsed if redactor is None else _redact(redactor, parsed))
             raws[line] = raw
         except _Bad as e:
             reject(line, e.field, e.message, raw)

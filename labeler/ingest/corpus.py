@@ -76,6 +76,8 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     fmt, gz = detect_format(path, fmt)
     shown = name or str(path)
     redactor = privacy.redactor_for(db, redact, redact_patterns)
+    if redactor is not None:  # the file's name is stored (ingests.path) and in every message
+        shown = redactor.record().text(shown)
     result = IngestResult(path=shown, kind="corpus", format=fmt, redacted=redactor is not None)
     records, bytes_read = iter_records(path, fmt, gz, json_columns={"meta", "metadata"})
     total = path.stat().st_size

@@ -147,6 +147,8 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     shown = name or str(path)
     spec = sampling.sample_spec(sample, seed)
     redactor = privacy.redactor_for(db, redact, redact_patterns)
+    if redactor is not None:  # the file's name is stored (ingests.path) and in every message
+        shown = redactor.record().text(shown)
     result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool, redacted=redactor is not None, sample=spec)
     sampler = sampling.Sampler(spec)
     total = path.stat().st_size

@@ -88,16 +88,18 @@ def _unless_all_none(column: list) -> list | None:
     return None if column.count(None) == len(column) else column
 
 
-def _columns(chunks: list[tuple[str, str | None, str | None, float | None, bool]]) -> tuple[Columns, int]:
-    """Columns of the chunks, and how many of them got an id made from their text."""
+def _columns(chunks: list[tuple[str, str | None, str | None, float | None, bool]]) -> tuple[Columns, list[int]]:
+    """Columns of the chunks, and the positions of those that got an id made from their text."""
     if not chunks:
-        return ([], None, None, []), 0
+        return ([], None, None, []), []
     ids, texts, titles, scores, made = (list(col) for col in zip(*chunks, strict=True))
-    return (ids, _unless_all_none(texts), _unless_all_none(titles), scores), sum(made)
+    return (ids, _unless_all_none(texts), _unless_all_none(titles), scores), [i for i, m in enumerate(made) if m]
 
 
 def content_id(text: str) -> str:
-    """The stable id of a chunk that came without one: ``sha1:`` and 16 hex digits of its text."""
+    """The stable id of a chunk that came without one: ``sha1:`` and 16 hex digits of its text.
+    When redaction finds a value in the text, the redactor replaces this id by a keyed one
+    (``privacy.Redactor.content_id``), since this one could be tested against guesses."""
     return "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -186,7 +188,7 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(retrieved, list):
         raise _FieldError("retrieved", f"expected a list of chunks, got {type(retrieved).__name__}")
     columns = _chunks_fast(retrieved)
-    made = 0
+    made: list[int] = []
     if columns is None:
         columns, made = _columns([_chunk(raw, i) for i, raw in enumerate(retrieved)])
     ids = columns[0]
@@ -217,7 +219,8 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         "timestamp": timestamp(rec["timestamp"]),
         "retriever": retriever,
         "meta": rec.get("meta"),
-        "content_ids": made,  # chunks whose id was made from their text
+        "content_ids": len(made),  # chunks whose id was made from their text
+        "made_ids": made,  # their positions
     }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from .. import db as store
 from ..errors import LabelError
 from ._common import When, check_name, event, query_row, stamp
@@ -36,13 +36,14 @@ def _lead(by: str | None) -> str:
     return by if by is not None else accounts.local_operator()
 
 
-def _text(value: str | None, what: str, *, required: bool = False) -> str | None:
+def _text(db: sqlite_utils.Database, value: str | None, what: str, *, required: bool = False) -> str | None:
+    """A lead's text, checked, and redacted like an ingest when the setting ``redact`` is on."""
     if value is not None and not isinstance(value, str):
         raise LabelError(f"{what} must be text, got {type(value).__name__}")
     value = value.strip() if value else None
     if required and not value:
         raise LabelError(f"{what} is empty; say why in a few words")
-    return value or None
+    return privacy.redact_typed(db, {"text": value})["text"] if value else None
 
 
 def _live(conn, query_pk: int) -> str:
@@ -94,7 +95,7 @@ def request_adjudication(db: sqlite_utils.Database, query_pk: int, *, note: str 
     """Put the item on the Adjudication page (with every graded chunk, conflicting or not); False
     when it was there already."""
     accounts.require(db, by, "lead", "sending an item to adjudication")
-    note = _text(note, "the note")
+    note = _text(db, note, "the note")
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
@@ -125,7 +126,7 @@ def discard_item(db: sqlite_utils.Database, query_pk: int, reason: str, *, by: s
                  now: When = None) -> None:
     """Discard the whole item with ``reason`` (required): see the module doc."""
     accounts.require(db, by, "lead", "discarding an item")
-    reason = _text(reason, "the reason to discard", required=True)
+    reason = _text(db, reason, "the reason to discard", required=True)
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
@@ -194,8 +195,8 @@ def edit_question(db: sqlite_utils.Database, query_pk: int, question: str, *, no
     """Replace the question's text (a typo, a leaked secret, an unclear phrasing); return the old
     text, which stays in ``question_history``. Annotators' labels stay."""
     accounts.require(db, by, "lead", "editing a question")
-    question = _text(question, "the question", required=True)
-    note = _text(note, "the note")
+    question = _text(db, question, "the question", required=True)
+    note = _text(db, note, "the note")
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
@@ -268,9 +269,9 @@ def resolve_flag(db: sqlite_utils.Database, query_pk: int, annotator: str, actio
     if action not in FLAG_ACTIONS:
         raise LabelError(f"action {action!r} is unknown; use one of: {', '.join(FLAG_ACTIONS)}")
     annotator = check_name(annotator)
-    note = _text(note, "the note", required=action == "unflag")
+    note = _text(db, note, "the note", required=action == "unflag")
     if action == "edit":
-        question = _text(question, "the new question", required=True)
+        question = _text(db, question, "the new question", required=True)
     at = stamp(now)
     lead = _lead(by)
     with store.transaction(db):

@@ -2,7 +2,8 @@
 
 Every write runs in one short ``BEGIN IMMEDIATE`` transaction, renews the annotator's lease and
 appends one ``label_events`` row per field whose value changed (who, when, old, new). Current
-values live in ``relevance_labels`` / ``query_labels``; history is never deleted.
+values live in ``relevance_labels`` / ``query_labels``; history is never deleted. Text an annotator
+types is redacted like an ingest (``privacy.redact_typed``) while the setting ``redact`` is on.
 
 Writing needs a slot: an annotator may always edit items they finished (history), renews a lease
 they hold, and otherwise takes a free slot; when the item already has all the annotators it
@@ -21,6 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
+from .. import privacy
 from ..errors import LabelError
 from ._common import (
     STATUSES,
@@ -169,7 +171,7 @@ def set_query_fields(db: sqlite_utils.Database, query_pk: int, annotator: str, *
     answer judgments ``answer_faithful`` / ``answer_relevant`` (``"yes"``, ``"partly"``, ``"no"`` or
     None).
     """
-    values = {name: _field_value(name, value) for name, value in fields.items()}
+    values = privacy.redact_typed(db, {name: _field_value(name, value) for name, value in fields.items()})
     with _writing(db, query_pk, annotator, now) as w:
         return _put_fields(w, query_pk, values) if values else []
 
@@ -204,7 +206,7 @@ def set_status(db: sqlite_utils.Database, query_pk: int, annotator: str, status:
     """
     if status not in STATUSES:
         raise LabelError(f"status {status!r} is unknown; use one of: {', '.join(STATUSES)}")
-    reason = _field_value("notes", reason)
+    reason = privacy.redact_typed(db, {"reason": _field_value("notes", reason)})["reason"]
     with _writing(db, query_pk, annotator, now, strict=status != "skipped") as w:
         return _put_status(w, query_pk, status, reason)
 

@@ -36,10 +36,10 @@ import openai
 import pydantic
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from ..db import dumps, now, transaction
 from ..errors import LLMError
-from .cache import _load_cached, request_record
+from .cache import _load_cached, redact_tasks, request_record
 from .client import (
     LLMConfig,
     Task,
@@ -235,6 +235,8 @@ def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
     """(hash, request record) of each distinct request not answered in the cache, in task order."""
     seen: set[str] = set()
     chunk: list[tuple[str, Task]] = []
+    # redacted as the direct runner redacts: the same hashes, and nothing raw in llm_batch_items
+    tasks = redact_tasks(privacy.redactor_for(db), tasks)
 
     def flush() -> Iterator[tuple[str, dict[str, Any]]]:
         cached = _load_cached(db, [h for h, _ in chunk])

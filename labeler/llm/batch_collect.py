@@ -20,11 +20,11 @@ import openai
 import pydantic
 import sqlite_utils
 
-from .. import accounts
+from .. import accounts, privacy
 from ..db import now, transaction
 from ..errors import LLMError
 from .batch import BatchInfo, _api_message, _owner, _set, client_for, refresh, submit
-from .cache import _store, call_row, store_many
+from .cache import _store, call_row, redact_answer, store_many
 from .client import LLMConfig, Task, _Failed, _short, completion_content, validate_content
 from .direct import run_tasks
 
@@ -227,6 +227,7 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
             f"AND hash IN ({', '.join('?' * len(part))})", [b.key, *part]).fetchall())
     rows: list[dict[str, Any]] = []
     states: list[tuple[str, str, str]] = []
+    redactor = privacy.redactor_for(db)
     spent = [0, 0, 0.0, False]  # prompt tokens, completion tokens, cost, cost known
     prices = config.batch_prices()
     for h, status, body, error in parsed:
@@ -248,6 +249,8 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
                 if model is None:
                     prior[h] = (content, truncated)
                     error = f"invalid output from the batch: {error}"
+                else:
+                    model, error = redact_answer(redactor, schema, model)
             except _Failed as e:
                 error = str(e)
         elif error is None:
@@ -255,7 +258,7 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
             error = f"HTTP {status}: {message or 'no message'}"
         cost = (pt * prices[0] + ct * prices[1]) / 1_000_000 if prices else None
         rows.append(call_row(h, config, request, model=model, error=error, raw=raw, prompt_tokens=pt,
-                             completion_tokens=ct, requests=1, cost=cost))
+                             completion_tokens=ct, requests=1, cost=cost, redactor=redactor))
         # a refusal is an answer (the direct runner does not retry it either); the rest are retried
         final = model is not None or (error or "").startswith("refusal")
         states.append(("ok" if model is not None else "failed" if final else "retry", b.key, h))

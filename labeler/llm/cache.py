@@ -1,19 +1,64 @@
 """The ``llm_calls`` table as cache and ledger: one row per distinct request (its ``task_hash``),
 holding the request, the raw response, the validated output (``parsed``) and what was spent over
 every attempt. Only ``ok`` rows are cache hits; a failure never overwrites a success. Both runners
-write here, so an answer from a batch is a cache hit for a later direct run and the other way round."""
+write here, so an answer from a batch is a cache hit for a later direct run and the other way round.
+While the setting ``redact`` is on, nothing raw is stored here: the runners send and hash tasks
+whose messages are redacted (``redact_tasks``), and an answer that echoes a value is replaced by its
+redacted copy (``redact_answer``) before it is stored or handed to the caller (a synthetic question,
+a judge's rationale); the rows' request, response and error are redacted too (``call_row``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pydantic
 import sqlite_utils
 
+from .. import privacy
 from ..db import dumps, now, transaction
 from .client import Estimate, LLMConfig, Task, _model_schema, json_schema_for, request_params, task_hash
+
+
+def redact_tasks(redactor: privacy.Redactor | None, tasks: Iterable[Task]) -> Iterator[Task]:
+    """The tasks with the text of their messages redacted (numbered per task), or as they are when
+    ``redactor`` is None; a task with nothing to replace is the same object, so its hash (the cache
+    key) is unchanged."""
+    for task in tasks:
+        if redactor is None:
+            yield task
+            continue
+        r = redactor.record()
+        messages = [{**m, "content": r.value(m["content"])} if "content" in m else m for m in task.messages]
+        yield dataclasses.replace(task, messages=messages) if r.counts else task
+
+
+def redact_answer(redactor: privacy.Redactor | None, schema: type[pydantic.BaseModel],
+                  model: pydantic.BaseModel | None) -> tuple[pydantic.BaseModel | None, str | None]:
+    """(the answer with every value it holds replaced, None), or (None, why) when the replaced answer
+    no longer validates: a model's answer that echoes a phone number is stored, and used, redacted."""
+    if redactor is None or model is None:
+        return model, None
+    dumped = model.model_dump(mode="json")
+    redacted = redactor.record().value(dumped)
+    if redacted == dumped:
+        return model, None
+    try:
+        return schema.model_validate(redacted), None
+    except pydantic.ValidationError as e:
+        fields = ", ".join(".".join(map(str, err["loc"])) or "value" for err in e.errors(include_url=False))
+        return None, f"the answer holds personal data that cannot be replaced in: {fields}"
+
+
+def _redacted_json(redactor: privacy.Redactor, value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return redactor.record().text(value)
+    return redactor.record().value(value)
 
 
 def _load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]:
@@ -58,7 +103,7 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
     ``task.expected_output_tokens`` or ``config.expected_output_tokens``, capped at ``max_tokens``.
     """
     units: dict[str, Task] = {}
-    tasks = list(tasks)
+    tasks = list(redact_tasks(privacy.redactor_for(db) if db is not None else None, tasks))
     for task in tasks:
         units.setdefault(task_hash(config, task), task)
     cached = set(_load_cached(db, list(units))) if db is not None else set()
@@ -117,8 +162,14 @@ def request_record(config: LLMConfig, task: Task, mode: str, repair: dict[str, A
 
 def call_row(h: str, config: LLMConfig, request: dict[str, Any] | str, *, model: pydantic.BaseModel | str | None,
              error: str | None, raw: Any, prompt_tokens: int, completion_tokens: int, requests: int,
-             cost: float | None) -> dict[str, Any]:
-    """An ``llm_calls`` row (``model`` the validated answer, or its JSON text)."""
+             cost: float | None, redactor: privacy.Redactor | None = None) -> dict[str, Any]:
+    """An ``llm_calls`` row (``model`` the validated answer, or its JSON text, already redacted:
+    ``redact_answer``); with a ``redactor``, the request (a repair holds the model's raw output),
+    the raw response and the error are redacted too."""
+    if redactor is not None:
+        request = _redacted_json(redactor, request)
+        raw = _redacted_json(redactor, raw) if raw is not None else None
+        error = redactor.scrub(error) if error else error
     stamp = now()
     parsed = model.model_dump_json() if isinstance(model, pydantic.BaseModel) else model
     return {"hash": h, "model": config.model, "request": request if isinstance(request, str) else dumps(request),

@@ -21,8 +21,17 @@ import openai
 import pydantic
 import sqlite_utils
 
+from .. import privacy
 from ..errors import DatabaseError, LabelerError, LLMError
-from .cache import _load_cached, _store, call_row, failure_reasons, request_record
+from .cache import (
+    _load_cached,
+    _store,
+    call_row,
+    failure_reasons,
+    redact_answer,
+    redact_tasks,
+    request_record,
+)
 from .client import (
     _RESERVED_PARAMS,
     _RETRY_STATUS,
@@ -63,7 +72,9 @@ class _Run:
     def __init__(self, db: sqlite_utils.Database, config: LLMConfig, tasks: list[Task],
                  progress: Callable[[Progress], None] | None, cancel: threading.Event | None, *,
                  cached_only: bool = False, prior: dict[str, tuple[str, bool]] | None = None) -> None:
-        self.db, self.config, self.tasks = db, config, tasks
+        self.redactor = privacy.redactor_for(db)
+        # redacted before hashing: the cache key is of what is sent and stored, never of raw text
+        self.db, self.config, self.tasks = db, config, list(redact_tasks(self.redactor, tasks))
         self.cached_only, self.prior = cached_only, prior or {}
         self.progress, self.user_cancel = progress, cancel
         self.stop = threading.Event()  # set when a progress callback raised
@@ -175,11 +186,13 @@ class _Run:
     def _record(self, unit: _Unit, model: pydantic.BaseModel | None, error: str | None) -> None:
         config, task = self.config, unit.task
         cost = config.cost(unit.prompt_tokens, unit.completion_tokens)
+        model, why = redact_answer(self.redactor, task.schema, model)
+        error = why or error
         if unit.requests:
             _store(self.db, call_row(
     unit.hash, config, request_record(config, task, unit.mode, unit.repair), model=model, error=error,
                 raw=unit.raw, prompt_tokens=unit.prompt_tokens, completion_tokens=unit.completion_tokens,
-                requests=unit.requests, cost=cost))
+                requests=unit.requests, cost=cost, redactor=self.redactor))
         s = self.summary
         s.prompt_tokens += unit.prompt_tokens
         s.completion_tokens += unit.completion_tokens

@@ -1,8 +1,11 @@
-"""PII and secret redaction, applied to every ingested record before anything is stored.
+"""PII and secret redaction, applied to every stored field before anything is stored.
 
 Ingest (``labeler.ingest_logs`` / ``ingest_corpus``, the CLI and the Data page) redacts by default:
-the question, answer, chunk texts and titles, every string in meta, and the query and chunk ids.
-``redact=False`` (``--no-redact``, or the setting ``redact`` off) keeps the values; each ingest
+the question, answer, chunk texts and titles, every string and number in meta, the query and chunk
+ids and the retriever's name; a chunk id made from a text that holds a value is keyed with the
+database's secret (``Redactor.content_id``). The other writers of text redact the same way
+while the setting is on: ``labeler import golden``, what annotators and leads type
+(``redact_typed``), and the LLM cache and ledger (``llm.cache``). ``redact=False`` (``--no-redact``, or the setting ``redact`` off) keeps the values; each ingest
 records which it did and how many values of each type it replaced (``ingests.redaction``), never
 the values. Error messages and rejected records are scrubbed the same way (``[EMAIL]``), so a raw
 value reaches no log line, stderr or rejects file either.
@@ -23,7 +26,7 @@ from .detectors import KINDS, Detectors, kind_name
 from .redactor import RecordRedaction, Redactor
 
 __all__ = ["KINDS", "Detectors", "RecordRedaction", "Redactor", "kind_name", "parse_patterns", "redact_log",
-           "redaction_enabled", "redactor_for", "set_redaction"]
+           "redact_typed", "redaction_enabled", "redactor_for", "set_redaction"]
 
 KEY_SETTING = "redact_key"  # the database's own key of the pseudonyms in ids (made on first use)
 
@@ -65,6 +68,17 @@ def redactor_for(db: sqlite_utils.Database, redact: bool | None = None,
     return Redactor(mine, key=_key(db), extra=analyzer())
 
 
+def redact_typed(db: sqlite_utils.Database, values: dict[str, Any]) -> dict[str, Any]:
+    """What people type into ``db`` (an annotator's expected answer, notes and reasons, a lead's
+    notes and question edits) with its values replaced, numbered across the fields of one write as
+    in an ingested record; as given when redaction is off. Non-text values pass unchanged."""
+    redactor = redactor_for(db)
+    if redactor is None:
+        return values
+    r = redactor.record()
+    return {name: r.text(v) if isinstance(v, str) else v for name, v in values.items()}
+
+
 def parse_patterns(lines: list[str] | tuple[str, ...]) -> dict[str, str]:
     """``TYPE=regex`` lines (blank ones ignored) as ``{"TYPE": "regex"}``, each checked."""
     from ..errors import LabelerError
@@ -102,10 +116,18 @@ def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
     rec["query_id"] = r.ident(rec["query_id"])
     rec["question"] = r.text(rec["question"])
     rec["answer"] = r.text(rec["answer"])
+    # a pseudonym, not a numbered placeholder: a retriever's name must be the same in every query
+    if rec.get("retriever"):
+        rec["retriever"] = r.ident(rec["retriever"])
     # the chunks repeat across queries: most are answered by the redactor's memory, looked up here
     # directly (a call per chunk is a measurable share of a big ingest)
     seen, find = redactor._found, redactor.find
     ids = rec["ids"]
+    made = rec.get("made_ids") or ()
+    for i in made:  # ids made from the raw text, which holds a value: keyed instead
+        text = rec["texts"][i]
+        if find(text):
+            ids[i] = redactor.content_id(text)
     for i, cid in enumerate(ids):
         found = seen.get(cid)
         if found is None:

@@ -56,6 +56,14 @@ class Redactor:
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
 
+    def content_id(self, text: str) -> str:
+        """The id of a chunk that came without one whose text holds a value: ``sha1:`` and 16 hex
+        digits of an HMAC-SHA1 of the raw text under the database's key. A plain hash of the text
+        would let anyone holding the redacted text try every candidate value until the id
+        matches; keyed, the same text still gets the same id in every file and ingest of the
+        database (logs and corpus agree, re-ingests deduplicate)."""
+        return "sha1:" + hmac.new(self.key, text.encode(), hashlib.sha1).hexdigest()[:16]
+
     # --- for messages -------------------------------------------------------------------
     def scrub(self, text: str) -> str:
         """``text`` with every value as ``[TYPE]``: for error messages and rejected records."""
@@ -66,13 +74,32 @@ class Redactor:
         if isinstance(value, str):
             return self.scrub(value)
         if isinstance(value, dict):
-            return {k: self.scrub_value(v) for k, v in value.items()}
+            return {self.scrub(k) if isinstance(k, str) else k: self.scrub_value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.scrub_value(v) for v in value]
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**6:
-            scrubbed = self.scrub(str(value))
-            return value if scrubbed == str(value) else scrubbed
-        return value
+        found = self.number(value)
+        return value if found is None else self.scrub(found)
+
+    def number(self, value: Any) -> str | None:
+        """The text of a number in which a value is found, or None. A phone number read as a
+        number lost its ``+``: the digits are also tried with it."""
+        digits = number_text(value)
+        if digits is not None:
+            for candidate in (digits, "+" + digits):
+                if self.find(candidate):
+                    return candidate
+        return None
+
+
+def number_text(value: Any) -> str | None:
+    """The digits of a number that may be a phone or card number stored as a number (a CSV or
+    Parquet column read as int, or as float by pandas: ``14155550132.0``, ``4.111111111111111e15``),
+    or None for numbers too small or fractional to be one."""
+    if type(value) is int:
+        return str(value) if abs(value) >= 10**6 else None
+    if type(value) is float and value.is_integer() and 10**6 <= abs(value) < 1e19:
+        return str(int(value))
+    return None
 
 
 class RecordRedaction:
@@ -121,18 +148,16 @@ class RecordRedaction:
         return _replace(text, found, pseudonym)
 
     def value(self, value: Any) -> Any:
-        """Meta: strings, the strings inside lists and objects (keys too), and long integers
-        (a card or phone number a CSV or Parquet column gave as a number)."""
+        """Meta: strings, the strings inside lists and objects (keys too), and numbers that may
+        be a card or phone number a CSV or Parquet column gave as a number (``number_text``)."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
             return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.value(v) for v in value]
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**6:
-            redacted = self.text(str(value))
-            return value if redacted == str(value) else redacted
-        return value
+        found = self.redactor.number(value)
+        return value if found is None else self.text(found)
 
 
 def _merge(spans: list[tuple[int, int, str]], more: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:

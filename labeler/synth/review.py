@@ -17,7 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
-from .. import owners
+from .. import owners, privacy
 from ..errors import SynthError
 from .generate import CANDIDATES_RETRIEVER
 
@@ -158,6 +158,9 @@ def review(db: sqlite_utils.Database, query_pk: int, decision: str, *, reviewer:
         raise SynthError("a review needs the reviewer's name (reviewer='alice')")
     new_question = " ".join(question.split()) if question is not None else None
     new_answer = answer.strip() if answer is not None else None
+    # a reviewer's text is stored like an ingested question: redacted while the setting is on
+    typed = privacy.redact_typed(db, {"question": new_question, "answer": new_answer})
+    new_question, new_answer = typed["question"], typed["answer"]
     if decision == "edit" and new_question is None and new_answer is None:
         raise SynthError("an edit needs a new question or expected answer (question=..., answer=...)")
     if new_question == "":

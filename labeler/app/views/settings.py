@@ -61,7 +61,8 @@ with st.form("settings_form"):
     guidelines = st.text_area("Shown to annotators on the Label page", value=current["guidelines"], height=200,
                               key="set_guidelines")
     st.subheader("Personal data")
-    redact_on = st.checkbox("Redact personal data and secrets at ingest (emails, phone, card and id numbers, "
+    redact_on = st.checkbox("Redact personal data and secrets before anything is stored: ingests, imports, what "
+                            "annotators type, LLM calls (emails, phone, card and id numbers, "
                             "IBANs, IP addresses, API keys and tokens become placeholders such as [EMAIL_1])",
                             value=labeler.redaction_enabled(db), key="set_redact")
     redact_lines = st.text_area("Your own patterns, one TYPE=REGEX a line (e.g. CUSTOMER=CUST-\\d{6})",
