@@ -1,9 +1,11 @@
-"""Roles in the app, as a hostile annotator tries them through AppTest: pages opened by their file
-(as by URL), disabled buttons clicked anyway, a forged ``?annotator=``. Each lead-only action is
-refused and nothing is written; a lead doing the same succeeds."""
+"""Roles and sessions in the app, as a hostile annotator tries them through AppTest: pages opened by
+their file (as by URL), disabled buttons clicked anyway, a forged ``?annotator=``, a tab left open
+after its session ended. Each lead-only action is refused and nothing is written; a lead doing the
+same succeeds; an ended session's next action writes nothing and shows the sign-in screen."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 import labeler
 from labeler import accounts, judge
 from labeler import db as store
-from labeler.app import state
+from labeler.app import auth, state, widgets
 from tests.test_app_judge import judged, server  # noqa: F401 - fixtures
-from tests.test_app_label import APP
+from tests.test_app_label import APP, RECORDS, Widget, make_db
 
 VIEWS = Path(APP).parent / "views"
 
@@ -138,9 +140,15 @@ def test_an_annotator_cannot_change_the_gate_or_rubric(team_judged):
     assert not [c for c in at.get("segmented_control") if (c.key or "").startswith("jd_tag_")]
 
 
+def signed_out(at: AppTest) -> bool:
+    """The tab shows the sign-in form (and why) and knows nobody."""
+    return ([t.label for t in at.text_input] == ["Name", "Password"] and state.ANNOTATOR not in at.session_state
+            and widgets.escape_markdown(auth.ENDED) in [e.value for e in at.error])
+
+
 def test_a_gate_or_rubric_save_is_dropped_once_the_role_is_gone(team_judged):
-    """Lena's page was drawn while she was lead (buttons enabled); she is demoted; she saves: the
-    rerun checks her role in the database again and nothing is written."""
+    """Lena's page was drawn while she was lead (buttons enabled); she is demoted, which ends her
+    sessions; she saves: nothing is written and she signs in again, as an annotator."""
     at = app("lena", "judge.py")
     demote(team_judged["path"], "lena")
     before = snapshot(team_judged["path"])
@@ -148,8 +156,10 @@ def test_a_gate_or_rubric_save_is_dropped_once_the_role_is_gone(team_judged):
     at.text_area(key="jd_rubric_text_relevance.v1").set_value("Grade everything 3.")
     at.button(key="jd_g_save").click()
     at.button(key="jd_rubric_save").click().run()
-    assert at.button(key="jd_g_save").disabled and at.button(key="jd_rubric_save").disabled
+    assert signed_out(at)
     assert snapshot(team_judged["path"]) == before
+    relogged = app("lena", "judge.py")
+    assert relogged.button(key="jd_g_save").disabled and relogged.button(key="jd_rubric_save").disabled
 
 
 def test_a_role_change_from_a_stale_settings_page_is_refused_by_the_library(team_judged):
@@ -195,7 +205,7 @@ def test_synthetic_generation_is_refused_once_the_right_is_gone(team_judged, ser
     demote(team_judged["path"], "lena")
     before, sent = snapshot(team_judged["path"]), server.total
     go.click().run()
-    assert at.button(key="sy_generate").disabled
+    assert signed_out(at)
     assert server.total == sent and snapshot(team_judged["path"]) == before
     bob = app("bob", "synth.py")
     bob.number_input(key="sy_n").set_value(2)
@@ -209,3 +219,171 @@ def test_an_annotator_sees_only_the_consolidated_metrics(team_judged):
     assert not [c for c in at.button if (c.key or "").startswith("m_open_")]
     lead = app("lena", "metrics.py")
     assert "bob" in lead.selectbox(key="m_annotator").options
+
+
+# --- an open tab whose session ended: its next action writes nothing -------------------------------
+
+@pytest.fixture
+def team_labels(tmp_path, monkeypatch):
+    path = make_db(tmp_path, RECORDS)
+    with_team(path)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    return path
+
+
+def labels_written(path) -> dict[str, list]:
+    db = store.connect(path)
+    return {t: db.execute(f"SELECT * FROM {t}").fetchall()
+            for t in ("label_events", "relevance_labels", "query_labels")}
+
+
+def signed_in_tab(name: str, password: str) -> AppTest:
+    """A tab that signed in through the form, as a browser does."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.text_input(key="signin_name").input(name)
+    at.text_input(key="signin_password").input(password)
+    at.button(key="FormSubmitter:signin-Sign in").click().run()
+    assert not at.exception and at.session_state[state.ANNOTATOR] == name
+    return at
+
+
+def _password_change(db, tab):
+    accounts.set_password(db, "bob", "bob-new-password", by="bob")
+
+
+def _link_reset(db, tab):
+    accounts.redeem_invite(db, accounts.new_invite(db, "bob", by="lena"), "bob-new-password")
+
+
+def _removal(db, tab):
+    accounts.remove_user(db, "bob", by="lena")
+
+
+def _role_change(db, tab):
+    accounts.set_role(db, "bob", "lead", by="lena")
+
+
+def _sign_out_elsewhere(db, tab):
+    # another tab of the same browser (the same session) clicks Sign out
+    other = AppTest.from_file(APP, default_timeout=60)
+    other.session_state[state.ANNOTATOR] = "bob"
+    other.session_state[state.SESSION_TOKEN] = tab.session_state[state.SESSION_TOKEN]
+    other.run()
+    other.button(key="sign_out").click().run()
+    assert [t.label for t in other.text_input] == ["Name", "Password"]
+
+
+def _expiry(db, tab):
+    # 12 hours pass: the session's times move back by 12 h (the app reads the real clock)
+    with store.transaction(db):
+        db.conn.execute("UPDATE sessions SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '-12 hours'), "
+                        "expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', expires_at, '-12 hours')")
+
+
+EVENTS = {"password change": _password_change, "reset by sign-in link": _link_reset, "removal": _removal,
+          "role change": _role_change, "sign-out elsewhere": _sign_out_elsewhere, "12 h expiry": _expiry}
+
+
+@pytest.mark.parametrize("event", EVENTS)
+def test_an_open_tab_is_signed_out_at_its_next_action_and_writes_nothing(team_labels, event):
+    tab = signed_in_tab("bob", "bob-password")
+    widget = Widget(tab)
+    for i in range(len(widget.data()["chunks"])):
+        widget.grade(i, 2)  # every chunk graded: Submit is enabled
+    assert not tab.button(key="kbd_submit").disabled
+    db = store.connect(team_labels)
+    EVENTS[event](db, tab)
+    before = labels_written(team_labels)
+    tab.button(key="kbd_submit").click().run()  # the callback runs before the entry script's gate
+    assert not tab.exception, tab.exception
+    assert labels_written(team_labels) == before
+    assert signed_out(tab)
+
+
+@pytest.mark.parametrize("event", ["password change", "removal", "12 h expiry"])
+def test_a_grade_sent_by_an_open_tab_after_its_session_ended_is_not_written(team_labels, event):
+    tab = signed_in_tab("bob", "bob-password")
+    widget = Widget(tab)
+    widget.grade(0, 1)
+    db = store.connect(team_labels)
+    EVENTS[event](db, tab)
+    before = labels_written(team_labels)
+    widget.grade(1, 3)
+    assert labels_written(team_labels) == before
+    assert signed_out(tab)
+
+
+def test_a_session_that_still_holds_is_not_disturbed(team_labels):
+    tab = signed_in_tab("bob", "bob-password")
+    accounts.set_password(store.connect(team_labels), "lena", "lena-new-password", by="lena")  # someone else's
+    Widget(tab).grade(0, 1)
+    assert len(labels_written(team_labels)["relevance_labels"]) == 1
+    assert tab.session_state[state.ANNOTATOR] == "bob"
+
+
+def test_a_removed_leads_typed_name_does_not_make_them_lead_again(tmp_path, monkeypatch):
+    """Local mode: lena (the first, lead) is removed by bob; her open tab's next click writes
+    nothing; typing her name again is refused."""
+    path = make_db(tmp_path, RECORDS)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    tab = AppTest.from_file(APP, default_timeout=60)
+    tab.run()
+    tab.text_input(key="signin_name").input("lena")
+    tab.button(key="FormSubmitter:signin-Start labeling").click().run()
+    db = store.connect(path)
+    accounts.sign_in_by_name(db, "bob")
+    accounts.set_role(db, "bob", "lead", by="lena")
+    accounts.remove_user(db, "lena", by="bob")
+    before = labels_written(path)
+    tab.button(key="kbd_skip").click().run()
+    assert labels_written(path) == before
+    assert tab.text_input(key="signin_name") is not None and widgets.escape_markdown(auth.ENDED) in [e.value for e in tab.error]
+    tab.text_input(key="signin_name").input("lena")
+    tab.button(key="FormSubmitter:signin-Start labeling").click().run()
+    assert state.ANNOTATOR not in tab.session_state
+    assert [e.value for e in tab.error] == [widgets.escape_markdown(
+        "the account lena was removed; ask a lead to add it again (labeler users add lena)")]
+    assert not accounts.is_lead(db, "lena")
+
+
+# --- every callback is guarded ----------------------------------------------------------------------
+
+APP_DIR = Path(APP).parent
+# the sign-in forms act for nobody yet; signing out and Streamlit's own login/logout need no session
+UNGUARDED = {("auth.py", "go"), ("auth.py", "auth.sign_out"), ("streamlit_app.py", "auth.sign_out"),
+             ("auth.py", "st.login"), ("auth.py", "st.logout")}
+
+
+def _callbacks(tree: ast.AST):
+    """(name, line) of every function handed to a widget as a callback: on_click=, on_change=,
+    on_*_change= and the grading widget's on_outbox."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        values = [k.value for k in node.keywords if k.arg and k.arg.startswith("on_")]
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "grader" and len(node.args) > 1:
+            values.append(node.args[1])
+        for v in values:
+            if not (isinstance(v, ast.Constant) and isinstance(v.value, str)):  # on_click="ignore"
+                yield ast.unparse(v), v.lineno
+
+
+def _guarded_defs(tree: ast.AST) -> dict[str, bool]:
+    return {f.name: any(ast.unparse(d) in ("auth.guarded", "guarded") for d in f.decorator_list)
+            for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+
+
+def test_every_callback_in_the_app_is_guarded():
+    unguarded, seen = [], 0
+    for path in sorted(APP_DIR.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defs = _guarded_defs(tree)
+        for name, line in _callbacks(tree):
+            seen += 1
+            if (path.name, name) in UNGUARDED or (path.parent.name == "grader" and name == "on_outbox"):
+                continue
+            if not defs.get(name, False):
+                unguarded.append(f"{path.relative_to(APP_DIR)}:{line} {name}")
+    assert seen > 30  # the walk finds the app's callbacks
+    assert unguarded == [], "callbacks that write without checking the session: " + ", ".join(unguarded)
