@@ -387,3 +387,19 @@ def test_every_callback_in_the_app_is_guarded():
                 unguarded.append(f"{path.relative_to(APP_DIR)}:{line} {name}")
     assert seen > 30  # the walk finds the app's callbacks
     assert unguarded == [], "callbacks that write without checking the session: " + ", ".join(unguarded)
+
+
+# --- the session cookie -----------------------------------------------------------------------------
+
+def test_the_session_cookie_is_strict_and_secure_over_https(team_labels):
+    tab = signed_in_tab("bob", "bob-password")
+    scripts = [h.proto.body for h in tab.get("html") if "document.cookie" in h.proto.body]
+    token = tab.session_state[state.SESSION_TOKEN]
+    assert scripts == [auth.cookie_script(token)]
+    script = scripts[0]
+    assert f"labeler_session={token}; path=/; SameSite=Strict; max-age=43200" in script
+    # the page adds Secure whenever it was loaded over https (also behind a TLS-terminating proxy)
+    assert '(location.protocol === "https:" ? "; Secure" : "")' in script
+    tab.button(key="sign_out").click().run()
+    cleared = [h.proto.body for h in tab.get("html") if "document.cookie" in h.proto.body]
+    assert cleared == [auth.cookie_script(None)] and "SameSite=Strict; max-age=0" in cleared[0]

@@ -65,21 +65,24 @@ def flush_cookie() -> None:
     """Write the session cookie on every run of a signed-in session (a run cut short by the next
     click may never reach the browser, so once is not enough), or clear it after a sign-out.
     Drawn on every run, so the element it needs never moves what follows it."""
-    token = st.session_state.get(state.SESSION_TOKEN)
+    token = st.session_state.get(state.SESSION_COOKIE)
     if st.session_state.pop(state.SET_COOKIE, False) or token:
         _set_cookie(token)
 
 
-def _signed_in(name: str) -> None:
+def _signed_in(name: str, *, cookie: bool = True) -> None:
     """Keep ``name`` in the session and start its server-side session (and cookie, for reloads)."""
+    token = accounts.start_session(state.get_db(), name)
     st.session_state[state.ANNOTATOR] = name
-    st.session_state[state.SESSION_TOKEN] = accounts.start_session(state.get_db(), name)
-    st.session_state[state.SET_COOKIE] = True
+    st.session_state[state.SESSION_TOKEN] = token
+    if cookie:
+        st.session_state[state.SESSION_COOKIE] = token
+        st.session_state[state.SET_COOKIE] = True
 
 
 def _signed_out(why: str | None = None) -> None:
     """Forget who is signed in in this browser session (its server-side session is gone or ends)."""
-    for key in (state.ANNOTATOR, state.SESSION_TOKEN, state.CURRENT, state.PASSWORD_OK):
+    for key in (state.ANNOTATOR, state.SESSION_TOKEN, state.SESSION_COOKIE, state.CURRENT, state.PASSWORD_OK):
         st.session_state.pop(key, None)
     st.session_state[state.SET_COOKIE] = True  # clears the cookie on the next run
     if why:
@@ -96,7 +99,7 @@ def _may_use(db, account: accounts.Account) -> bool:
 def _adopt(db, name: str) -> bool:
     """A name in the session without a session token was put there by code on this server, never
     by a browser (AppTest drives the app so): it becomes a session now, on the mode's terms, so
-    that every later action is checked like any other."""
+    that every later action is checked like any other. No browser signed in, so no cookie."""
     account = accounts.get_account(db, name)
     if account is None and not _secret("auth") and not accounts.accounts_enabled(db):
         try:
@@ -105,7 +108,7 @@ def _adopt(db, name: str) -> bool:
             return False
     if account is None or not _may_use(db, account):
         return False
-    _signed_in(account.name)
+    _signed_in(account.name, cookie=False)
     return True
 
 
@@ -299,7 +302,7 @@ def _from_cookie(db) -> str | None:
     if account is None or not _may_use(db, account):
         return None
     st.session_state[state.ANNOTATOR] = account.name
-    st.session_state[state.SESSION_TOKEN] = token
+    st.session_state[state.SESSION_TOKEN] = st.session_state[state.SESSION_COOKIE] = token
     st.session_state[state.PASSWORD_OK] = True
     return account.name
 
