@@ -145,20 +145,27 @@ def test_app_refuses_every_interface_without_sign_in(tmp_path):
     assert "Traceback" not in run.stderr
 
 
-def test_a_removed_accounts_open_tab_writes_nothing_and_is_signed_out(tmp_path, start_app, page):
+ENDINGS = {
+    "removed": lambda db: accounts.remove_user(db, "bob", by="lena"),
+    "password changed": lambda db: accounts.set_password(db, "bob", "bob-new-password", by="bob"),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_an_ended_sessions_open_tab_writes_nothing_and_is_signed_out(tmp_path, start_app, page, ending):
     path = team_db(tmp_path)
     server = start_app(path)
     sign_in(page, server.url, "bob", "bob-password")
     page.locator(".lb-chunk").first.wait_for()
     page.get_by_text("0 of 3 retrieved chunks graded").wait_for()
-    accounts.remove_user(labeler.connect(path), "bob", by="lena")  # while bob's tab is open
+    ENDINGS[ending](labeler.connect(path))  # while bob's tab is open
     page.mouse.click(5, 5)
     page.keyboard.press("3")
-    page.get_by_role("textbox", name="Password").wait_for()
-    page.get_by_text("Your session ended").wait_for()
+    page.get_by_role("textbox", name="Password").wait_for()  # the rerun after the key's callback
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT count(*) FROM label_events").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM relevance_labels").fetchone()[0] == 0
+    page.get_by_text("Your session ended").wait_for()
     page.reload()  # the cookie of the ended session signs nobody in
     page.get_by_role("textbox", name="Password").wait_for()
     assert page.locator(".lb-chunk").count() == 0
