@@ -90,10 +90,15 @@ def _signed_out(why: str | None = None) -> None:
 
 
 def _may_use(db, account: accounts.Account) -> bool:
-    """Whether this mode lets ``account`` in: once accounts exist (and no OIDC), only with a password."""
+    """Whether this mode lets ``account`` in: once accounts exist (and no OIDC), only with a
+    password; with nothing configured, only from this machine (the gate's rule, for callbacks too)."""
     if account.removed:
         return False
-    return bool(_secret("auth")) or not accounts.accounts_enabled(db) or account.has_password
+    if _secret("auth"):
+        return True
+    if accounts.accounts_enabled(db):
+        return account.has_password
+    return bool(_secret("password")) or _is_local()
 
 
 def _adopt(db, name: str) -> bool:
@@ -147,7 +152,6 @@ def guarded(fn: F) -> F:
             return None
         return fn(*args, **kwargs)
 
-    run.guarded = True  # type: ignore[attr-defined]
     return run  # type: ignore[return-value]
 
 
