@@ -2,7 +2,10 @@
 password, one-time sign-in links, identity-provider (OIDC) emails, and browser sessions.
 
 Failed sign-ins are throttled per name: after 5 failures each further attempt must wait 2, 4, 8 ...
-seconds (at most 15 minutes) after the last failure; failures are logged.
+seconds (at most 15 minutes) after the last failure; failures are logged. Each attempt is claimed
+(the wait checked, the attempt counted) in one write transaction before any hash is computed, so
+parallel attempts cannot slip past the wait. Removed accounts stay out on every path (password,
+link, email, typed name, session) until a lead adds them again.
 """
 
 from __future__ import annotations
