@@ -7,6 +7,9 @@
 
 The app's background warm-up of the Metrics page is off in tests (a thread left running by one
 test would read through another test's monkeypatches); the test of the warm-up turns it on.
+
+Passwords are hashed at a low scrypt cost in tests: the suite makes and checks a few hundred
+hashes, about 0.4 s each at the real cost. Tests marked ``real_scrypt`` keep the real cost.
 """
 
 from __future__ import annotations
@@ -19,12 +22,22 @@ from typing import Any
 import pytest
 
 from labeler import db as store
+from labeler.accounts import manage as account_store
 from labeler.ingest import ingest_logs
 
 
 @pytest.fixture(autouse=True)
 def _no_background_warmup(monkeypatch):
     monkeypatch.setenv("LABELER_WARM_METRICS", "0")
+
+
+TEST_SCRYPT_COST = {"n": 2 ** 10, "r": 8, "p": 1}
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashes(request, monkeypatch):
+    if request.node.get_closest_marker("real_scrypt") is None:
+        monkeypatch.setattr(account_store, "SCRYPT_COST", TEST_SCRYPT_COST)
 
 
 def tiny_records(n: int = 6, chunks: int = 3, *, prefix: str = "q") -> list[dict[str, Any]]:

@@ -39,9 +39,11 @@ def snapshot(db) -> dict[str, list]:
 
 # --- passwords and sign-in -------------------------------------------------------------------------
 
-def test_passwords_are_salted_scrypt_hashes(team):
+@pytest.mark.real_scrypt
+def test_passwords_are_salted_scrypt_hashes_at_owasp_cost(team):
+    assert accounts.SCRYPT_COST == {"n": 2 ** 17, "r": 8, "p": 1}
     stored = team.execute("SELECT password_hash FROM annotators WHERE name = 'lena'").fetchone()[0]
-    assert stored.startswith("scrypt$16384$8$1$") and "lena-password" not in stored
+    assert stored.startswith("scrypt$131072$8$1$") and "lena-password" not in stored
     assert accounts.verify_password(stored, "lena-password")
     assert not accounts.verify_password(stored, "lena-passwort")
     assert accounts.hash_password("same") != accounts.hash_password("same")  # a fresh salt each time

@@ -243,6 +243,7 @@ def test_suggestion_widget_shows_the_judge_grade_and_accepts(judged, ingest_tiny
         st.write(f"shown: {shown is not None}")
 
     at = AppTest.from_function(widget, args=(extra, doc_pk), default_timeout=30)
+    at.session_state["annotator"] = "alice"  # signed in: the accept callback checks the session
     at.run()
     assert not at.exception, at.exception
     assert any("Judge suggests 2 relevant (grade 2" in h.proto.body for h in at.get("html"))

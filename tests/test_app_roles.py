@@ -1,6 +1,7 @@
-"""Roles in the app, as a hostile annotator tries them through AppTest: pages opened by their file
-(as by URL), disabled buttons clicked anyway, a forged ``?annotator=``. Each lead-only action is
-refused and nothing is written; a lead doing the same succeeds."""
+"""Roles and sessions in the app, as a hostile annotator tries them through AppTest: pages opened by
+their file (as by URL), disabled buttons clicked anyway, a forged ``?annotator=``, a tab left open
+after its session ended. Each lead-only action is refused and nothing is written; a lead doing the
+same succeeds; an ended session's next action writes nothing and shows the sign-in screen."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import labeler
 from labeler import accounts, judge
 from labeler import db as store
-from labeler.app import state
+from labeler.app import auth, state, widgets
 from tests.test_app_judge import judged, server  # noqa: F401 - fixtures
 from tests.test_app_label import APP
 
@@ -138,9 +139,15 @@ def test_an_annotator_cannot_change_the_gate_or_rubric(team_judged):
     assert not [c for c in at.get("segmented_control") if (c.key or "").startswith("jd_tag_")]
 
 
+def signed_out(at: AppTest) -> bool:
+    """The tab shows the sign-in form (and why) and knows nobody."""
+    return ([t.label for t in at.text_input] == ["Name", "Password"] and state.ANNOTATOR not in at.session_state
+            and widgets.escape_markdown(auth.ENDED) in [e.value for e in at.error])
+
+
 def test_a_gate_or_rubric_save_is_dropped_once_the_role_is_gone(team_judged):
-    """Lena's page was drawn while she was lead (buttons enabled); she is demoted; she saves: the
-    rerun checks her role in the database again and nothing is written."""
+    """Lena's page was drawn while she was lead (buttons enabled); she is demoted, which ends her
+    sessions; she saves: nothing is written and she signs in again, as an annotator."""
     at = app("lena", "judge.py")
     demote(team_judged["path"], "lena")
     before = snapshot(team_judged["path"])
@@ -148,8 +155,10 @@ def test_a_gate_or_rubric_save_is_dropped_once_the_role_is_gone(team_judged):
     at.text_area(key="jd_rubric_text_relevance.v1").set_value("Grade everything 3.")
     at.button(key="jd_g_save").click()
     at.button(key="jd_rubric_save").click().run()
-    assert at.button(key="jd_g_save").disabled and at.button(key="jd_rubric_save").disabled
+    assert signed_out(at)
     assert snapshot(team_judged["path"]) == before
+    relogged = app("lena", "judge.py")
+    assert relogged.button(key="jd_g_save").disabled and relogged.button(key="jd_rubric_save").disabled
 
 
 def test_a_role_change_from_a_stale_settings_page_is_refused_by_the_library(team_judged):
@@ -195,7 +204,7 @@ def test_synthetic_generation_is_refused_once_the_right_is_gone(team_judged, ser
     demote(team_judged["path"], "lena")
     before, sent = snapshot(team_judged["path"]), server.total
     go.click().run()
-    assert at.button(key="sy_generate").disabled
+    assert signed_out(at)
     assert server.total == sent and snapshot(team_judged["path"]) == before
     bob = app("bob", "synth.py")
     bob.number_input(key="sy_n").set_value(2)

@@ -7,6 +7,7 @@ from .manage import (
     MAX_DELAY_S,
     MIN_PASSWORD,
     PERMISSIONS,
+    SCRYPT_COST,
     SESSION_HOURS,
     Account,
     NewAccount,
@@ -21,6 +22,7 @@ from .manage import (
     is_lead,
     list_accounts,
     local_operator,
+    needs_rehash,
     new_invite,
     remove_user,
     require,
@@ -36,6 +38,7 @@ from .signin import (
     invite_name,
     redeem_invite,
     session_account,
+    sign_in_by_name,
     start_session,
 )
 
@@ -47,6 +50,7 @@ __all__ = [
     "MIN_PASSWORD",
     "NewAccount",
     "PERMISSIONS",
+    "SCRYPT_COST",
     "SESSION_HOURS",
     "SignInError",
     "account_for_email",
@@ -64,6 +68,7 @@ __all__ = [
     "is_lead",
     "list_accounts",
     "local_operator",
+    "needs_rehash",
     "new_invite",
     "redeem_invite",
     "remove_user",
@@ -71,6 +76,7 @@ __all__ = [
     "session_account",
     "set_password",
     "set_role",
+    "sign_in_by_name",
     "start_session",
     "verify_password",
 ]

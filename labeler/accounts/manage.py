@@ -35,9 +35,9 @@ FREE_FAILURES = 5
 MAX_DELAY_S = 900.0
 INVITE_HOURS = 72
 SESSION_HOURS = 12
-_SCRYPT = {"n": 2 ** 14, "r": 8, "p": 1}
-# compared against when the name is unknown, so a wrong name takes as long as a wrong password
-_DUMMY_HASH = "scrypt$16384$8$1$" + "00" * 16 + "$" + "00" * 32
+# OWASP's current recommendation for scrypt (about 0.4 s per hash on a small server: measured by
+# tests/bench/bench_signin.py). The test suite lowers it in one fixture; everything reads it here.
+SCRYPT_COST = {"n": 2 ** 17, "r": 8, "p": 1}
 
 
 class SignInError(LabelerError):
@@ -91,22 +91,42 @@ def accounts_enabled(db: sqlite_utils.Database) -> bool:
 
 # --- passwords ----------------------------------------------------------------------------------
 
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, dklen: int = 32) -> bytes:
+    # hashlib's default memory limit (32 MiB) is below what N=2**17, r=8 needs (128 MiB)
+    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, dklen=dklen,
+                          maxmem=128 * r * (n + p + 2) + 2 ** 20)
+
+
 def hash_password(password: str) -> str:
-    """A salted scrypt hash: ``scrypt$N$r$p$salt$hash`` (hex)."""
+    """A salted scrypt hash at the current cost (:data:`SCRYPT_COST`): ``scrypt$N$r$p$salt$hash`` (hex)."""
+    n, r, p = SCRYPT_COST["n"], SCRYPT_COST["r"], SCRYPT_COST["p"]
     salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, dklen=32, **_SCRYPT)
-    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${salt.hex()}${digest.hex()}"
+    return f"scrypt${n}${r}${p}${salt.hex()}${_scrypt(password, salt, n, r, p).hex()}"
+
+
+def _dummy_hash() -> str:
+    # compared against when the name is unknown, at the current cost, so that a wrong name takes
+    # as long as a wrong password
+    return f"scrypt${SCRYPT_COST['n']}${SCRYPT_COST['r']}${SCRYPT_COST['p']}$" + "00" * 16 + "$" + "00" * 32
 
 
 def verify_password(stored: str | None, password: str) -> bool:
     """Whether ``password`` matches ``stored`` (constant-time comparison of the scrypt digests)."""
     try:
-        _, n, r, p, salt, digest = (stored or _DUMMY_HASH).split("$")
-        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
-                             dklen=len(digest) // 2)
-    except (ValueError, TypeError):
+        _, n, r, p, salt, digest = (stored or _dummy_hash()).split("$")
+        got = _scrypt(password, bytes.fromhex(salt), int(n), int(r), int(p), len(digest) // 2)
+    except (ValueError, TypeError, MemoryError):
         return False
     return hmac.compare_digest(got.hex(), digest) and stored is not None
+
+
+def needs_rehash(stored: str | None) -> bool:
+    """Whether ``stored`` was made at another cost than :data:`SCRYPT_COST` (then the next
+    successful sign-in stores a fresh hash of the password just checked)."""
+    parts = (stored or "").split("$")
+    if len(parts) != 6 or parts[0] != "scrypt":
+        return False
+    return parts[1:4] != [str(SCRYPT_COST["n"]), str(SCRYPT_COST["r"]), str(SCRYPT_COST["p"])]
 
 
 def _check_password(password: object) -> str:
@@ -200,6 +220,7 @@ def add_user(db: sqlite_utils.Database, name: str, role: str = "annotator", *, p
         _check_password(password)
     email = email.strip().lower() if email and email.strip() else None
     at = stamp(now)
+    hashed = hash_password(password) if password else None  # before the write lock (scrypt is slow)
     with store.transaction(db):
         require(db, by, "lead", "adding an account")
         conn = db.conn
@@ -208,15 +229,18 @@ def add_user(db: sqlite_utils.Database, name: str, role: str = "annotator", *, p
         if row and row[3] is None and (row[0] or row[1] or row[2]):
             raise LabelerError(f"account {name} already exists; use `labeler users passwd {name}` or "
                                f"`labeler users role {name} ROLE`")
-        if email and conn.execute("SELECT 1 FROM annotators WHERE email = ? AND name != ?",
-                                  [email, name]).fetchone():
+        other = conn.execute("SELECT name, removed_at FROM annotators WHERE email = ? AND name != ?",
+                             [email, name]).fetchone() if email else None
+        if other and other[1] is None:
             raise LabelerError(f"email {email} belongs to another account")
+        if other:  # a removed account kept the email so that it could not sign in with it: now it is this one's
+            conn.execute("UPDATE annotators SET email = NULL WHERE name = ?", [other[0]])
         if row is None:
             conn.execute("INSERT INTO annotators (name, role, created_at) VALUES (?, ?, ?)", [name, role, at])
         else:
             conn.execute("UPDATE annotators SET role = ?, removed_at = NULL WHERE name = ?", [role, name])
         conn.execute("UPDATE annotators SET password_hash = ?, email = ? WHERE name = ?",
-                     [hash_password(password) if password else None, email, name])
+                     [hashed, email, name])
         token = None if password else _new_invite(conn, name, at, invite_hours)
         audit(conn, at, by, "account_add", name, f"role={role}" + (f" email={email}" if email else ""))
     return NewAccount(get_account(db, name, now=at), token)
@@ -228,6 +252,7 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, by: str
     name = check_name(name)
     _check_password(password)
     at = stamp(now)
+    hashed = hash_password(password)  # before the write lock (scrypt is slow)
     with store.transaction(db):
         if by is None or by != name:
             require(db, by, "lead", "setting another person's password")
@@ -235,7 +260,7 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, by: str
         if not conn.execute("SELECT 1 FROM annotators WHERE name = ? AND removed_at IS NULL", [name]).fetchone():
             raise LabelerError(f"no account {name}; add it with `labeler users add {name}`")
         conn.execute("UPDATE annotators SET password_hash = ?, invite_hash = NULL, invite_expires = NULL "
-                     "WHERE name = ?", [hash_password(password), name])
+                     "WHERE name = ?", [hashed, name])
         conn.execute("DELETE FROM sessions WHERE name = ?", [name])
         audit(conn, at, by, "password_set", name)
 
@@ -268,7 +293,7 @@ def _keep_a_lead(conn, name: str, role: str) -> None:
 
 
 def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None = None, now: When = None) -> Account:
-    """Change ``name``'s role (a lead's action). The last lead cannot be demoted."""
+    """Change ``name``'s role (a lead's action); their sessions end. The last lead cannot be demoted."""
     name = check_name(name)
     _check_role(role)
     at = stamp(now)
@@ -279,6 +304,8 @@ def set_role(db: sqlite_utils.Database, name: str, role: str, *, by: str | None 
         if old != role:
             _keep_a_lead(conn, name, old)
             conn.execute("UPDATE annotators SET role = ? WHERE name = ?", [role, name])
+            # an open tab of theirs signs in again, so no page drawn for the old role acts on
+            conn.execute("DELETE FROM sessions WHERE name = ?", [name])
             audit(conn, at, by, "role", name, f"{old} -> {role}")
     return get_account(db, name)
 
@@ -299,7 +326,9 @@ def grant_llm(db: sqlite_utils.Database, name: str, allowed: bool = True, *, by:
 
 
 def remove_user(db: sqlite_utils.Database, name: str, *, by: str | None = None, now: When = None) -> None:
-    """Remove ``name``'s account (a lead's action): they can no longer sign in; their labels stay,
+    """Remove ``name``'s account (a lead's action): they can no longer sign in, by password, link,
+    identity provider (the email stays on the removed account, refused) or typed name, until a
+    lead adds the account again (:func:`add_user`); their sessions end; their labels stay,
     attributed to them. The last lead cannot be removed."""
     name = check_name(name)
     at = stamp(now)
@@ -308,7 +337,7 @@ def remove_user(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
         conn = db.conn
         _keep_a_lead(conn, name, _active_role(conn, name))
         conn.execute("UPDATE annotators SET removed_at = ?, password_hash = NULL, invite_hash = NULL, "
-                     "invite_expires = NULL, email = NULL, may_run_llm = 0 WHERE name = ?", [at, name])
+                     "invite_expires = NULL, may_run_llm = 0 WHERE name = ?", [at, name])
         conn.execute("DELETE FROM sessions WHERE name = ?", [name])
         conn.execute("UPDATE assignments SET state = 'released', lease_expires = NULL "
                      "WHERE annotator = ? AND state = 'leased'", [name])

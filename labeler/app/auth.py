@@ -12,24 +12,32 @@ The modes, first match wins:
 - **Local** (nothing configured): a name, for a solo user on 127.0.0.1. A browser that connects
   from another address is refused until sign-in is set up.
 
-A successful sign-in starts a server-side session whose token the browser keeps as a cookie, so a
-reload stays signed in; signing out ends it.
+Every mode keeps a server-side session (``labeler.accounts.start_session``) whose token this browser
+session holds, and whose cookie makes a reload stay signed in. The session is checked again in the
+database at the top of every rerun (the gate) and before every widget callback writes
+(:func:`guarded`: Streamlit runs callbacks before the entry script): a password change, a reset by
+sign-in link, a removal, a role change, a sign-out elsewhere or the 12 h expiry signs an open tab
+out at its next action, and that action writes nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import streamlit as st
 
-import labeler.labels as labels
 from labeler import accounts
 from labeler.app import state, widgets
 from labeler.errors import LabelerError
 
 COOKIE = "labeler_session"
+ENDED = "Your session ended (signed out elsewhere, password or role changed, account removed, or 12 hours " \
+        "passed); sign in again."
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _secret(key: str) -> Any:
@@ -39,27 +47,112 @@ def _secret(key: str) -> Any:
         return None
 
 
-def _set_cookie(token: str | None) -> None:
-    # the only script this app writes into the page: it stores (or clears) the session cookie
+def cookie_script(token: str | None) -> str:
+    """The script that stores (or clears) the session cookie: SameSite=Strict always, Secure when
+    the page was loaded over https. The browser's own ``location.protocol`` decides, so the flag
+    is right behind a TLS-terminating proxy too, where the server itself only sees http."""
     value = json.dumps(f"{COOKIE}={token or ''}; path=/; SameSite=Strict; max-age="
                        f"{int(accounts.SESSION_HOURS * 3600) if token else 0}")
-    st.html(f"<script>document.cookie = {value};</script>", unsafe_allow_javascript=True)
+    return f'<script>document.cookie = {value} + (location.protocol === "https:" ? "; Secure" : "");</script>'
+
+
+def _set_cookie(token: str | None) -> None:
+    # the only script this app writes into the page
+    st.html(cookie_script(token), unsafe_allow_javascript=True)
 
 
 def flush_cookie() -> None:
     """Write the session cookie on every run of a signed-in session (a run cut short by the next
     click may never reach the browser, so once is not enough), or clear it after a sign-out.
     Drawn on every run, so the element it needs never moves what follows it."""
-    token = st.session_state.get(state.SESSION_TOKEN)
+    token = st.session_state.get(state.SESSION_COOKIE)
     if st.session_state.pop(state.SET_COOKIE, False) or token:
         _set_cookie(token)
 
 
-def _signed_in(name: str) -> None:
-    """Keep ``name`` in the session and start a cookie session for reloads."""
+def _signed_in(name: str, *, cookie: bool = True) -> None:
+    """Keep ``name`` in the session and start its server-side session (and cookie, for reloads)."""
+    token = accounts.start_session(state.get_db(), name)
     st.session_state[state.ANNOTATOR] = name
-    st.session_state[state.SESSION_TOKEN] = accounts.start_session(state.get_db(), name)
-    st.session_state[state.SET_COOKIE] = True
+    st.session_state[state.SESSION_TOKEN] = token
+    if cookie:
+        st.session_state[state.SESSION_COOKIE] = token
+        st.session_state[state.SET_COOKIE] = True
+
+
+def _signed_out(why: str | None = None) -> None:
+    """Forget who is signed in in this browser session (its server-side session is gone or ends)."""
+    for key in (state.ANNOTATOR, state.SESSION_TOKEN, state.SESSION_COOKIE, state.CURRENT, state.PASSWORD_OK):
+        st.session_state.pop(key, None)
+    st.session_state[state.SET_COOKIE] = True  # clears the cookie on the next run
+    if why:
+        st.session_state[state.SIGNIN_ERROR] = why
+
+
+def _may_use(db, account: accounts.Account) -> bool:
+    """Whether this mode lets ``account`` in: once accounts exist (and no OIDC), only with a
+    password; with nothing configured, only from this machine (the gate's rule, for callbacks too)."""
+    if account.removed:
+        return False
+    if _secret("auth"):
+        return True
+    if accounts.accounts_enabled(db):
+        return account.has_password
+    return bool(_secret("password")) or _is_local()
+
+
+def _adopt(db, name: str) -> bool:
+    """A name in the session without a session token was put there by code on this server, never
+    by a browser (AppTest drives the app so): it becomes a session now, on the mode's terms, so
+    that every later action is checked like any other. No browser signed in, so no cookie."""
+    account = accounts.get_account(db, name)
+    if account is None and not _secret("auth") and not accounts.accounts_enabled(db):
+        try:
+            account = accounts.sign_in_by_name(db, name)
+        except LabelerError:
+            return False
+    if account is None or not _may_use(db, account):
+        return False
+    _signed_in(account.name, cookie=False)
+    return True
+
+
+def signed_in(db) -> str | None:
+    """The name of this browser session's account if its server-side session still holds (checked
+    in the database: a few indexed reads), else None after signing this browser session out."""
+    name, token = st.session_state.get(state.ANNOTATOR), st.session_state.get(state.SESSION_TOKEN)
+    if not name:
+        if token:
+            _signed_out()
+        return None
+    if not token:
+        if _secret("password") and not st.session_state.get(state.PASSWORD_OK) and not _secret("auth") \
+                and not accounts.accounts_enabled(db):
+            return None  # the shared password comes first; the gate asks for it
+        if _adopt(db, name):
+            return name
+        _signed_out()
+        return None
+    account = accounts.session_account(db, token)
+    if account is None or account.name != name or not _may_use(db, account):
+        _signed_out(ENDED)
+        return None
+    return name
+
+
+def guarded(fn: F) -> F:
+    """Wrap a widget callback that acts for the signed-in account: it runs only while the session
+    holds. Streamlit runs callbacks before the entry script, so the gate alone would check too
+    late: a stale tab's click would write first. A refused callback signs the tab out and does
+    nothing; the rerun that follows shows the sign-in screen."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if signed_in(state.get_db()) is None:
+            return None
+        return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 def _cookie_token() -> str | None:
@@ -153,11 +246,11 @@ def _name_signin() -> None:
         name = " ".join(st.session_state.get("signin_name", "").split())
         if name:
             try:
-                labels.add_annotator(state.get_db(), name)
+                account = accounts.sign_in_by_name(state.get_db(), name)
             except LabelerError as e:
                 st.session_state[state.SIGNIN_ERROR] = str(e)
                 return
-            _signed_in(name)
+            _signed_in(account.name)
 
     _title()
     _show_error()
@@ -206,31 +299,30 @@ def _oidc_name(db) -> str | None:
 
 # --- the gate --------------------------------------------------------------------------------------
 
-def _active(db, name: str | None) -> str | None:
-    if not name:
+def _from_cookie(db) -> str | None:
+    """Sign in from a live session cookie (a reload, a new tab): this browser passed the gate before."""
+    token = _cookie_token()
+    account = accounts.session_account(db, token)
+    if account is None or not _may_use(db, account):
         return None
-    account = accounts.get_account(db, name)
-    return name if account is not None and not account.removed else None
+    st.session_state[state.ANNOTATOR] = account.name
+    st.session_state[state.SESSION_TOKEN] = st.session_state[state.SESSION_COOKIE] = token
+    st.session_state[state.PASSWORD_OK] = True
+    return account.name
 
 
 def current_annotator(db) -> str | None:
     """Run the gate; return the signed-in account's name, or None after drawing a sign-in screen."""
+    name = signed_in(db)
     if _secret("auth"):
-        name = st.session_state.get(state.ANNOTATOR)
-        if not _active(db, name):
+        if not name:
             name = _oidc_name(db)
-            st.session_state[state.ANNOTATOR] = name
+            st.session_state.pop(state.SIGNIN_ERROR, None)  # the provider signed them in again at once
+            _signed_in(name)
         return name
     if accounts.accounts_enabled(db):
-        name = _active(db, st.session_state.get(state.ANNOTATOR))
-        if name and accounts.get_account(db, name).has_password:
+        if name := name or _from_cookie(db):
             return name
-        st.session_state.pop(state.ANNOTATOR, None)
-        account = accounts.session_account(db, _cookie_token())
-        if account is not None:
-            st.session_state[state.ANNOTATOR] = account.name
-            st.session_state[state.SESSION_TOKEN] = _cookie_token()
-            return account.name
         if token := st.query_params.get("invite"):
             _invite(token)
         else:
@@ -241,20 +333,12 @@ def current_annotator(db) -> str | None:
         st.error("This app has no sign-in set up and you are not on the machine it runs on. Ask the owner "
                  "to add accounts (labeler users add NAME) or a password in .streamlit/secrets.toml.")
         return None
-    name = st.session_state.get(state.ANNOTATOR)
-    if not name:  # a live session cookie: this browser passed the gate before
-        account = accounts.session_account(db, _cookie_token())
-        if account is not None:
-            name = account.name
-            st.session_state[state.PASSWORD_OK] = True
+    name = name or _from_cookie(db)
     if not _shared_password_ok():
         return None
     if not name:
         _name_signin()
         return None
-    st.session_state[state.ANNOTATOR] = name
-    if labels.get_role(db, name) is None:
-        labels.add_annotator(db, name)
     return name
 
 
@@ -291,7 +375,5 @@ def may_run_llm() -> bool:
 
 
 def sign_out() -> None:
-    accounts.end_session(state.get_db(), st.session_state.pop(state.SESSION_TOKEN, None) or _cookie_token())
-    for key in (state.ANNOTATOR, state.CURRENT, state.PASSWORD_OK):
-        st.session_state.pop(key, None)
-    st.session_state[state.SET_COOKIE] = True  # clears the cookie on the next run
+    accounts.end_session(state.get_db(), st.session_state.get(state.SESSION_TOKEN) or _cookie_token())
+    _signed_out()

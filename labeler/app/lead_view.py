@@ -14,7 +14,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import accounts
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 
@@ -27,24 +27,29 @@ def _act(fn, *args: Any, done: str, **kwargs: Any) -> None:
     st.session_state[state.LEAD_NOTICE] = done
 
 
+@auth.guarded
 def requeue(pk: int) -> None:
     who = st.session_state.get(f"lead_requeue_who_{pk}") or None
     _act(labels.requeue_item, pk, who, done="Sent back to the queue of " + (", ".join(who) if who else "everyone"))
 
 
+@auth.guarded
 def adjudicate(pk: int) -> None:
     _act(labels.request_adjudication, pk, note=st.session_state.get(f"lead_note_{pk}") or None,
          done="On the Adjudication page now")
 
 
+@auth.guarded
 def discard(pk: int) -> None:
     _act(labels.discard_item, pk, st.session_state.get(f"lead_discard_reason_{pk}") or "", done="Discarded")
 
 
+@auth.guarded
 def restore(pk: int) -> None:
     _act(labels.restore_item, pk, done="Restored: back in the queue and the golden set")
 
 
+@auth.guarded
 def close() -> None:
     st.query_params.pop(state.ITEM_PARAM, None)
 

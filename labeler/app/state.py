@@ -20,6 +20,7 @@ import labeler
 ANNOTATOR = "annotator"  # the signed-in annotator's name
 PASSWORD_OK = "password_ok"  # the shared password was entered in this session
 SESSION_TOKEN = "session_token"  # this browser's sign-in session (its hash is in the sessions table)
+SESSION_COOKIE = "session_cookie"  # the session token this browser keeps as a cookie (made by a sign-in)
 SET_COOKIE = "set_cookie"  # write (or clear) the session cookie on the next run
 SIGNIN_ERROR = "signin_error"  # why the last sign-in was refused
 NEW_LINK = "new_link"  # (name, token) of a sign-in link just made on Settings, shown once

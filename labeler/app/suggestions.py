@@ -16,10 +16,11 @@ from __future__ import annotations
 import streamlit as st
 
 from labeler import judge
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 
+@auth.guarded
 def accept(db, query_pk: int, doc_pk: int, annotator: str) -> int | None:
     """Callback: take the judge's grade as the annotator's; errors go to ``state.LABEL_ERROR``."""
     try:

@@ -1,13 +1,20 @@
 """Accounts in a real browser: sign-in with a password, a reload that stays signed in, the URL
 impersonation attempt, an annotator's Data page without upload or export, a one-time sign-in
-link, throttled wrong passwords, and `labeler app --host 0.0.0.0` refusing to start without sign-in."""
+link, throttled wrong passwords, a removed account's open tab, the session cookie's flags over
+http and https, and `labeler app --host 0.0.0.0` refusing to start without sign-in."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +38,11 @@ def sign_in(page, url: str, name: str, password: str, *, path: str = "") -> None
     page.get_by_role("textbox", name="Name").fill(name)
     page.get_by_role("textbox", name="Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
+
+
+def session_cookie(page) -> dict:
+    (cookie,) = [c for c in page.context.cookies() if c["name"] == "labeler_session" and c["value"]]
+    return cookie
 
 
 def nav_links(page) -> list[str]:
@@ -59,6 +71,8 @@ def test_sign_in_reload_and_url_impersonation(tmp_path, start_app, page):
     conn = sqlite3.connect(path)
     who = {r[0] for r in conn.execute("SELECT annotator FROM label_events WHERE field = 'grade'")}
     assert who == {"bob"}
+    cookie = session_cookie(page)  # over plain http: SameSite=Strict, and Secure would lose it
+    assert (cookie["sameSite"], cookie["secure"]) == ("Strict", False)
     # bob's Data page: counts, no upload, no export
     page.goto(server.url + "/data")
     page.get_by_text("Uploading logs and exporting the golden set are for leads.").wait_for()
@@ -129,3 +143,86 @@ def test_app_refuses_every_interface_without_sign_in(tmp_path):
     assert run.returncode == 1
     assert run.stderr.startswith("Error: refusing to serve on 0.0.0.0 without sign-in")
     assert "Traceback" not in run.stderr
+
+
+ENDINGS = {
+    "removed": lambda db: accounts.remove_user(db, "bob", by="lena"),
+    "password changed": lambda db: accounts.set_password(db, "bob", "bob-new-password", by="bob"),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_an_ended_sessions_open_tab_writes_nothing_and_is_signed_out(tmp_path, start_app, page, ending):
+    path = team_db(tmp_path)
+    server = start_app(path)
+    sign_in(page, server.url, "bob", "bob-password")
+    page.locator(".lb-chunk").first.wait_for()
+    page.get_by_text("0 of 3 retrieved chunks graded").wait_for()
+    ENDINGS[ending](labeler.connect(path))  # while bob's tab is open
+    page.mouse.click(5, 5)
+    page.keyboard.press("3")
+    page.get_by_role("textbox", name="Password").wait_for()  # the rerun after the key's callback
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM label_events").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM relevance_labels").fetchone()[0] == 0
+    page.get_by_text("Your session ended").wait_for()
+    page.reload()  # the cookie of the ended session signs nobody in
+    page.get_by_role("textbox", name="Password").wait_for()
+    assert page.locator(".lb-chunk").count() == 0
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                    "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+def _https_app(path: Path, cert: Path, key: Path) -> tuple[subprocess.Popen, str]:
+    """The app served over https by Streamlit itself (server.sslCertFile / sslKeyFile)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = Path(labeler.__file__).parent / "app" / "streamlit_app.py"
+    log = open(path.with_suffix(".https.log"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+                             "--server.sslCertFile", str(cert), "--server.sslKeyFile", str(key)],
+                            env=dict(os.environ, LABELER_DB=str(path)), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=path.parent)
+    url, trusted = f"https://127.0.0.1:{port}", ssl.create_default_context(cafile=str(cert))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(path.with_suffix(".https.log").read_text()[-2000:])
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=1, context=trusted) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("streamlit over https did not become healthy in 60 s")
+
+
+def test_over_https_the_session_cookie_is_secure_and_strict(tmp_path, browser):
+    path = team_db(tmp_path)
+    proc, url = _https_app(path, *_self_signed(tmp_path))
+    context = browser.new_context(ignore_https_errors=True)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        sign_in(page, url, "bob", "bob-password")
+        page.get_by_text("retrieved chunks graded").wait_for()
+        page.get_by_role("button", name="Sign out").wait_for()
+        page.wait_for_function("() => document.cookie.includes('labeler_session=')")
+        cookie = session_cookie(page)
+        assert (cookie["sameSite"], cookie["secure"]) == ("Strict", True)
+        page.reload()  # and it works: the reload stays signed in
+        page.get_by_text("retrieved chunks graded").wait_for()
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(10)

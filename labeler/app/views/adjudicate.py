@@ -11,6 +11,7 @@ lead = auth.require_lead("Adjudication")
 names = state.settings()["grade_names"]
 
 
+@auth.guarded
 def decide(query_pk: int, doc_pk: int, grade: int | None) -> None:
     try:
         labels.adjudicate(db, query_pk, doc_pk, grade, lead)
@@ -18,6 +19,7 @@ def decide(query_pk: int, doc_pk: int, grade: int | None) -> None:
         st.session_state[state.LABEL_ERROR] = str(e)
 
 
+@auth.guarded
 def relabel(query_pk: int) -> None:
     st.session_state[state.OPEN_QUERY] = query_pk
 

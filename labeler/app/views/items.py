@@ -18,6 +18,7 @@ ANY = "any"
 FLAGS_SHOWN = 20  # flags drawn at once (each is a small form): resolving them brings the next ones
 
 
+@auth.guarded
 def first_page() -> None:
     st.session_state[state.ITEMS_PAGE] = 1
 
@@ -31,6 +32,7 @@ def _act(fn, *args, done: str, **kwargs) -> None:
     st.session_state[state.LEAD_NOTICE] = done
 
 
+@auth.guarded
 def resolve(pk: int, annotator: str, action: str) -> None:
     ident = f"{pk}_{annotator}"
     note = st.session_state.get(f"flag_note_{ident}") or None
@@ -40,6 +42,7 @@ def resolve(pk: int, annotator: str, action: str) -> None:
     _act(labels.resolve_flag, pk, annotator, action, question=question, note=note, done=done)
 
 
+@auth.guarded
 def open_item(pk: int) -> None:
     st.session_state[state.ITEMS_OPEN] = pk
 

@@ -167,6 +167,7 @@ with tab_agree:
 # --- the disagreement browser ------------------------------------------------------------------------
 
 
+@auth.guarded
 def _tag(run: int, query_pk: int, doc_pk: int, key: str) -> None:
     try:
         judge.tag_item(db, run, query_pk, doc_pk, st.session_state.get(key), me, by=me)

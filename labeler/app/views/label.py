@@ -11,7 +11,7 @@ import streamlit as st
 
 import labeler.labels as labels
 from labeler import judge, synth
-from labeler.app import lead_view, state, widgets
+from labeler.app import auth, lead_view, state, widgets
 from labeler.app.components import grader
 from labeler.errors import ItemTakenError, LabelerError
 from labeler.labels.reads import item_exists
@@ -47,6 +47,7 @@ def _spent(pk: int) -> None:
         st.session_state[state.SHOWN_AT] = time.monotonic()
 
 
+@auth.guarded
 def _next_item() -> None:
     pk = _safely(labels.next_item, state.get_db(), annotator)
     _show(pk)
@@ -94,19 +95,23 @@ def apply_outbox(box: dict | None) -> bool:
     return changed
 
 
+@auth.guarded
 def on_outbox() -> None:
     apply_outbox(grader.outbox())
 
 
+@auth.guarded
 def grade(pk: int, doc_pk: int, value: int) -> None:
     apply_outbox(grader.outbox())
     _safely(labels.set_grade, state.get_db(), pk, doc_pk, annotator, value)
 
 
+@auth.guarded
 def save_field(pk: int, field: str, key: str) -> None:
     _safely(labels.set_query_fields, state.get_db(), pk, annotator, **{field: st.session_state.get(key)})
 
 
+@auth.guarded
 def finish(pk: int, status: str) -> None:
     apply_outbox(grader.outbox())  # grades typed just before the click come first
     reason = None
@@ -124,6 +129,7 @@ def finish(pk: int, status: str) -> None:
     _next_item()
 
 
+@auth.guarded
 def go_back(pk: int | None) -> None:
     apply_outbox(grader.outbox())
     prev = _safely(labels.previous_item, state.get_db(), annotator, pk)
@@ -133,6 +139,7 @@ def go_back(pk: int | None) -> None:
         st.session_state[state.NOTICE] = "There is no earlier item in your history."
 
 
+@auth.guarded
 def reopen(pk: int) -> None:
     apply_outbox(grader.outbox())
     _show(pk)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from labeler import synth
-from labeler.app import state, widgets
+from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -22,6 +22,7 @@ db = state.get_db()
 reviewer = st.session_state[state.ANNOTATOR]
 
 
+@auth.guarded
 def _decide(pk: int, decision: str, **edits: str | None) -> None:
     try:
         q = synth.review(db, pk, decision, reviewer=reviewer, **edits)
@@ -35,24 +36,29 @@ def _decide(pk: int, decision: str, **edits: str | None) -> None:
                                 "reset": f"Back to pending: {q.question[:60]}"}[decision]
 
 
+@auth.guarded
 def _save_edit(pk: int) -> None:
     _decide(pk, "edit", question=st.session_state.get(f"edit_q_{pk}"),
             answer=st.session_state.get(f"edit_a_{pk}"))
 
 
+@auth.guarded
 def _edit(pk: int) -> None:
     st.session_state[EDITING] = pk
 
 
+@auth.guarded
 def _cancel_edit() -> None:
     st.session_state[EDITING] = None
 
 
+@auth.guarded
 def _skip(pk: int) -> None:
     st.session_state.setdefault(SKIPPED, [])
     st.session_state[SKIPPED] = [*st.session_state[SKIPPED], pk]
 
 
+@auth.guarded
 def _undo() -> None:
     pk = st.session_state.get(LAST)
     if pk is not None:

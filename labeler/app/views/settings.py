@@ -116,18 +116,22 @@ def _act(fn, *args, **kwargs) -> None:
         st.session_state[state.LABEL_ERROR] = str(e)
 
 
+@auth.guarded
 def set_role(name: str) -> None:
     _act(accounts.set_role, db, name, st.session_state[f"role_{name}"], by=me)
 
 
+@auth.guarded
 def set_llm(name: str) -> None:
     _act(accounts.grant_llm, db, name, bool(st.session_state[f"llm_{name}"]), by=me)
 
 
+@auth.guarded
 def remove(name: str) -> None:
     _act(accounts.remove_user, db, name, by=me)
 
 
+@auth.guarded
 def new_link(name: str) -> None:
     try:
         st.session_state[state.NEW_LINK] = (name, accounts.new_invite(db, name, by=me))
@@ -135,6 +139,7 @@ def new_link(name: str) -> None:
         st.session_state[state.LABEL_ERROR] = str(e)
 
 
+@auth.guarded
 def add_account() -> None:
     name = " ".join(st.session_state.get("new_annotator", "").split())
     password = st.session_state.get("new_annotator_password") or None
