@@ -20,15 +20,23 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import IngestError
+from .jsontext import (
+    MAX_DEPTH,
+    BadJSON,
+    check_value,
+    cut_message,
+    deep_field,
+    is_safe_text,
+    load_json,
+    needs_check,
+    parse_int,
+    sniffs_as_json,
+)
 
 try:  # orjson is a dependency, but keep a pure-Python fallback for unusual platforms
     import orjson
-
-    _json_loads: Callable[[bytes | str], Any] = orjson.loads
-    _JSONDecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover
-    _json_loads = json.loads
-    _JSONDecodeError = (ValueError,)
+    pass
 
 def dumps_sorted(value: Any) -> bytes:
     """Canonical JSON bytes (sorted keys) for content hashes."""
@@ -111,11 +119,7 @@ def sniff_format(path: Path, gz: bool, shown: str) -> str:
     if start.startswith(b"{"):
         if len(line) >= _FIRST_LINE_MAX:
             return "jsonl"
-        try:
-            json.loads(line)
-        except ValueError:
-            return "json"  # an object over several lines
-        return "jsonl"
+        return "jsonl" if sniffs_as_json(line) else "json"  # else an object over several lines
     ext = "" if stdin else f"unknown file extension {path.suffix or '(none)'} and "
     names = "" if stdin else "use .jsonl, .json, .csv, .tsv or .parquet (optionally .gz), or "
     raise IngestError(f"{shown}: {ext}cannot tell the format from its first character "
@@ -148,11 +152,18 @@ def open_binary(path: Path, gz: bool) -> tuple[IO[bytes], _Counting]:
     return buffered, counter
 
 
-def _decode(data: bytes) -> str | BadRecord:
+def _decode(data: bytes) -> tuple[str, bool]:
+    """The text of a line, and whether it had bytes that are not UTF-8: those become lone
+    surrogates (``surrogateescape``), which the checks after parsing report with their field."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return BadRecord("encoding", f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {e.start + 1})")
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "surrogateescape"), True
+
+
+def _shown(text: str) -> str:
+    """``text`` as it can be written to a rejects file (undecodable bytes as U+FFFD)."""
+    return text if is_safe_text(text) else text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | BadRecord]]:
@@ -184,36 +195,25 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
             line = line[len(_BOM):]
         if not line.strip():
             continue
-        text = _decode(line)
-        if isinstance(text, BadRecord):
-            yield n, text
-            continue
+        text, _ = _decode(line)
         try:
-            value = _json_loads(text)
-        except _JSONDecodeError:
-            value = _slow_loads(text)
-        if isinstance(value, json.JSONDecodeError):
-            e = value
+            value = load_json(text)
+        except BadJSON as e:
+            yield n, BadRecord(e.field, e.message, _shown(text[:200]))
+            continue
+        except json.JSONDecodeError as e:
             truncated = not line.endswith(b"\n")
             what = "truncated or invalid JSON" if truncated else "invalid JSON"
-            yield n, BadRecord("json", f"{what}: {e}", text[:200])
+            yield n, BadRecord("json", f"{what}: {e}", _shown(text[:200]))
             continue
         if not isinstance(value, dict):
-            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", text[:200])
+            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", _shown(text[:200]))
             continue
         yield n, value
 
 
-class _EncodingProblem(Exception):
-    def __init__(self, line: int, reason: str):
-        self.line, self.reason = line, reason
-
-
 def read_json_array(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
-    try:
-        yield from _read_json_array(f, max_bytes)
-    except _EncodingProblem as e:
-        yield e.line, BadRecord("encoding", f"not valid UTF-8 ({e.reason}); nothing after it was read")
+    yield from _read_json_array(f, max_bytes)
 
 
 def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict | BadRecord]]:
@@ -223,8 +223,10 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
     Objects are decoded one at a time from a sliding buffer, so a large array never sits in
     memory whole; the line number is where each object starts.
     """
-    decoder = json.JSONDecoder()
-    reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="strict")
+    decoder = json.JSONDecoder(parse_int=parse_int)
+    # bytes that are not UTF-8 become lone surrogates, which the check of their object reports with
+    # its line and field (a strict decoder would fail a whole 1 MiB read and end the file there)
+    reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape")
     buf = ""
     line = 1
     pos = 0
@@ -234,10 +236,7 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
         nonlocal buf, pos, eof
         if eof:
             return False
-        try:
-            chunk = reader.read(1 << 20)
-        except UnicodeDecodeError as e:
-            raise _EncodingProblem(line + buf.count("\n", pos), e.reason) from None
+        chunk = reader.read(1 << 20)
         if not chunk:
             eof = True
             return False
@@ -255,8 +254,9 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if pos < len(buf) or not fill():
                 return
 
-    def next_object(start_line: int) -> tuple[Any, BadRecord | None]:
-        """Decode the value at ``pos`` (reading more of the file as needed)."""
+    def next_object(start_line: int) -> tuple[Any, BadRecord | None, bool]:
+        """Decode the value at ``pos`` (reading more of the file as needed): ``(value, problem, whether
+        the reading must stop)``."""
         nonlocal pos, line
         while True:
             try:
@@ -264,12 +264,22 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
                 break
             except json.JSONDecodeError as e:
                 if len(buf) - pos > max_bytes:
-                    return None, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit")
+                    return None, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit"), True
                 if not fill():
-                    return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}")
-        line += buf.count("\n", pos, end)
+                    return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}"), True
+            except RecursionError:
+                # where the record ends is unknown: the reading stops here
+                return None, BadRecord(deep_field(buf[pos:pos + max_bytes]),
+                                       f"nested more than {MAX_DEPTH} levels deep; nothing after it was read"), True
+        source = buf[pos:end]
+        line += source.count("\n")
         pos = end
-        return value, None
+        if needs_check(source):
+            try:
+                check_value(value)
+            except BadJSON as e:
+                return None, BadRecord(e.field, e.message), False
+        return value, None, False
 
     skip_ws()
     if pos >= len(buf):
@@ -284,10 +294,12 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if buf[pos] != "{":
                 yield start_line, BadRecord("json", "expected a JSON object")
                 return
-            value, bad = next_object(start_line)
+            value, bad, stop = next_object(start_line)
             if bad is not None:
                 yield start_line, bad
-                return
+                if stop:
+                    return
+                continue
             yield start_line, value
     if buf[pos] != "[":
         yield line, BadRecord("json", "expected a JSON array of objects")
@@ -304,23 +316,16 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             pos += 1
             continue
         start_line = line
-        value, bad = next_object(start_line)
+        value, bad, stop = next_object(start_line)
         if bad is not None:
             yield start_line, bad
-            return
+            if stop:
+                return
+            continue
         if not isinstance(value, dict):
             yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
             continue
         yield start_line, value
-
-
-def _slow_loads(text: str) -> Any:
-    """The standard library parser: accepts NaN/Infinity (which Python's json.dumps writes, so
-    validation can name the field) and gives the clearer error message."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        return e
 
 
 def _csv_value(v: str) -> Any:
@@ -328,9 +333,10 @@ def _csv_value(v: str) -> Any:
 
 
 def _csv_json(text: str) -> Any:
-    """A JSON cell, or a Python literal list/dict (what pandas' ``to_csv`` writes for a list)."""
+    """A JSON cell, or a Python literal list/dict (what pandas' ``to_csv`` writes for a list);
+    ``BadJSON`` when either holds what cannot be stored."""
     try:
-        return json.loads(text)
+        return load_json(text)
     except json.JSONDecodeError as e:
         try:
             value = ast.literal_eval(text)
@@ -338,6 +344,7 @@ def _csv_json(text: str) -> Any:
             raise e from None
         if not isinstance(value, list | dict):
             raise e from None
+        check_value(value)
         return value
 
 
@@ -349,6 +356,7 @@ def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[st
     if csv.field_size_limit() < MAX_LINE_BYTES:
         csv.field_size_limit(MAX_LINE_BYTES)
     bad: dict[int, BadRecord] = {}
+    cut: list[int] = []  # lines with bytes that are not UTF-8, to look for in their record's cells
 
     def decoded() -> Iterator[str]:
         for n, raw in _lines(f, MAX_LINE_BYTES):
@@ -356,11 +364,9 @@ def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[st
                 bad[n] = raw
                 yield "\n"
                 continue
-            text = _decode(raw)
-            if isinstance(text, BadRecord):
-                bad[n] = text
-                yield "\n"
-                continue
+            text, escaped = _decode(raw)
+            if escaped:
+                cut.append(n)
             yield text
 
     reader = csv.reader(decoded(), delimiter=delimiter)
@@ -380,12 +386,22 @@ def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[st
         if len(row) != len(header):
             yield line, BadRecord("row", f"has {len(row)} fields, the header has {len(header)}")
             continue
+        if cut:
+            cut[:] = [n for n in cut if n > reader.line_num]
+            cell = next(((k, v) for k, v in zip(header, row, strict=True) if not is_safe_text(v)), None)
+            if cell is not None:
+                yield line, BadRecord(cell[0], cut_message(cell[1]))
+                continue
         record: dict[str, Any] = {}
         for key, value in zip(header, row, strict=True):
             v = _csv_value(value)
             if isinstance(v, str) and key in json_columns:
                 try:
                     v = _csv_json(v)
+                except BadJSON as e:
+                    yield line, BadRecord(key if e.field == "json" else key + ("" if e.field.startswith("[") else ".") + e.field,
+                                          e.message)
+                    break
                 except json.JSONDecodeError as e:
                     yield line, BadRecord(key, f"is not valid JSON: {e}")
                     break
@@ -403,9 +419,37 @@ def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
         raise IngestError(f"{path}: not a readable Parquet file: {e}") from None
     row = 0
     for batch in pf.iter_batches(batch_size=4096):
-        for record in batch.to_pylist():
+        try:
+            records = batch.to_pylist()
+        except UnicodeDecodeError:  # a string cell holding bytes that are not UTF-8 (Arrow does not check)
+            yield from _parquet_rows(batch, row)
+            row += batch.num_rows
+            continue
+        for record in records:
             row += 1
             yield row, record
+
+
+def _parquet_rows(batch: Any, before: int) -> Iterator[tuple[int, dict | BadRecord]]:
+    """A batch with an undecodable string, row by row, so that only its row is a BadRecord, which
+    names the column."""
+    for i in range(batch.num_rows):
+        try:
+            record = batch.slice(i, 1).to_pylist()[0]
+        except UnicodeDecodeError as e:
+            column = next((name for name, col in zip(batch.schema.names, batch.columns, strict=True)
+                           if not _decodes(col, i)), "encoding")
+            yield before + i + 1, BadRecord(column, f"not valid UTF-8 ({e.reason})")
+            continue
+        yield before + i + 1, record
+
+
+def _decodes(column: Any, i: int) -> bool:
+    try:
+        column[i].as_py()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _pretty_printed(f: IO[bytes]) -> bool:
