@@ -34,7 +34,6 @@ MAX_DEPTH = 200
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # a \uD800-\uDFFF escape in JSON source text; a false hit only costs a walk of the value
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_LONG_NUMBER = re.compile(r"\d{300}")
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},:]')
 _PATH_SHOWN = 4  # path components named in a message; a deeper path ends in "..."
 
@@ -164,11 +163,29 @@ def _many_brackets(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
-def needs_check(text: str) -> bool:
-    """Whether the value decoded from ``text`` could hold what ``check_value`` refuses (a quick
-    look at the source, so that ordinary records are not walked)."""
-    return (_many_brackets(text) or bool(SURROGATE_ESCAPE.search(text)) or bool(_LONG_NUMBER.search(text))
-            or not is_safe_text(text))
+class IntParser:
+    """``parse_int`` for a decoder that reads many values: ``huge`` tells whether one of them had an
+    integer too large (so that only those values are walked)."""
+
+    def __init__(self) -> None:
+        self.huge = False
+
+    def __call__(self, text: str) -> Any:
+        if len(text) <= 18:  # nearly every integer: no second call
+            return int(text)
+        value = parse_int(text)
+        if isinstance(value, _Huge):
+            self.huge = True
+        return value
+
+
+def needs_check(text: str, start: int, end: int, ints: IntParser) -> bool:
+    """Whether the value just decoded from ``text[start:end]`` (with ``ints``) could hold what
+    ``check_value`` refuses: a quick look at the source, so that ordinary records are not walked.
+    (Raw lone surrogates, from bytes that are not UTF-8, are for the caller to look for once per
+    block it reads: a search per record costs more than the decoding.)"""
+    return (ints.huge or text.count("[", start, end) + text.count("{", start, end) > MAX_DEPTH
+            or SURROGATE_ESCAPE.search(text, start, end) is not None)
 
 
 def load_json(text: str) -> Any:

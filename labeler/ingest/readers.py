@@ -1,4 +1,6 @@
-"""Streaming record readers for JSONL, JSON arrays, CSV/TSV and Parquet (plain or gzip-compressed).
+"""Streaming record readers for JSONL, JSON arrays, CSV/TSV and Parquet (plain or gzip-compressed):
+the format from the name or the first bytes, and ``iter_records`` over any of them (JSON here, the
+tables in ``tables``, lines and ``BadRecord`` in ``lines``, hostile JSON values in ``jsontext``).
 
 Each reader yields ``(line, record)`` pairs where ``line`` is the 1-based line (or Parquet row) a
 record starts on and ``record`` is a dict, or ``(line, BadRecord)`` for a record that cannot be
@@ -8,14 +10,11 @@ never hold more than one batch of the file in memory.
 
 from __future__ import annotations
 
-import ast
-import csv
 import gzip
 import io
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,15 +22,16 @@ from ..errors import IngestError
 from .jsontext import (
     MAX_DEPTH,
     BadJSON,
+    IntParser,
     check_value,
-    cut_message,
     deep_field,
     is_safe_text,
     load_json,
     needs_check,
-    parse_int,
     sniffs_as_json,
 )
+from .lines import MAX_LINE_BYTES, BadRecord, decode_line, read_lines, shown_text
+from .tables import read_csv, read_parquet
 
 try:  # orjson is a dependency, but keep a pure-Python fallback for unusual platforms
     import orjson
@@ -51,19 +51,9 @@ _EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
     ".parquet": "parquet", ".pq": "parquet",
 }
-MAX_LINE_BYTES = 16 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 _FIRST_LINE_MAX = 1 << 20  # a first line longer than this is taken for JSON lines without parsing it
 _WHITE = b" \t\r\n"
-
-
-@dataclass(frozen=True)
-class BadRecord:
-    """A record that could not be read; ``field`` names what was wrong (``json``, ``encoding``...)."""
-
-    field: str
-    message: str
-    raw: str | None = None
 
 
 def detect_format(path: Path, fmt: str | None = None) -> tuple[str, bool]:
@@ -152,42 +142,8 @@ def open_binary(path: Path, gz: bool) -> tuple[IO[bytes], _Counting]:
     return buffered, counter
 
 
-def _decode(data: bytes) -> tuple[str, bool]:
-    """The text of a line, and whether it had bytes that are not UTF-8: those become lone
-    surrogates (``surrogateescape``), which the checks after parsing report with their field."""
-    try:
-        return data.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return data.decode("utf-8", "surrogateescape"), True
-
-
-def _shown(text: str) -> str:
-    """``text`` as it can be written to a rejects file (undecodable bytes as U+FFFD)."""
-    return text if is_safe_text(text) else text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def _lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | BadRecord]]:
-    """Yield (line number, raw line) with over-long lines replaced by a BadRecord."""
-    n = 0
-    while True:
-        line = f.readline(max_bytes + 1)
-        if not line:
-            return
-        n += 1
-        if len(line) > max_bytes and not line.endswith(b"\n"):
-            # skip the rest of the line without holding it in memory
-            while True:
-                rest = f.readline(1 << 20)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield n, BadRecord("line", f"longer than the {max_bytes // (1024 * 1024)} MiB limit "
-                                       "(raise --max-line-mb if this is intended)")
-            continue
-        yield n, line
-
-
 def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
-    for n, line in _lines(f, max_bytes):
+    for n, line in read_lines(f, max_bytes):
         if isinstance(line, BadRecord):
             yield n, line
             continue
@@ -195,19 +151,19 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
             line = line[len(_BOM):]
         if not line.strip():
             continue
-        text, _ = _decode(line)
+        text, _ = decode_line(line)
         try:
             value = load_json(text)
         except BadJSON as e:
-            yield n, BadRecord(e.field, e.message, _shown(text[:200]))
+            yield n, BadRecord(e.field, e.message, shown_text(text[:200]))
             continue
         except json.JSONDecodeError as e:
             truncated = not line.endswith(b"\n")
             what = "truncated or invalid JSON" if truncated else "invalid JSON"
-            yield n, BadRecord("json", f"{what}: {e}", _shown(text[:200]))
+            yield n, BadRecord("json", f"{what}: {e}", shown_text(text[:200]))
             continue
         if not isinstance(value, dict):
-            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", _shown(text[:200]))
+            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", shown_text(text[:200]))
             continue
         yield n, value
 
@@ -223,7 +179,9 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
     Objects are decoded one at a time from a sliding buffer, so a large array never sits in
     memory whole; the line number is where each object starts.
     """
-    decoder = json.JSONDecoder(parse_int=parse_int)
+    ints = IntParser()
+    decoder = json.JSONDecoder(parse_int=ints)
+    undecodable = False
     # bytes that are not UTF-8 become lone surrogates, which the check of their object reports with
     # its line and field (a strict decoder would fail a whole 1 MiB read and end the file there)
     reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape")
@@ -233,10 +191,11 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
     eof = False
 
     def fill() -> bool:
-        nonlocal buf, pos, eof
+        nonlocal buf, pos, eof, undecodable
         if eof:
             return False
         chunk = reader.read(1 << 20)
+        undecodable = undecodable or not is_safe_text(chunk)  # from here on every object is checked
         if not chunk:
             eof = True
             return False
@@ -271,10 +230,10 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
                 # where the record ends is unknown: the reading stops here
                 return None, BadRecord(deep_field(buf[pos:pos + max_bytes]),
                                        f"nested more than {MAX_DEPTH} levels deep; nothing after it was read"), True
-        source = buf[pos:end]
-        line += source.count("\n")
-        pos = end
-        if needs_check(source):
+        line += buf.count("\n", pos, end)
+        start, pos = pos, end
+        if undecodable or needs_check(buf, start, end, ints):
+            ints.huge = False
             try:
                 check_value(value)
             except BadJSON as e:
@@ -326,130 +285,6 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
             continue
         yield start_line, value
-
-
-def _csv_value(v: str) -> Any:
-    return v if v != "" else None
-
-
-def _csv_json(text: str) -> Any:
-    """A JSON cell, or a Python literal list/dict (what pandas' ``to_csv`` writes for a list);
-    ``BadJSON`` when either holds what cannot be stored."""
-    try:
-        return load_json(text)
-    except json.JSONDecodeError as e:
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raise e from None
-        if not isinstance(value, list | dict):
-            raise e from None
-        check_value(value)
-        return value
-
-
-def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[str] = frozenset(),
-             ) -> Iterator[tuple[int, dict | BadRecord]]:
-    """CSV/TSV with a header row. Only the columns in ``json_columns`` (the retrieved chunks, meta)
-    are read as JSON; every other cell is text, whatever it starts with. A field may be as long as
-    a record (16 MiB)."""
-    if csv.field_size_limit() < MAX_LINE_BYTES:
-        csv.field_size_limit(MAX_LINE_BYTES)
-    bad: dict[int, BadRecord] = {}
-    cut: list[int] = []  # lines with bytes that are not UTF-8, to look for in their record's cells
-
-    def decoded() -> Iterator[str]:
-        for n, raw in _lines(f, MAX_LINE_BYTES):
-            if isinstance(raw, BadRecord):
-                bad[n] = raw
-                yield "\n"
-                continue
-            text, escaped = _decode(raw)
-            if escaped:
-                cut.append(n)
-            yield text
-
-    reader = csv.reader(decoded(), delimiter=delimiter)
-    header: list[str] | None = None
-    start = 1
-    for row in reader:
-        line = start
-        start = reader.line_num + 1
-        if line in bad:
-            yield line, bad.pop(line)
-            continue
-        if header is None:
-            header = [h.strip().lstrip("\ufeff") for h in row]
-            continue
-        if not row or row == [""]:
-            continue
-        if len(row) != len(header):
-            yield line, BadRecord("row", f"has {len(row)} fields, the header has {len(header)}")
-            continue
-        if cut:
-            cut[:] = [n for n in cut if n > reader.line_num]
-            cell = next(((k, v) for k, v in zip(header, row, strict=True) if not is_safe_text(v)), None)
-            if cell is not None:
-                yield line, BadRecord(cell[0], cut_message(cell[1]))
-                continue
-        record: dict[str, Any] = {}
-        for key, value in zip(header, row, strict=True):
-            v = _csv_value(value)
-            if isinstance(v, str) and key in json_columns:
-                try:
-                    v = _csv_json(v)
-                except BadJSON as e:
-                    yield line, BadRecord(key if e.field == "json" else key + ("" if e.field.startswith("[") else ".") + e.field,
-                                          e.message)
-                    break
-                except json.JSONDecodeError as e:
-                    yield line, BadRecord(key, f"is not valid JSON: {e}")
-                    break
-            record[key] = v
-        else:
-            yield line, record
-
-
-def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises several types for corrupt files
-        raise IngestError(f"{path}: not a readable Parquet file: {e}") from None
-    row = 0
-    for batch in pf.iter_batches(batch_size=4096):
-        try:
-            records = batch.to_pylist()
-        except UnicodeDecodeError:  # a string cell holding bytes that are not UTF-8 (Arrow does not check)
-            yield from _parquet_rows(batch, row)
-            row += batch.num_rows
-            continue
-        for record in records:
-            row += 1
-            yield row, record
-
-
-def _parquet_rows(batch: Any, before: int) -> Iterator[tuple[int, dict | BadRecord]]:
-    """A batch with an undecodable string, row by row, so that only its row is a BadRecord, which
-    names the column."""
-    for i in range(batch.num_rows):
-        try:
-            record = batch.slice(i, 1).to_pylist()[0]
-        except UnicodeDecodeError as e:
-            column = next((name for name, col in zip(batch.schema.names, batch.columns, strict=True)
-                           if not _decodes(col, i)), "encoding")
-            yield before + i + 1, BadRecord(column, f"not valid UTF-8 ({e.reason})")
-            continue
-        yield before + i + 1, record
-
-
-def _decodes(column: Any, i: int) -> bool:
-    try:
-        column[i].as_py()
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _pretty_printed(f: IO[bytes]) -> bool:
