@@ -268,3 +268,22 @@ def test_nesting_a_log_record_uses_stays_readable(tmp_path):
     r = labeler.ingest_logs(db, path)
     assert (r.new, r.rejected) == (2, 0)
     assert db.execute("SELECT question FROM queries ORDER BY pk").fetchall()[1][0] == "q2 \U0001f600"
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_standard_input_and_a_sniffed_extension_read_hostile_values_the_same(tmp_path, shape):
+    """Without a known extension the format is told from the first line, which is decoded to tell:
+    a first line nested 100,000 deep must not break the telling either."""
+    _, content, fld = log_jsonl(_b(SHAPES[shape][0]), shape)
+    first_bad = content.split(b"\n")[1] + b"\n" + content.split(b"\n")[0] + b"\n"  # the hostile line first
+    expected = "1: " + SHAPES[shape][1].format(field=fld)
+    r = CliRunner().invoke(cli, ["--db", str(tmp_path / "t.db"), "ingest", "logs", "-"], input=first_bad)
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    problems = _problem_lines(r.output, Path("<stdin>"))
+    assert len(problems) == 1 and problems[0].startswith(f"<stdin>:{expected}"), r.output
+    path = tmp_path / "logs.txt"
+    path.write_bytes(first_bad)
+    r = _invoke(tmp_path / "t.db", "logs_jsonl", path)
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    problems = _problem_lines(r.output, path)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:{expected}"), r.output
