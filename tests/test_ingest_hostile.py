@@ -8,6 +8,7 @@ formats), corpus files and ``labeler import golden`` alike."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -287,3 +288,23 @@ def test_standard_input_and_a_sniffed_extension_read_hostile_values_the_same(tmp
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     problems = _problem_lines(r.output, path)
     assert len(problems) == 1 and problems[0].startswith(f"{path}:{expected}"), r.output
+
+
+@pytest.mark.parametrize("target", ["logs_jsonl", "corpus_jsonl", "golden_jsonl"])
+def test_a_file_name_that_is_not_utf8_is_shown_and_stored_with_a_replacement_character(tmp_path, target):
+    """Python hands such a name over with lone surrogates (``surrogateescape``), which SQLite cannot
+    store: the name is kept as shown, with U+FFFD for the byte."""
+    maker, _ = TARGETS[target]
+    _, content, _ = maker(_b(SHAPES["surrogate"][0]), "surrogate")
+    good = content.split(b"\n")[0] + b"\n"
+    path = tmp_path / os.fsdecode(b"caf\xe9.jsonl")
+    path.write_bytes(good)
+    db_path = tmp_path / "t.db"
+    r = _invoke(db_path, target, path)
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    shown = str(tmp_path / "caf\ufffd.jsonl")
+    assert r.output.startswith(shown), r.output
+    stored = labeler.connect(db_path).execute("SELECT path FROM ingests").fetchall()
+    assert [row[0] for row in stored] == [shown]
+    r = _invoke(db_path, target, tmp_path / os.fsdecode(b"gone\xff.jsonl"))
+    assert r.exit_code == 1 and r.output == f"Error: {tmp_path / 'gone'}\ufffd.jsonl: no such file\n", r.output
