@@ -308,3 +308,18 @@ def test_a_file_name_that_is_not_utf8_is_shown_and_stored_with_a_replacement_cha
     assert [row[0] for row in stored] == [shown]
     r = _invoke(db_path, target, tmp_path / os.fsdecode(b"gone\xff.jsonl"))
     assert r.exit_code == 1 and r.output == f"Error: {tmp_path / 'gone'}\ufffd.jsonl: no such file\n", r.output
+
+
+def test_a_json_array_reads_on_after_a_record_nested_too_deep(tmp_path):
+    """The deep record is skipped to its closing bracket, so --lenient keeps the records after it."""
+    record = '{"question": "q%d", "retrieved": [{"id": "d%d", "text": "t"}]}'
+    deep = '{"question": "deep", "retrieved": [], "meta": {"s": "]]}", "x": ' + DEEP + "}}"
+    path = tmp_path / "logs.json"
+    path.write_text("[" + record % (1, 1) + ",\n" + deep + ",\n" + record % (2, 2) + "]\n")
+    db = labeler.connect(tmp_path / "t.db")
+    with pytest.raises(IngestError) as e:
+        labeler.ingest_logs(db, path)
+    assert [str(p) for p in e.value.problems] == [f"{path}:2: meta.x[0][0]...: nested more than 200 levels deep"]
+    r = labeler.ingest_logs(db, path, lenient=True)
+    assert (r.records, r.new, r.rejected) == (3, 2, 1)
+    assert db.execute("SELECT question FROM queries ORDER BY pk").fetchall() == [("q1",), ("q2",)]

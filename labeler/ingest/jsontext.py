@@ -148,6 +148,21 @@ def deep_field(text: str) -> str:
     return _path([_key(k) if isinstance(k, str) else k for _, k in stack[:_PATH_SHOWN + 1] if k is not None])
 
 
+def value_end(text: str, start: int) -> int | None:
+    """Where the container that opens at ``text[start]`` closes (the index after it), by a scan of
+    its tokens that keeps no values; None when ``text`` ends first."""
+    depth = 0
+    for m in _TOKEN.finditer(text, start):
+        tok = m.group()
+        if tok == "[" or tok == "{":
+            depth += 1
+        elif tok == "]" or tok == "}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return None
+
+
 def _std_loads(text: str) -> Any:
     """The standard library parser, which accepts NaN/Infinity (which Python's json.dumps writes,
     so validation can name the field) and gives the clearer message for invalid JSON."""

@@ -29,6 +29,7 @@ from .jsontext import (
     load_json,
     needs_check,
     sniffs_as_json,
+    value_end,
 )
 from .lines import MAX_LINE_BYTES, BadRecord, decode_line, read_lines, shown_text
 from .tables import read_csv, read_parquet
@@ -213,6 +214,18 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if pos < len(buf) or not fill():
                 return
 
+    def too_deep() -> tuple[None, BadRecord, bool]:
+        """The object at ``pos`` nests past the limit: skipped to its end, found by its brackets."""
+        nonlocal pos, line
+        field = deep_field(buf[pos:pos + max_bytes])
+        while (end := value_end(buf, pos)) is None:
+            if len(buf) - pos > max_bytes or not fill():
+                return None, BadRecord(field, f"nested more than {MAX_DEPTH} levels deep; nothing after it "
+                                              "was read"), True
+        line += buf.count("\n", pos, end)
+        pos = end
+        return None, BadRecord(field, f"nested more than {MAX_DEPTH} levels deep"), False
+
     def next_object(start_line: int) -> tuple[Any, BadRecord | None, bool]:
         """Decode the value at ``pos`` (reading more of the file as needed): ``(value, problem, whether
         the reading must stop)``."""
@@ -227,9 +240,7 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
                 if not fill():
                     return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}"), True
             except RecursionError:
-                # where the record ends is unknown: the reading stops here
-                return None, BadRecord(deep_field(buf[pos:pos + max_bytes]),
-                                       f"nested more than {MAX_DEPTH} levels deep; nothing after it was read"), True
+                return too_deep()
         line += buf.count("\n", pos, end)
         start, pos = pos, end
         if undecodable or needs_check(buf, start, end, ints):
