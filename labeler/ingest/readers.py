@@ -170,10 +170,6 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
 
 
 def read_json_array(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
-    yield from _read_json_array(f, max_bytes)
-
-
-def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict | BadRecord]]:
     """Stream the objects of a top-level JSON array, or of objects written one after another (a
     single object is the simplest case).
 
