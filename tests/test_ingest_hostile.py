@@ -323,3 +323,12 @@ def test_a_json_array_reads_on_after_a_record_nested_too_deep(tmp_path):
     r = labeler.ingest_logs(db, path, lenient=True)
     assert (r.records, r.new, r.rejected) == (3, 2, 1)
     assert db.execute("SELECT question FROM queries ORDER BY pk").fetchall() == [("q1",), ("q2",)]
+
+
+@pytest.mark.parametrize("shape", ["huge_integer", "deep_nesting"])
+def test_a_hostile_manifest_next_to_a_golden_file_is_only_a_missing_hint(tmp_path, shape):
+    path, _ = _write(tmp_path, "golden_jsonl", shape)
+    path.write_bytes(path.read_bytes().split(b"\n")[0] + b"\n")  # the good line only
+    Path(str(path) + ".manifest.json").write_text('{"threshold": ' + SHAPES[shape][0] + "}")
+    r = _invoke(tmp_path / "t.db", "golden_jsonl", path)
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output

@@ -126,7 +126,7 @@ def _finish(db: sqlite_utils.Database, path: Path, shown: str, fmt: str, result:
     if manifest.exists():
         try:
             exported = json.loads(manifest.read_text(encoding="utf-8")).get("threshold")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):  # a manifest is only a hint
             exported = None
         threshold = store.get_setting(db, "threshold")
         if exported is not None and exported != threshold:
