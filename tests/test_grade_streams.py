@@ -4,7 +4,11 @@ out of order or from two page loads; a taken item writes nothing."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -13,6 +17,7 @@ import pytest
 from labeler import db as store
 from labeler import labels as L
 from labeler.errors import ItemTakenError, LabelError
+from labeler.labels.streams import EVENTS_PER_TRANSACTION
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -208,3 +213,121 @@ def test_concurrent_resends_apply_once(file_db, ingest_tiny):
         last[e["doc_pk"]] = e["grade"]
     assert len(grade_events(file_db, pk)) == expected_changes
     assert L.stream_acks(file_db, pk, "alice") == {"tab": 64}
+
+
+# --- a large outbox: bounded write transactions, exactly once across a crash --------------------
+
+def outbox(docs: list[int], n: int) -> list[dict]:
+    """``n`` grade events cycling over ``docs``, each one changing its chunk's grade."""
+    return [ev(i + 1, docs[i % len(docs)], (i // len(docs) + i) % 4) for i in range(n)]
+
+
+@pytest.fixture
+def file_items(file_db, ingest_tiny):
+    """Alice's item and bob's, on a file database."""
+    store.set_setting(file_db, "overlap_fraction", 0)
+    ingest_tiny(file_db, 2, chunks=4)
+    mine, theirs = L.next_item(file_db, "alice"), L.next_item(file_db, "bob")
+    docs = {pk: [c.doc_pk for c in L.get_item(file_db, pk, "alice").chunks] for pk in (mine, theirs)}
+    return mine, docs[mine], theirs, docs[theirs]
+
+
+def _transactions(statements: list[str]) -> list[int]:
+    """Audit rows written per committed write transaction, from a connection's statement trace."""
+    per: list[int] = []
+    count = 0
+    for sql in statements:
+        if sql.startswith("BEGIN"):
+            count = 0
+        elif sql.startswith("INSERT INTO label_events"):
+            count += 1
+        elif sql == "COMMIT":
+            per.append(count)
+    return per
+
+
+def test_a_large_outbox_is_applied_in_bounded_write_transactions(file_db, file_items):
+    pk, docs, _, _ = file_items
+    n = 3 * EVENTS_PER_TRANSACTION + 17
+    statements: list[str] = []
+    file_db.conn.set_trace_callback(statements.append)
+    r = L.apply_grade_events(file_db, pk, "alice", "tab-1", outbox(docs, n))
+    file_db.conn.set_trace_callback(None)
+    assert (r.acked, r.applied, r.rejected, r.waiting) == (n, list(range(1, n + 1)), [], 0)
+    per = _transactions(statements)
+    assert sum(per) == n and len(per) >= 4, per
+    assert max(per) <= EVENTS_PER_TRANSACTION, per
+    assert len(grade_events(file_db, pk)) == n
+    assert L.stream_acks(file_db, pk, "alice") == {"tab-1": n}
+
+
+def test_another_annotators_grade_gets_in_while_a_large_outbox_is_applied(file_db, file_items, db_path):
+    """Between two of alice's transactions bob's own connection grades and commits at once (within
+    its first try at the lock): he never waits for the whole outbox."""
+    pk, docs, bobs, bob_docs = file_items
+    n = 3 * EVENTS_PER_TRANSACTION
+    bob = store.connect(db_path)
+    seen: list[int] = []
+    begins = 0
+
+    def between(sql: str) -> None:
+        nonlocal begins
+        if sql.startswith("BEGIN"):
+            begins += 1
+            if begins == 2:  # alice's first transaction is committed, her second not begun
+                L.set_grade(bob, bobs, bob_docs[0], "bob", 3)
+                seen.append(bob.execute("SELECT count(*) FROM label_events WHERE annotator = 'alice'").fetchone()[0])
+
+    file_db.conn.set_trace_callback(between)
+    r = L.apply_grade_events(file_db, pk, "alice", "tab-1", outbox(docs, n))
+    file_db.conn.set_trace_callback(None)
+    assert r.acked == n
+    assert len(seen) == 1 and 0 < seen[0] < n, seen  # bob's grade landed with alice's outbox mid-way
+    assert grades(file_db, bobs, "bob") == {bob_docs[0]: 3}
+
+
+CRASH = """
+import os, signal, sys
+from labeler import db as store
+from labeler import labels as L
+db = store.connect(sys.argv[1])
+pk, docs, n = int(sys.argv[2]), [int(d) for d in sys.argv[3].split(",")], int(sys.argv[4])
+commits = 0
+def trace(sql):
+    global commits
+    commits += sql == "COMMIT"
+    if commits == 2 and sql.startswith("INSERT INTO label_events"):
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-way through the third transaction
+db.conn.set_trace_callback(trace)
+events = [{"seq": i + 1, "doc_pk": docs[i % len(docs)], "grade": (i // len(docs) + i) % 4} for i in range(n)]
+L.apply_grade_events(db, pk, "alice", "tab-1", events)
+"""
+
+
+def test_a_crash_mid_outbox_applies_each_event_once_when_it_is_sent_again(file_db, file_items, db_path):
+    pk, docs, _, _ = file_items
+    n = 4 * EVENTS_PER_TRANSACTION
+    child = subprocess.run([sys.executable, "-c", CRASH, str(db_path), str(pk), ",".join(map(str, docs)), str(n)],
+                           env=os.environ.copy(), capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr  # killed while applying, not finished
+    acked = L.stream_acks(file_db, pk, "alice")["tab-1"]
+    assert 0 < acked < n
+    assert len(grade_events(file_db, pk)) == acked  # what is acknowledged is exactly what was applied
+    r = L.apply_grade_events(file_db, pk, "alice", "tab-1", outbox(docs, n))  # the widget sends it all again
+    assert r.applied == list(range(acked + 1, n + 1))
+    assert len(grade_events(file_db, pk)) == n
+    final = {d: g for e in outbox(docs, n) for d, g in [(e["doc_pk"], e["grade"])]}
+    assert grades(file_db, pk) == final
+
+
+def test_a_submit_is_applied_after_every_grade_before_it_however_the_outbox_is_split(file_db, file_items):
+    pk, docs, _, _ = file_items
+    events = [*outbox(docs, 9), ev(10, submit=True), ev(11, docs[0], 0)]
+    r = L.apply_grade_events(file_db, pk, "alice", "tab-1", events, per_transaction=1)
+    assert (r.acked, r.rejected, r.submitted) == (11, [], True)
+    rows = file_db.execute("SELECT field, doc_pk FROM label_events WHERE query_pk = ? AND annotator = 'alice' "
+                           "ORDER BY id", [pk]).fetchall()
+    fields = [f for f, _ in rows]
+    assert fields.index("status") == 9 and fields.count("grade") == 10
+    with pytest.raises(LabelError, match="per_transaction"):
+        L.apply_grade_events(file_db, pk, "alice", "tab-2", [ev(1, docs[0], 2)], per_transaction=0)

@@ -238,7 +238,7 @@ BAD_CASES = {
     "nan_score": (b'{"question": "q", "retrieved": [{"id": "d", "score": NaN}]}\n', ":1: retrieved[0].score: expected a finite number, got nan"),
     "text_score": (_line({"question": "q", "retrieved": [{"id": "d", "score": "high"}]}), ":1: retrieved[0].score: expected a number, got 'high'"),
     "duplicate_chunk": (_line({"question": "q", "retrieved": [{"id": "d"}, {"id": "d"}]}), ":1: retrieved[1].id: duplicate chunk id 'd' (also at retrieved[0])"),
-    "non_utf8": (_line(LINE) + b'{"question": "caf\xe9", "retrieved": []}\n', ":2: encoding: not valid UTF-8 (byte 0xe9"),
+    "non_utf8": (_line(LINE) + b'{"question": "caf\xe9", "retrieved": []}\n', ":2: question: not valid UTF-8 (byte 0xe9"),
     "not_an_object": (b'[1, 2]\n', ":1: json: expected a JSON object, got list"),
 }
 

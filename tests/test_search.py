@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -307,6 +308,95 @@ def test_cli_search_text_and_missed(labeled, tmp_path, monkeypatch):
     for command in (["search"], ["search", "text"], ["search", "missed"], ["search", "embed"]):
         help_text = runner.invoke(cli, [*command, "-h"]).output
         assert "Example:" in help_text, command
+
+
+# --- blind labeling: "possibly missed" reads the viewer's own grades and the retrievers' chunks ---
+
+def _steer(db, q: int) -> None:
+    """What a teammate on the same query does (on purpose or not) that must not reach alice's
+    panel: grades relevant the chunk the question finds first (added from search, so it would leave
+    her pool), a logged chunk relevant and another irrelevant (feedback), and a lead adjudicates."""
+    labeler.set_setting(db, "overlap_fraction", 1.0)
+    lockout, enforce, policy, invoices = pks(db, "sso-lockout", "idp-enforce", "pw-policy", "invoices")
+    set_grade(db, q, lockout, "bob", 3)
+    set_grade(db, q, policy, "bob", 3)
+    set_grade(db, q, enforce, "bob", 0)
+    from labeler.accounts import set_role
+    from labeler.labels.consolidate import adjudicate
+
+    set_role(db, "bob", "lead")
+    adjudicate(db, q, invoices, 3, "bob")
+
+
+def _alice_grades(db, q: int) -> None:
+    labeler.set_setting(db, "overlap_fraction", 1.0)
+    reset, policy = pks(db, "pw-reset", "pw-policy")
+    set_grade(db, q, reset, "alice", 0)
+    set_grade(db, q, policy, "alice", 1)
+
+
+def test_possibly_missed_for_a_viewer_never_reads_another_annotators_grades(labeled):
+    from labeler.search import missed_key
+
+    db = labeled
+    q = db.execute("SELECT pk FROM queries WHERE query_id = 'q1'").fetchone()[0]
+    _alice_grades(db, q)
+    key = missed_key(db, q, "alice")
+    alone = [(h.doc_id, h.score) for h in search_missed(db, q, k=10, annotator="alice")]
+    assert "sso-lockout" in [d for d, _ in alone]  # the chunk bob is about to take into his pool
+    everyone_before = ids(search_missed(db, q, k=10))
+    _steer(db, q)
+    assert [(h.doc_id, h.score) for h in search_missed(db, q, k=10, annotator="alice")] == alone
+    assert missed_key(db, q, "alice") == key  # a cache keyed by it keeps alice's panel as it was
+    # the same grades do change bob's panel and the lead's view: the attack had something to leak
+    assert ids(search_missed(db, q, k=10, annotator="bob")) != [d for d, _ in alone]
+    assert ids(search_missed(db, q, k=10)) != everyone_before
+    assert missed_key(db, q, "bob") != key  # and two viewers never share a key
+
+
+def test_cli_search_missed_for_an_annotator_is_blind(labeled, tmp_path, monkeypatch):
+    monkeypatch.delenv("LABELER_EMBEDDING_MODEL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "m.db")
+    db = labeled
+    q = db.execute("SELECT pk FROM queries WHERE query_id = 'q1'").fetchone()[0]
+    _alice_grades(db, q)
+
+    def missed(*more: str) -> dict:
+        out = CliRunner().invoke(cli, ["--db", path, "search", "missed", *more, "--json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    before, everyone = missed("--annotator", "alice"), missed()
+    _steer(db, q)
+    assert missed("--annotator", "alice") == before
+    assert missed() != everyone  # without --annotator: the lead's view, every grade counts
+    assert list(missed("--annotator", "carol")) == []  # carol graded nothing: no query of hers
+
+
+def test_label_page_panel_is_the_same_whatever_a_teammate_grades(labeled, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from labeler.app import state
+
+    monkeypatch.delenv("LABELER_EMBEDDING_MODEL", raising=False)
+    monkeypatch.setenv("LABELER_DB", str(tmp_path / "m.db"))
+    db = labeled
+    q = db.execute("SELECT pk FROM queries WHERE query_id = 'q1'").fetchone()[0]
+    _alice_grades(db, q)
+
+    def panel() -> list[str]:
+        at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=30)
+        at.session_state[state.ANNOTATOR] = "alice"
+        at.run()
+        assert not at.exception, at.exception
+        prefix = f"add_missed_{q}_"
+        return [b.key for b in at.button if b.key and b.key.startswith(prefix) and b.key.endswith("_0")]
+
+    before = panel()
+    assert before
+    _steer(db, q)
+    assert panel() == before
 
 
 # --- CISI: how many of the relevant chunks every retriever missed does each method find? ---------

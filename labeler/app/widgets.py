@@ -142,15 +142,17 @@ def search_corpus(db: Any, query: str, k: int = 10) -> list[corpus_search.Search
     return corpus_search.search_text(db, query, k)
 
 
-def possibly_missed(db: Any, query_pk: int, k: int = 10) -> list[corpus_search.SearchHit]:
-    """Chunks outside the item's pool likely to be relevant (embeddings too when configured), kept
-    for the session while nothing they depend on changed (``search.missed_key``): every rerun of
-    a graded item (a note typed, a radio clicked) would otherwise search the corpus again."""
+def possibly_missed(db: Any, query_pk: int, annotator: str, k: int = 10) -> list[corpus_search.SearchHit]:
+    """Chunks outside the item's pool likely to be relevant (embeddings too when configured), from
+    ``annotator``'s own grades only (blind labeling), kept for the session while nothing they
+    depend on changed (``search.missed_key``, which names the viewer): every rerun of a graded item
+    (a note typed, a radio clicked) would otherwise search the corpus again."""
     config = state.llm_config()
-    key = (*corpus_search.missed_key(db, query_pk), k, config.embedding_model)
+    key = (*corpus_search.missed_key(db, query_pk, annotator), k, config.embedding_model)
     kept = st.session_state.get(state.MISSED)
     if kept is not None and kept[0] == key:
         return kept[1]
-    found = corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None)
+    found = corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None,
+                                        annotator=annotator)
     st.session_state[state.MISSED] = (key, found)
     return found

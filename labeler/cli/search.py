@@ -55,25 +55,30 @@ def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> No
 @search.command("missed", context_settings=CONTEXT_SETTINGS)
 @click.argument("query_ids", nargs=-1)
 @_K
+@click.option("--annotator", help="What this annotator's Label page offers: only their own grades count "
+                                  "(labeling is blind). Default: every annotator's grades and the adjudications.")
 @json_option
 @click.pass_context
-def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, as_json: bool) -> None:
+def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, annotator: str | None,
+                      as_json: bool) -> None:
     """Chunks outside the pool (what the retrievers logged plus what annotators graded) that are
-    likely relevant to the QUERY_IDS (default: every query with a grade): BM25 on the question and
-    on the words of the chunks graded relevant, plus embeddings when [llm] embedding_model is set,
-    fused by reciprocal rank.
+    likely relevant to the QUERY_IDS (default: every query with a grade, by --annotator if given):
+    BM25 on the question and on the words of the chunks graded relevant, plus embeddings when
+    [llm] embedding_model is set, fused by reciprocal rank.
 
     Example:
 
-        labeler search missed q-17 q-42 --k 10 --json
+        labeler search missed q-17 q-42 --k 10 --annotator alice --json
     """
     from ..llm import LLMConfig
     from ..search import labeled_queries, query_pk, search_missed
 
     db = _open(ctx)
-    targets = [(query_pk(db, q), q) for q in query_ids] if query_ids else [(pk, q) for pk, q in labeled_queries(db)]
+    targets = [(query_pk(db, q), q) for q in query_ids] if query_ids else \
+        [(pk, q) for pk, q in labeled_queries(db, annotator)]
     config = LLMConfig.from_env(_secrets_toml())
-    result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None) for pk, qid in targets}
+    result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None, annotator=annotator)
+              for pk, qid in targets}
     if as_json:
         _print_json({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
                      for qid, found in result.items()})

@@ -15,6 +15,7 @@ from .. import accounts, privacy
 from .. import db as store
 from ..errors import IngestError
 from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
+from ..ingest.lines import shown_text
 from ..ingest.readers import BadRecord, detect_format, iter_records
 from ..labels import JUDGMENTS, sync_queue
 from ..labels._common import check_name, event, max_grade
@@ -141,7 +142,7 @@ def _finish(db: sqlite_utils.Database, path: Path, shown: str, fmt: str, result:
     if manifest.exists():
         try:
             exported = json.loads(manifest.read_text(encoding="utf-8")).get("threshold")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):  # a manifest is only a hint
             exported = None
         threshold = store.get_setting(db, "threshold")
         if exported is not None and exported != threshold:
@@ -241,14 +242,14 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     accounts.require(db, by, "lead", "importing a golden set")
     annotator = check_name(annotator)
     path = Path(path)
+    shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
     if not path.exists():
-        raise IngestError(f"{path}: no such file")
+        raise IngestError(f"{shown}: no such file")
     if path.is_dir():
-        raise IngestError(f"{path}: is a folder; give a file")
+        raise IngestError(f"{shown}: is a folder; give a file")
     fmt, gz = detect_format(path, fmt)
     if fmt not in ("jsonl", "json"):
-        raise IngestError(f"{path}: a golden set is JSONL (or a JSON array); got {fmt}")
-    shown = name or str(path)
+        raise IngestError(f"{shown}: a golden set is JSONL (or a JSON array); got {fmt}")
     settings = store.get_settings(db)
     top = max_grade(settings)
     result = ImportResult(shown, annotator)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IngestError
+from .lines import shown_text
 
 MAX_ERRORS_SHOWN = 20
 
@@ -108,10 +109,11 @@ def _sha256(path: Path) -> str:
 
 
 def _check_path(path: Path) -> None:
+    shown = shown_text(str(path))
     if not path.exists():
-        raise IngestError(f"{path}: no such file")
+        raise IngestError(f"{shown}: no such file")
     if path.is_dir():
-        raise IngestError(f"{path}: is a folder; give a file")
+        raise IngestError(f"{shown}: is a folder; give a file")
 
 
 def check_problems(path: Path, shown: str, result: Any, lenient: bool, rejects: list[dict]) -> None:

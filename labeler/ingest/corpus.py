@@ -13,6 +13,7 @@ from .. import accounts, privacy
 from .. import db as store
 from .common import FieldError as _FieldError
 from .common import IngestResult, Problem, _check_path
+from .lines import shown_text
 from .logs import _finish, staged
 from .mapping import CHUNK_ALIASES, _first
 from .readers import BadRecord, detect_format, iter_records
@@ -74,7 +75,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     path = Path(path)
     _check_path(path)
     fmt, gz = detect_format(path, fmt)
-    shown = name or str(path)
+    shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
     redactor = privacy.redactor_for(db, redact, redact_patterns)
     if redactor is not None:  # the file's name is stored (ingests.path) and in every message
         shown = redactor.record().text(shown)

@@ -17,6 +17,7 @@ from ..errors import IngestError
 from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
 from .common import IngestResult, Problem, _check_path, _sha256, check_problems
+from .lines import shown_text
 from .mapping import LOG_ALIASES
 from .readers import MAX_LINE_BYTES, detect_format
 from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
@@ -144,7 +145,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         tool, fmt = fmt, None
     tool = formats.resolve(tool)
     fmt, gz = detect_format(path, fmt)
-    shown = name or str(path)
+    shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
     spec = sampling.sample_spec(sample, seed)
     redactor = privacy.redactor_for(db, redact, redact_patterns)
     if redactor is not None:  # the file's name is stored (ingests.path) and in every message

@@ -1,4 +1,6 @@
-"""Streaming record readers for JSONL, JSON arrays, CSV/TSV and Parquet (plain or gzip-compressed).
+"""Streaming record readers for JSONL, JSON arrays, CSV/TSV and Parquet (plain or gzip-compressed):
+the format from the name or the first bytes, and ``iter_records`` over any of them (JSON here, the
+tables in ``tables``, lines and ``BadRecord`` in ``lines``, hostile JSON values in ``jsontext``).
 
 Each reader yields ``(line, record)`` pairs where ``line`` is the 1-based line (or Parquet row) a
 record starts on and ``record`` is a dict, or ``(line, BadRecord)`` for a record that cannot be
@@ -8,27 +10,34 @@ never hold more than one batch of the file in memory.
 
 from __future__ import annotations
 
-import ast
-import csv
 import gzip
 import io
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import IngestError
+from .jsontext import (
+    MAX_DEPTH,
+    BadJSON,
+    IntParser,
+    check_value,
+    deep_field,
+    is_safe_text,
+    load_json,
+    needs_check,
+    sniffs_as_json,
+    value_end,
+)
+from .lines import MAX_LINE_BYTES, BadRecord, decode_line, read_lines, shown_text
+from .tables import read_csv, read_parquet
 
 try:  # orjson is a dependency, but keep a pure-Python fallback for unusual platforms
     import orjson
-
-    _json_loads: Callable[[bytes | str], Any] = orjson.loads
-    _JSONDecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover
-    _json_loads = json.loads
-    _JSONDecodeError = (ValueError,)
+    pass
 
 def dumps_sorted(value: Any) -> bytes:
     """Canonical JSON bytes (sorted keys) for content hashes."""
@@ -43,19 +52,9 @@ _EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
     ".parquet": "parquet", ".pq": "parquet",
 }
-MAX_LINE_BYTES = 16 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 _FIRST_LINE_MAX = 1 << 20  # a first line longer than this is taken for JSON lines without parsing it
 _WHITE = b" \t\r\n"
-
-
-@dataclass(frozen=True)
-class BadRecord:
-    """A record that could not be read; ``field`` names what was wrong (``json``, ``encoding``...)."""
-
-    field: str
-    message: str
-    raw: str | None = None
 
 
 def detect_format(path: Path, fmt: str | None = None) -> tuple[str, bool]:
@@ -111,11 +110,7 @@ def sniff_format(path: Path, gz: bool, shown: str) -> str:
     if start.startswith(b"{"):
         if len(line) >= _FIRST_LINE_MAX:
             return "jsonl"
-        try:
-            json.loads(line)
-        except ValueError:
-            return "json"  # an object over several lines
-        return "jsonl"
+        return "jsonl" if sniffs_as_json(line) else "json"  # else an object over several lines
     ext = "" if stdin else f"unknown file extension {path.suffix or '(none)'} and "
     names = "" if stdin else "use .jsonl, .json, .csv, .tsv or .parquet (optionally .gz), or "
     raise IngestError(f"{shown}: {ext}cannot tell the format from its first character "
@@ -148,35 +143,8 @@ def open_binary(path: Path, gz: bool) -> tuple[IO[bytes], _Counting]:
     return buffered, counter
 
 
-def _decode(data: bytes) -> str | BadRecord:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return BadRecord("encoding", f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {e.start + 1})")
-
-
-def _lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | BadRecord]]:
-    """Yield (line number, raw line) with over-long lines replaced by a BadRecord."""
-    n = 0
-    while True:
-        line = f.readline(max_bytes + 1)
-        if not line:
-            return
-        n += 1
-        if len(line) > max_bytes and not line.endswith(b"\n"):
-            # skip the rest of the line without holding it in memory
-            while True:
-                rest = f.readline(1 << 20)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield n, BadRecord("line", f"longer than the {max_bytes // (1024 * 1024)} MiB limit "
-                                       "(raise --max-line-mb if this is intended)")
-            continue
-        yield n, line
-
-
 def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
-    for n, line in _lines(f, max_bytes):
+    for n, line in read_lines(f, max_bytes):
         if isinstance(line, BadRecord):
             yield n, line
             continue
@@ -184,60 +152,47 @@ def read_jsonl(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[
             line = line[len(_BOM):]
         if not line.strip():
             continue
-        text = _decode(line)
-        if isinstance(text, BadRecord):
-            yield n, text
-            continue
+        text, _ = decode_line(line)
         try:
-            value = _json_loads(text)
-        except _JSONDecodeError:
-            value = _slow_loads(text)
-        if isinstance(value, json.JSONDecodeError):
-            e = value
+            value = load_json(text)
+        except BadJSON as e:
+            yield n, BadRecord(e.field, e.message, shown_text(text[:200]))
+            continue
+        except json.JSONDecodeError as e:
             truncated = not line.endswith(b"\n")
             what = "truncated or invalid JSON" if truncated else "invalid JSON"
-            yield n, BadRecord("json", f"{what}: {e}", text[:200])
+            yield n, BadRecord("json", f"{what}: {e}", shown_text(text[:200]))
             continue
         if not isinstance(value, dict):
-            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", text[:200])
+            yield n, BadRecord("json", f"expected a JSON object, got {type(value).__name__}", shown_text(text[:200]))
             continue
         yield n, value
 
 
-class _EncodingProblem(Exception):
-    def __init__(self, line: int, reason: str):
-        self.line, self.reason = line, reason
-
-
 def read_json_array(f: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict | BadRecord]]:
-    try:
-        yield from _read_json_array(f, max_bytes)
-    except _EncodingProblem as e:
-        yield e.line, BadRecord("encoding", f"not valid UTF-8 ({e.reason}); nothing after it was read")
-
-
-def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict | BadRecord]]:
     """Stream the objects of a top-level JSON array, or of objects written one after another (a
     single object is the simplest case).
 
     Objects are decoded one at a time from a sliding buffer, so a large array never sits in
     memory whole; the line number is where each object starts.
     """
-    decoder = json.JSONDecoder()
-    reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="strict")
+    ints = IntParser()
+    decoder = json.JSONDecoder(parse_int=ints)
+    undecodable = False
+    # bytes that are not UTF-8 become lone surrogates, which the check of their object reports with
+    # its line and field (a strict decoder would fail a whole 1 MiB read and end the file there)
+    reader = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape")
     buf = ""
     line = 1
     pos = 0
     eof = False
 
     def fill() -> bool:
-        nonlocal buf, pos, eof
+        nonlocal buf, pos, eof, undecodable
         if eof:
             return False
-        try:
-            chunk = reader.read(1 << 20)
-        except UnicodeDecodeError as e:
-            raise _EncodingProblem(line + buf.count("\n", pos), e.reason) from None
+        chunk = reader.read(1 << 20)
+        undecodable = undecodable or not is_safe_text(chunk)  # from here on every object is checked
         if not chunk:
             eof = True
             return False
@@ -255,8 +210,21 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if pos < len(buf) or not fill():
                 return
 
-    def next_object(start_line: int) -> tuple[Any, BadRecord | None]:
-        """Decode the value at ``pos`` (reading more of the file as needed)."""
+    def too_deep() -> tuple[None, BadRecord, bool]:
+        """The object at ``pos`` nests past the limit: skipped to its end, found by its brackets."""
+        nonlocal pos, line
+        field = deep_field(buf[pos:pos + max_bytes])
+        while (end := value_end(buf, pos)) is None:
+            if len(buf) - pos > max_bytes or not fill():
+                return None, BadRecord(field, f"nested more than {MAX_DEPTH} levels deep; nothing after it "
+                                              "was read"), True
+        line += buf.count("\n", pos, end)
+        pos = end
+        return None, BadRecord(field, f"nested more than {MAX_DEPTH} levels deep"), False
+
+    def next_object(start_line: int) -> tuple[Any, BadRecord | None, bool]:
+        """Decode the value at ``pos`` (reading more of the file as needed): ``(value, problem, whether
+        the reading must stop)``."""
         nonlocal pos, line
         while True:
             try:
@@ -264,12 +232,20 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
                 break
             except json.JSONDecodeError as e:
                 if len(buf) - pos > max_bytes:
-                    return None, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit")
+                    return None, BadRecord("json", f"record longer than the {max_bytes >> 20} MiB limit"), True
                 if not fill():
-                    return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}")
+                    return None, BadRecord("json", f"truncated or invalid JSON: {e.msg}"), True
+            except RecursionError:
+                return too_deep()
         line += buf.count("\n", pos, end)
-        pos = end
-        return value, None
+        start, pos = pos, end
+        if undecodable or needs_check(buf, start, end, ints):
+            ints.huge = False
+            try:
+                check_value(value)
+            except BadJSON as e:
+                return None, BadRecord(e.field, e.message), False
+        return value, None, False
 
     skip_ws()
     if pos >= len(buf):
@@ -284,10 +260,12 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             if buf[pos] != "{":
                 yield start_line, BadRecord("json", "expected a JSON object")
                 return
-            value, bad = next_object(start_line)
+            value, bad, stop = next_object(start_line)
             if bad is not None:
                 yield start_line, bad
-                return
+                if stop:
+                    return
+                continue
             yield start_line, value
     if buf[pos] != "[":
         yield line, BadRecord("json", "expected a JSON array of objects")
@@ -304,108 +282,16 @@ def _read_json_array(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, dict |
             pos += 1
             continue
         start_line = line
-        value, bad = next_object(start_line)
+        value, bad, stop = next_object(start_line)
         if bad is not None:
             yield start_line, bad
-            return
+            if stop:
+                return
+            continue
         if not isinstance(value, dict):
             yield start_line, BadRecord("json", f"expected a JSON object, got {type(value).__name__}")
             continue
         yield start_line, value
-
-
-def _slow_loads(text: str) -> Any:
-    """The standard library parser: accepts NaN/Infinity (which Python's json.dumps writes, so
-    validation can name the field) and gives the clearer error message."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        return e
-
-
-def _csv_value(v: str) -> Any:
-    return v if v != "" else None
-
-
-def _csv_json(text: str) -> Any:
-    """A JSON cell, or a Python literal list/dict (what pandas' ``to_csv`` writes for a list)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raise e from None
-        if not isinstance(value, list | dict):
-            raise e from None
-        return value
-
-
-def read_csv(f: IO[bytes], delimiter: str, json_columns: frozenset[str] | set[str] = frozenset(),
-             ) -> Iterator[tuple[int, dict | BadRecord]]:
-    """CSV/TSV with a header row. Only the columns in ``json_columns`` (the retrieved chunks, meta)
-    are read as JSON; every other cell is text, whatever it starts with. A field may be as long as
-    a record (16 MiB)."""
-    if csv.field_size_limit() < MAX_LINE_BYTES:
-        csv.field_size_limit(MAX_LINE_BYTES)
-    bad: dict[int, BadRecord] = {}
-
-    def decoded() -> Iterator[str]:
-        for n, raw in _lines(f, MAX_LINE_BYTES):
-            if isinstance(raw, BadRecord):
-                bad[n] = raw
-                yield "\n"
-                continue
-            text = _decode(raw)
-            if isinstance(text, BadRecord):
-                bad[n] = text
-                yield "\n"
-                continue
-            yield text
-
-    reader = csv.reader(decoded(), delimiter=delimiter)
-    header: list[str] | None = None
-    start = 1
-    for row in reader:
-        line = start
-        start = reader.line_num + 1
-        if line in bad:
-            yield line, bad.pop(line)
-            continue
-        if header is None:
-            header = [h.strip().lstrip("\ufeff") for h in row]
-            continue
-        if not row or row == [""]:
-            continue
-        if len(row) != len(header):
-            yield line, BadRecord("row", f"has {len(row)} fields, the header has {len(header)}")
-            continue
-        record: dict[str, Any] = {}
-        for key, value in zip(header, row, strict=True):
-            v = _csv_value(value)
-            if isinstance(v, str) and key in json_columns:
-                try:
-                    v = _csv_json(v)
-                except json.JSONDecodeError as e:
-                    yield line, BadRecord(key, f"is not valid JSON: {e}")
-                    break
-            record[key] = v
-        else:
-            yield line, record
-
-
-def read_parquet(path: Path) -> Iterator[tuple[int, dict | BadRecord]]:
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises several types for corrupt files
-        raise IngestError(f"{path}: not a readable Parquet file: {e}") from None
-    row = 0
-    for batch in pf.iter_batches(batch_size=4096):
-        for record in batch.to_pylist():
-            row += 1
-            yield row, record
 
 
 def _pretty_printed(f: IO[bytes]) -> bool:

@@ -7,8 +7,9 @@ reload, a dropped connection or a server restart. ``grade_streams`` keeps the hi
 sequence number of every stream: an event at or below it is a replay and is skipped; an event past
 a gap waits until the missing ones arrive (events are applied in order, never around a hole).
 Applied events go through the same write path as ``set_grade`` (lease and slot rules, one
-``label_events`` row per change), in one short ``BEGIN IMMEDIATE`` transaction per call together
-with the new sequence number, so a crash applies a batch and its number, or neither.
+``label_events`` row per change), in short ``BEGIN IMMEDIATE`` transactions (at most
+``EVENTS_PER_TRANSACTION`` events or ``HOLD_TARGET_S`` of lock each, however long the outbox)
+together with the new sequence number, so a crash applies a part and its number, or neither.
 
 Events (plain dicts, as the widget sends them):
 
@@ -24,6 +25,7 @@ Events (plain dicts, as the widget sends them):
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,10 @@ from ._common import When, check_doc, check_grade, check_name, event
 from .writes import _drop_grade, _put_grade, _put_status, _Write, _writing, pool_ungraded
 
 _CLIENT = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# Bounds of one write transaction of a stream: a 50k-event outbox (a long offline session, "rest
+# are 0" over a large pool) must not hold the lock that every other annotator's grade waits for.
+EVENTS_PER_TRANSACTION = 250
+HOLD_TARGET_S = 0.04
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,8 @@ def _apply(w: _Write, query_pk: int, e: GradeEvent) -> None:
 
 
 def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str, client_id: str,
-                       events: list[dict[str, Any]] | list[GradeEvent], *, now: When = None) -> StreamResult:
+                       events: list[dict[str, Any]] | list[GradeEvent], *, now: When = None,
+                       per_transaction: int = EVENTS_PER_TRANSACTION) -> StreamResult:
     """Apply the events of one stream that were not applied yet, in sequence order; return the
     stream's acknowledged sequence number and what was done.
 
@@ -134,39 +141,73 @@ def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str,
     number on and stop at the first gap. An event that cannot be applied (a chunk that does not
     exist, a grade off the scale, a submit while a chunk has no grade, an accept without a
     suggestion) is acknowledged and listed in ``rejected``, so one bad event never blocks the
-    stream. When the item has gone to someone else nothing is written and ``ItemTakenError`` is
-    raised, as ``set_grade`` does. A call with nothing new writes nothing (no lease is taken).
+    stream. A call with nothing new writes nothing (no lease is taken).
+
+    However many events come, each write transaction applies at most ``per_transaction`` of them
+    and stops early once it has held the write lock for ``HOLD_TARGET_S``, so that other annotators'
+    writes get in between; the stored sequence number commits with the events it covers, so a
+    crash between transactions leaves the stream acknowledged exactly as far as it was applied
+    (the widget sends the rest again, and nothing is applied twice). A submit is applied in its
+    place in the sequence, after every grade before it. When the item has gone to someone else,
+    ``ItemTakenError`` is raised, as ``set_grade`` does, and that transaction writes nothing (the
+    events of earlier transactions of the call stay applied and acknowledged in the store).
     """
     annotator = check_name(annotator)
     client_id = check_client(client_id)
+    if isinstance(per_transaction, bool) or not isinstance(per_transaction, int) or per_transaction < 1:
+        raise LabelError(f"per_transaction {per_transaction!r} must be a whole number from 1")
     parsed: dict[int, GradeEvent] = {}
     for raw in events:
         e = parse_event(raw)
         parsed.setdefault(e.seq, e)
     ordered = [parsed[s] for s in sorted(parsed)]
-    acked = _acked(db.conn, query_pk, annotator, client_id)
-    if not any(e.seq > acked for e in ordered):
-        return StreamResult(acked)
+    result = StreamResult(_acked(db.conn, query_pk, annotator, client_id))
+    pending = [e for e in ordered if e.seq > result.acked]
+    while pending:
+        more = _apply_some(db, query_pk, annotator, client_id, pending, result, now, per_transaction)
+        pending = [e for e in pending if e.seq > result.acked]
+        if not more:
+            break
+    return result
+
+
+def _apply_some(db: sqlite_utils.Database, query_pk: int, annotator: str, client_id: str,
+                pending: list[GradeEvent], result: StreamResult, now: When, limit: int) -> bool:
+    """One write transaction of ``apply_grade_events``: the next events in order, up to ``limit``
+    or ``HOLD_TARGET_S``; ``result`` is updated only once they are committed. True when it stopped
+    at a bound with events still to apply (not at a gap or the end)."""
+    applied: list[int] = []
+    rejected: list[tuple[int, str]] = []
+    submitted = bounded = False
+    waiting = 0
     with _writing(db, query_pk, annotator, now) as w:
+        started = time.perf_counter()
         # read again under the write lock: another thread of the same session may have applied some
-        acked = _acked(w.conn, query_pk, annotator, client_id)
-        result = StreamResult(acked)
-        for e in ordered:
-            if e.seq <= result.acked:
+        stored = acked = _acked(w.conn, query_pk, annotator, client_id)
+        for e in pending:
+            if e.seq <= acked:
                 continue
-            if e.seq > result.acked + 1:
-                result.waiting = sum(x.seq > result.acked for x in ordered)
+            if bounded:
+                break
+            if e.seq > acked + 1:
+                waiting = sum(x.seq > acked for x in pending)
                 break
             try:
                 _apply(w, query_pk, e)
-                result.applied.append(e.seq)
-                result.submitted = result.submitted or e.submit
+                applied.append(e.seq)
+                submitted = submitted or e.submit
             except LabelError as err:
-                result.rejected.append((e.seq, str(err)))
-            result.acked = e.seq
-        if result.acked > acked:
+                rejected.append((e.seq, str(err)))
+            acked = e.seq
+            bounded = len(applied) + len(rejected) >= limit or time.perf_counter() - started >= HOLD_TARGET_S
+        if acked > stored:
             w.conn.execute(
                 "INSERT INTO grade_streams (query_pk, annotator, client_id, seq, updated_at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (query_pk, annotator, client_id) DO UPDATE SET seq = excluded.seq, "
-                "updated_at = excluded.updated_at", [query_pk, annotator, client_id, result.acked, w.at])
-    return result
+                "updated_at = excluded.updated_at", [query_pk, annotator, client_id, acked, w.at])
+    result.acked = max(result.acked, acked)
+    result.applied += applied
+    result.rejected += rejected
+    result.submitted = result.submitted or submitted
+    result.waiting = waiting
+    return bounded and any(e.seq > acked for e in pending)

@@ -1,7 +1,8 @@
 """Finding the relevant chunks every retriever missed for a query ("possibly missed").
 
 Ranked lists, each over the corpus minus the query's pool (every chunk a retriever logged for the
-query and every chunk an annotator graded or adjudicated), are fused by reciprocal rank
+query and every chunk the viewing annotator graded: labeling is blind, so only their own grades are
+feedback; without a viewer, everyone's and the adjudications), are fused by reciprocal rank
 (score = sum of weight / (60 + rank)): BM25 on the question; BM25 on the most distinctive words of
 the chunks graded relevant, one list per chunk (relevance feedback, "more like this"); when an
 embeddings model is configured, cosine similarity between the question (plus the relevant chunks)
@@ -50,56 +51,79 @@ def query_pk(db: sqlite_utils.Database, query_id: str) -> int:
     return int(row[0])
 
 
-def labeled_queries(db: sqlite_utils.Database) -> list[tuple[int, str]]:
-    """(pk, query_id) of every visible query with at least one grade, in key order."""
+def labeled_queries(db: sqlite_utils.Database, annotator: str | None = None) -> list[tuple[int, str]]:
+    """(pk, query_id) of every visible query with at least one grade (by ``annotator``, when
+    given), in key order."""
+    mine = "" if annotator is None else " AND l.annotator = ?"
     return [(r[0], r[1]) for r in db.execute(
         f"SELECT q.pk, q.query_id FROM queries q WHERE {store.visible('q')} AND EXISTS "
-        "(SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk) ORDER BY q.pk")]
+        f"(SELECT 1 FROM relevance_labels l WHERE l.query_pk = q.pk{mine}) ORDER BY q.pk",
+        [] if annotator is None else [annotator])]
 
 
-def pool(db: sqlite_utils.Database, query_pk: int) -> set[int]:
-    """Every chunk any retriever logged for the query, or an annotator graded, or a lead adjudicated."""
+# Whose grades a search reads: an annotator's own only, as labeling is blind (what another annotator
+# graded, or a lead adjudicated, must not change what the panel offers them); without an annotator,
+# everyone's and the adjudications (the lead's view, which ``labeler search missed`` gives by default).
+_GRADED = {False: "SELECT doc_pk FROM relevance_labels WHERE query_pk = :q",
+           True: "SELECT doc_pk FROM relevance_labels WHERE query_pk = :q AND annotator = :a"}
+_LABELS = {False: _GRADED[False] + " UNION SELECT doc_pk FROM adjudications WHERE query_pk = :q",
+           True: _GRADED[True]}
+_RELEVANT = {False: "SELECT doc_pk FROM relevance_labels WHERE query_pk = :q AND grade >= :t "
+                    "UNION SELECT doc_pk FROM adjudications WHERE query_pk = :q AND grade >= :t",
+             True: "SELECT doc_pk FROM relevance_labels WHERE query_pk = :q AND grade >= :t AND annotator = :a"}
+
+
+def _params(db: sqlite_utils.Database, query_pk: int, annotator: str | None) -> dict[str, Any]:
+    return {"q": query_pk, "t": int(store.get_setting(db, "threshold")), "a": annotator}
+
+
+def pool(db: sqlite_utils.Database, query_pk: int, annotator: str | None = None) -> set[int]:
+    """Every chunk any retriever logged for the query, or ``annotator`` graded (without one: any
+    annotator graded or a lead adjudicated)."""
     return {r[0] for r in db.execute(
-        "SELECT doc_pk FROM retrievals WHERE query_pk = ?1 UNION SELECT doc_pk FROM relevance_labels "
-        "WHERE query_pk = ?1 UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1", [query_pk])}
+        f"SELECT doc_pk FROM retrievals WHERE query_pk = :q UNION {_LABELS[annotator is not None]}",
+        _params(db, query_pk, annotator))}
 
 
-_GRADED = ("SELECT doc_pk FROM relevance_labels WHERE query_pk = ?1 AND grade >= ?2 "
-           "UNION SELECT doc_pk FROM adjudications WHERE query_pk = ?1 AND grade >= ?2")
+def relevant_pks(db: sqlite_utils.Database, query_pk: int, annotator: str | None = None) -> list[int]:
+    """Keys of the chunks ``annotator`` graded relevant (grade >= the project's threshold; without
+    an annotator: anyone, or the adjudication)."""
+    return [r[0] for r in db.execute(f"SELECT doc_pk FROM ({_RELEVANT[annotator is not None]}) ORDER BY 1",
+                                     _params(db, query_pk, annotator))]
 
 
-def relevant_pks(db: sqlite_utils.Database, query_pk: int) -> list[int]:
-    """Keys of the chunks graded relevant (grade >= the project's threshold) by anyone."""
-    threshold = int(store.get_setting(db, "threshold"))
-    return [r[0] for r in db.execute(f"SELECT doc_pk FROM ({_GRADED}) ORDER BY 1", [query_pk, threshold])]
-
-
-def relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
-    """Title and text of the chunks graded relevant (grade >= the project's threshold) by anyone."""
-    threshold = int(store.get_setting(db, "threshold"))
+def relevant_texts(db: sqlite_utils.Database, query_pk: int, annotator: str | None = None) -> list[str]:
+    """Title and text of the chunks ``relevant_pks`` names."""
     return [f"{r[0] or ''} {r[1] or ''}" for r in db.execute(
-        f"SELECT d.title, d.text FROM documents d WHERE d.pk IN ({_GRADED}) ORDER BY d.pk", [query_pk, threshold])]
+        f"SELECT d.title, d.text FROM documents d WHERE d.pk IN ({_RELEVANT[annotator is not None]}) "
+        "ORDER BY d.pk", _params(db, query_pk, annotator))]
 
 
-def not_relevant_texts(db: sqlite_utils.Database, query_pk: int) -> list[str]:
-    """Title and text of the chunks graded, but graded relevant by nobody."""
-    threshold = int(store.get_setting(db, "threshold"))
+def not_relevant_texts(db: sqlite_utils.Database, query_pk: int, annotator: str | None = None) -> list[str]:
+    """Title and text of the chunks ``annotator`` graded (without one: anyone), but not relevant."""
+    mine = annotator is not None
     return [f"{r[0] or ''} {r[1] or ''}" for r in db.execute(
-        "SELECT d.title, d.text FROM documents d WHERE d.pk IN (SELECT doc_pk FROM relevance_labels "
-        f"WHERE query_pk = ?1 EXCEPT {_GRADED}) AND d.text IS NOT NULL ORDER BY d.pk", [query_pk, threshold])]
+        f"SELECT d.title, d.text FROM documents d WHERE d.pk IN ({_GRADED[mine]} EXCEPT {_RELEVANT[mine]}) "
+        "AND d.text IS NOT NULL ORDER BY d.pk", _params(db, query_pk, annotator))]
 
 
-def missed_key(db: sqlite_utils.Database, query_pk: int) -> tuple:
-    """What ``search_missed`` depends on for the query, cheap to read: its grades and
-    adjudications, how many chunks its retrievers logged, the relevance threshold and the search
-    index's structure record (FTS5 rewrites it at every change of the index). Equal keys, equal
-    results: the Label page keeps the panel's chunks while the key stays the same."""
-    grades = db.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ?1 UNION ALL "
-                        "SELECT doc_pk, grade FROM adjudications WHERE query_pk = ?1 ORDER BY 1, 2",
-                        [query_pk]).fetchall()
+def missed_key(db: sqlite_utils.Database, query_pk: int, annotator: str | None = None) -> tuple:
+    """What ``search_missed`` depends on for the query and viewer, cheap to read: the viewer, their
+    grades (without a viewer: everyone's and the adjudications), how many chunks its retrievers
+    logged, the relevance threshold and the search index's structure record (FTS5 rewrites it at
+    every change of the index). Equal keys, equal results: the Label page keeps the panel's chunks
+    while the key stays the same; another annotator's grades never change the key of a viewer."""
+    if annotator is None:
+        grades = db.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ?1 UNION ALL "
+                            "SELECT doc_pk, grade FROM adjudications WHERE query_pk = ?1 ORDER BY 1, 2",
+                            [query_pk]).fetchall()
+    else:
+        grades = db.execute("SELECT doc_pk, grade FROM relevance_labels WHERE query_pk = ? AND annotator = ? "
+                            "ORDER BY 1, 2", [query_pk, annotator]).fetchall()
     logged = db.execute("SELECT count(*) FROM retrievals WHERE query_pk = ?", [query_pk]).fetchone()[0]
     row = db.execute("SELECT block FROM documents_fts_data WHERE id = 10").fetchone()
-    return (query_pk, tuple(grades), logged, store.get_setting(db, "threshold"), bytes(row[0]) if row else b"")
+    return (query_pk, annotator, tuple(grades), logged, store.get_setting(db, "threshold"),
+            bytes(row[0]) if row else b"")
 
 
 def fuse(rankings: list[list[int]], k: int, weights: list[float] | None = None) -> list[tuple[int, float]]:
@@ -114,18 +138,22 @@ def fuse(rankings: list[list[int]], k: int, weights: list[float] | None = None) 
 
 
 def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
-                  config: Any = None) -> list[SearchHit]:
+                  config: Any = None, annotator: str | None = None) -> list[SearchHit]:
     """The ``k`` chunks outside the query's pool most likely to be relevant, best first.
 
-    ``config`` (a ``labeler.llm.LLMConfig``) with an ``embedding_model`` adds the embedding list
-    to the fusion; without one the search is lexical. Scores are the fused RRF scores.
+    ``annotator``: the viewer, whose own grades are the feedback and, with the retrievers' chunks,
+    the pool left out; no other annotator's grade or adjudication changes the result (blind
+    labeling: the Label page always passes the signed-in annotator). Without one, everyone's grades
+    and the adjudications count (the lead's view). ``config`` (a ``labeler.llm.LLMConfig``) with
+    an ``embedding_model`` adds the embedding list to the fusion; without one the search is
+    lexical. Scores are the fused RRF scores.
     """
     row = db.execute("SELECT question FROM queries WHERE pk = ?", [query_pk]).fetchone()
     if row is None:
         raise LabelerError(f"no query with key {query_pk}")
     question = row[0]
-    exclude = pool(db, query_pk)
-    feedback = relevant_texts(db, query_pk)
+    exclude = pool(db, query_pk, annotator)
+    feedback = relevant_texts(db, query_pk, annotator)
     rankings = [[pk for pk, _ in bm25(db, query_terms(db, question), DEPTH, exclude=exclude)]]
     for text in feedback[:MAX_FEEDBACK_CHUNKS]:
         # one "more like this" list per relevant chunk: on CISI, fusing them finds more than one
@@ -136,11 +164,11 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
         rankings.append(_by_embedding(db, config, question, feedback, exclude))
     rankings = [r for r in rankings if r]
     weights = [1.0] * len(rankings)
-    lsa = latent.similar(db, question, relevant_pks(db, query_pk), exclude, DEPTH)
+    lsa = latent.similar(db, question, relevant_pks(db, query_pk, annotator), exclude, DEPTH)
     if lsa:  # one list of everything at once, against one per chunk: it weighs as much as they do together
         rankings.append(lsa)
         weights.append(float(max(1, len(weights))))
-    negative = not_relevant_texts(db, query_pk)
+    negative = not_relevant_texts(db, query_pk, annotator)
     if not feedback and not negative or corpus_size(db) >= RERANK_MAX_DOCS:
         return hits(db, fuse(rankings, k, weights))  # nothing graded yet (nothing for the vector to add), or too big
     candidates = [pk for pk, _ in fuse(rankings, RERANK_DEPTH, weights)]

@@ -313,7 +313,7 @@ with right:
                    "you graded relevant, that no retriever returned.")
     else:
         try:
-            missed = widgets.possibly_missed(db, pk)
+            missed = widgets.possibly_missed(db, pk, annotator)
         except LabelerError as e:
             missed = []
             st.error(widgets.escape_markdown(str(e)))

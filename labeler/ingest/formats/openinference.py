@@ -7,11 +7,11 @@ Phoenix's ``get_retrieved_documents()`` rows, one per document, grouped back int
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..jsontext import loads_or_text
 from .spans import _ANSWER_KEYS, _QUESTION_KEYS, Span, norm_id, text_of
 
 _DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
@@ -32,10 +32,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _parse_json(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in "{[":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+        return loads_or_text(value)  # JSON that cannot be stored stays text
     return value
 
 
@@ -123,7 +120,8 @@ def span(record: dict) -> Span:
 
 
 def _text(value: Any, mime: Any, *, input_side: bool) -> str | None:
-    return text_of(value, _QUESTION_KEYS if input_side else _ANSWER_KEYS, mime if isinstance(mime, str) else None)
+    return text_of(value, _QUESTION_KEYS if input_side else _ANSWER_KEYS, mime if isinstance(mime, str) else None,
+                   "attributes.input.value" if input_side else "attributes.output.value")
 
 
 # --- Phoenix get_retrieved_documents(): one row per document -------------------------------

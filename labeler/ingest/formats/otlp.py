@@ -6,8 +6,13 @@ object), which ``openinference`` reads. Attribute values are OTLP ``AnyValue`` o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
+
+from ..common import FieldError
+
+_INT64 = re.compile(r"-?\d{1,19}")
 
 
 def is_envelope(record: dict) -> bool:
@@ -24,7 +29,7 @@ def _value(v: Any) -> Any:
             return v[key]
     for key in ("intValue", "int_value"):
         if key in v:
-            return int(v[key])
+            return _int(v[key], key)
     for key in ("arrayValue", "array_value"):
         if key in v:
             return [_value(x) for x in (v[key] or {}).get("values", [])]
@@ -32,6 +37,19 @@ def _value(v: Any) -> Any:
         if key in v:
             return _attributes((v[key] or {}).get("values", []))
     return None
+
+
+def _int(raw: Any, key: str) -> Any:
+    """An ``intValue`` (a string in OTLP/JSON, as 64-bit integers are): ``int()`` is not given a
+    string of thousands of digits (it raises past 4300) nor anything else that is not an int64."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and _INT64.fullmatch(raw.strip()):
+        value = int(raw)
+        if -(1 << 63) <= value < (1 << 63):
+            return value
+    shown = f"{raw[:20]}... ({len(raw)} characters)" if isinstance(raw, str) and len(raw) > 24 else repr(raw)
+    raise FieldError(f"attributes.{key}", f"{shown} is not a 64-bit integer")
 
 
 def _attributes(pairs: Any) -> dict[str, Any]:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
+
+from ..common import FieldError
+from ..jsontext import BadJSON, load_json
 
 SKIP_NOT_RETRIEVAL = "{unit}s that are not retrievals"
 SKIP_NO_DOCUMENTS = "retriever {unit}s without documents"
@@ -76,14 +78,17 @@ def is_root(parent_id: Any) -> bool:
     return parent_id is None or (isinstance(parent_id, str) and not parent_id.strip("0x "))
 
 
-def text_of(value: Any, keys: tuple[str, ...], mime: str | None = None) -> str | None:
+def text_of(value: Any, keys: tuple[str, ...], mime: str | None = None, where: str = "input") -> str | None:
     """The text inside a span's input or output: the value itself, or in a JSON object the first
-    of ``keys`` (recursively), or a chat message's content; None when there is no such text."""
+    of ``keys`` (recursively), or a chat message's content; None when there is no such text.
+    JSON text holding what cannot be stored (a lone surrogate...) is a ``FieldError`` at ``where``."""
     if isinstance(value, str):
         stripped = value.strip()
         if mime == "application/json" or (stripped[:1] in "{[" and stripped[-1:] in "}]"):
             try:
-                value = json.loads(stripped)
+                value = load_json(stripped)
+            except BadJSON as e:
+                raise FieldError(where if e.field == "json" else f"{where} ({e.field})", e.message) from None
             except ValueError:
                 return value
         else:
