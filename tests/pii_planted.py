@@ -52,6 +52,7 @@ def _phone(rng: random.Random, country: str) -> list[tuple[str, str]]:
         lead = (_d(rng, 1) if first == "6" else rng.choice("3456789")) + _d(rng, 1)  # 070-072 are not mobiles
         pairs = " ".join([lead, *(_d(rng, 2) for _ in range(3))])
         return [(f"+33 {first} {pairs}", "FR mobile intl"), (f"0{first} {pairs}", "FR mobile national"),
+                (f"0{first}.{pairs.replace(' ', '.')}", "FR mobile dots"),
                 (f"+33 1 {pairs}", "FR Paris intl"), (f"01 {pairs}", "FR Paris national")]
     if country == "IN":
         mobile = f"{rng.choice('6789')}{_d(rng, 4)} {_d(rng, 5)}"

@@ -185,6 +185,7 @@ class Detectors:
         self.ipv6 = combined(("ipv6",))
         self.letters = combined(_LETTER_NAMES)
         self.numeric = combined(_NUMERIC_NAMES)
+        self.phone = combined(("phone",))
 
     def _scan(self, regex: re.Pattern, text: str, out: list) -> None:
         """Every match of ``regex`` over the whole text (a rejected match is skipped whole)."""
@@ -206,13 +207,15 @@ class Detectors:
         start = m.start()
         return m.end() if check is None else start + check(text[start:m.end()])
 
-    def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool) -> None:
+    def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool,
+                  fallback: re.Pattern | None = None) -> None:
         """``regex`` tried only where ``hint`` matches: at its start (and, with ``before``, one
         character earlier when that is a ``+`` or ``(``, the start of a phone number), then after
-        each space inside it. A rejected match is no value for any other branch either (a number
-        failing Luhn is no phone, no part of a long number is a phone), except an IP address or a
-        number in parentheses after a space: a value may follow a number that is none (the
-        seconds of ``10:32:07 192.168.1.20``)."""
+        each space inside it. A rejected match is no value for any later start inside it (no part
+        of a long number is a phone), except an IP address or a number in parentheses after a
+        space: a value may follow a number that is none (the seconds of ``10:32:07
+        192.168.1.20``). Where another branch rejects, ``fallback`` is tried at the same start
+        (``0044 20 7946 0958`` fails Luhn as a card and is a phone number)."""
         pos = 0
         for h in hint.finditer(text):
             i, stop = h.start(), h.end()
@@ -231,6 +234,10 @@ class Detectors:
                 if start < rejected and self.kinds[name] != "IP" and text[start] != "(":  # type: ignore[index]
                     continue
                 end = self._checked(m, text)
+                if end <= start and fallback is not None and name not in fallback.groupindex:
+                    m2 = fallback.match(text, start)
+                    if m2 is not None and (end2 := self._checked(m2, text)) > start:
+                        m, name, end = m2, m2.lastgroup, end2
                 if end > start:
                     out.append((self.rank[name], start, end, self.kinds[name]))  # type: ignore[index]
                     pos = end
@@ -259,7 +266,7 @@ class Detectors:
         if ":" in text and ("::" in text or IPV6_HINT.search(text)):
             self._scan(self.ipv6, text, found)
         self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
-        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True)
+        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone)
         if len(found) < 2:
             return [(s, e, k) for _, s, e, k in found]
         kept: list[tuple[int, int, str]] = []

@@ -78,9 +78,9 @@ def is_phone(text: str) -> bool:
     separated = any(c in " .-()" for c in text)
     if not separated:  # a bare run of digits is an id or an order number
         return False
+    if "." in text and (" " in text or "-" in text):
+        return False  # the seconds of a time and an address (07 192.168.1.20): dots are not mixed
     if "(" in text or _NANP.fullmatch(text) or (text[0] == "0" and digits >= 9):
-        if text[0] == "0" and "(" not in text and "." in text and " " not in text and "-" not in text:
-            return False  # 0.1234.5678: a dotted version or a ratio, not a number people dial
         return any(_valid(text, region) is not None for region in REGIONS)
     if "." in text or "(" in text or ("-" in text and " " in text) or not 9 <= digits <= 11 or _AMOUNT.fullmatch(text):
         return False  # versions, amounts, a date and a time; mobile numbers have 9 to 11 digits

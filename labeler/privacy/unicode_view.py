@@ -28,17 +28,19 @@ def view(text: str) -> tuple[str, list[int], list[int]] | None:
     while i < n:
         ch = text[i]
         j = i + 1
-        if ch < "\x80":
+        # a letter and its combining marks normalise together (e + U+0301 is one é)
+        while j < n and text[j] >= "\x80" and unicodedata.combining(text[j]):
+            j += 1
+        if j == i + 1 and ch < "\x80":
             out = ch
         elif ch in INVISIBLE:
             i = j
             continue
+        elif ch in DASHES:
+            out = "-"
         else:
-            # a letter and its combining marks normalise together (e + U+0301 is one é)
-            while j < n and unicodedata.combining(text[j]):
-                j += 1
             digit = unicodedata.decimal(ch, None) if j == i + 1 else None
-            out = "-" if ch in DASHES else str(digit) if digit is not None else unicodedata.normalize("NFKC", text[i:j])
+            out = str(digit) if digit is not None else unicodedata.normalize("NFKC", text[i:j])
         for c in out:
             chars.append(c)
             starts.append(i)
