@@ -69,6 +69,7 @@ LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
 # where a number worth a look starts: a digit, then at least seven digits or separators in a row
 # (shorter numbers are counts, years, ports and versions: no detector wants them)
 NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
+_INNER_START = re.compile(r"(?<= )[0-9(]")  # where a value may start inside a hint
 
 
 def _luhn(digits: str) -> bool:
@@ -222,7 +223,8 @@ class Detectors:
             if stop <= pos:
                 continue
             starts = [i - 1, i] if before and i and text[i - 1] in "+(" else [i]
-            starts += [j for j in range(i + 1, stop) if text[j - 1] == " " and text[j] in "0123456789("]
+            if " " in text[i:stop]:
+                starts += [m.start() for m in _INNER_START.finditer(text, i + 1, stop)]
             rejected = 0  # the end of the last rejected match
             for start in starts:
                 if start < pos:

@@ -33,11 +33,12 @@ REGIONS = ("US", "GB", "DE", "FR", "IN", "IT", "ES", "NL", "BR", "AU", "JP", "CN
 NO_TRUNK_REGIONS = ("IN", "CN", "ES", "IT", "MX", "BR")
 _MOBILE = (PhoneNumberType.MOBILE, PhoneNumberType.FIXED_LINE_OR_MOBILE)
 
-DATE = re.compile(r"\d{4}[.-]\d{1,2}[.-]\d{1,2}|\d{1,2}[.-]\d{1,2}[.-]\d{2,4}")
+_DATE = re.compile(r"\d{4}[.-]\d{1,2}[.-]\d{1,2}|\d{1,2}[.-]\d{1,2}[.-]\d{2,4}")
 _NANP = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}")
 # 1 000 000, 12 345 678: thousands grouped as amounts are written
 _AMOUNT = re.compile(r"\d{1,3}(?:[ .]\d{3})+")
 _GROUPS = re.compile(r"\d+")
+_NON_DIGITS = re.compile(r"\D+")
 
 
 def _valid(text: str, region: str | None) -> phonenumbers.PhoneNumber | None:
@@ -66,14 +67,14 @@ def _exact_grouping(text: str) -> bool:
     return False
 
 
-def is_phone(text: str) -> bool:
-    """``text`` (a whole candidate, no trailing separator) is a phone number as written."""
-    digits = sum(c.isdigit() for c in text)
+def is_phone(text: str, digits: int) -> bool:
+    """``text`` (a whole candidate of ``digits`` digits, no trailing separator) is a phone
+    number as written."""
     if not 7 <= digits <= 15 + 2 * text.startswith("00"):
         return False
     if text[0] == "+" or text.startswith("00"):
         return digits >= 8 and _valid(text, "GB" if text[0] == "0" else None) is not None
-    if DATE.fullmatch(text):
+    if _DATE.fullmatch(text):
         return False
     separated = any(c in " .-()" for c in text)
     if not separated:  # a bare run of digits is an id or an order number
@@ -82,7 +83,7 @@ def is_phone(text: str) -> bool:
         return False  # the seconds of a time and an address (07 192.168.1.20): dots are not mixed
     if "(" in text or _NANP.fullmatch(text) or (text[0] == "0" and digits >= 9):
         return any(_valid(text, region) is not None for region in REGIONS)
-    if "." in text or "(" in text or ("-" in text and " " in text) or not 9 <= digits <= 11 or _AMOUNT.fullmatch(text):
+    if "." in text or ("-" in text and " " in text) or not 9 <= digits <= 11 or _AMOUNT.fullmatch(text):
         return False  # versions, amounts, a date and a time; mobile numbers have 9 to 11 digits
     return _exact_grouping(text)
 
@@ -95,7 +96,12 @@ def _ends(text: str) -> list[int]:
 
 def check_phone(text: str) -> int:
     """The end of the longest phone number at the start of ``text`` (0: none)."""
+    if _DATE.fullmatch(text):  # and no shorter part of a date has the digits of a phone number
+        return 0
     for end in _ends(text):
-        if is_phone(text[:end]):
+        digits = len(_NON_DIGITS.sub("", text[:end]))
+        if digits < 7:  # nor has any shorter candidate
+            return 0
+        if is_phone(text[:end], digits):
             return end
     return 0

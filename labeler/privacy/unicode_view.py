@@ -12,40 +12,57 @@ import unicodedata
 
 INVISIBLE = frozenset("\u00ad\u180e\u200b\u200c\u200d\u2060\ufeff")
 DASHES = frozenset("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d")
-# what needs a view even in NFKC-normal text: invisible characters, dashes, non-ASCII digits
-_SPECIAL = re.compile("[" + "".join(sorted(INVISIBLE | DASHES)) + r"]|(?![0-9])\d")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _special(text: str) -> bool:
+    """Has what needs a view even in NFKC-normal text: invisible characters, dashes, digits of
+    other scripts."""
+    return any(c in INVISIBLE or c in DASHES or c.isdecimal() for c in set(_NON_ASCII.findall(text)))
 
 
 def view(text: str) -> tuple[str, list[int], list[int]] | None:
     """``(view, starts, ends)``: the view's i-th character stands for ``text[starts[i]:ends[i]]``;
     None when the text is its own view (ASCII, the common case, costs one check)."""
-    if text.isascii() or (unicodedata.is_normalized("NFKC", text) and _SPECIAL.search(text) is None):
+    if text.isascii() or (unicodedata.is_normalized("NFKC", text) and not _special(text)):
         return None
     chars: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
+    pos, n = 0, len(text)
+    for m in _NON_ASCII.finditer(text):
+        i = m.start()
+        if i < pos:  # a combining mark already taken with its letter
+            continue
+        if i > pos:  # the ASCII run before it, in bulk (texts are mostly ASCII)
+            if text[i - 1] >= "\x80" or not unicodedata.combining(text[i]):
+                chars.append(text[pos:i])
+                starts.extend(range(pos, i))
+                ends.extend(range(pos + 1, i + 1))
+            else:  # an ASCII letter followed by combining marks: normalised with them below
+                chars.append(text[pos:i - 1])
+                starts.extend(range(pos, i - 1))
+                ends.extend(range(pos + 1, i))
+                i -= 1
         ch = text[i]
         j = i + 1
         # a letter and its combining marks normalise together (e + U+0301 is one é)
         while j < n and text[j] >= "\x80" and unicodedata.combining(text[j]):
             j += 1
-        if j == i + 1 and ch < "\x80":
-            out = ch
-        elif ch in INVISIBLE:
-            i = j
+        pos = j
+        if ch in INVISIBLE:
             continue
-        elif ch in DASHES:
+        if ch in DASHES:
             out = "-"
         else:
             digit = unicodedata.decimal(ch, None) if j == i + 1 else None
             out = str(digit) if digit is not None else unicodedata.normalize("NFKC", text[i:j])
-        for c in out:
-            chars.append(c)
-            starts.append(i)
-            ends.append(j)
-        i = j
+        chars.append(out)
+        starts.extend([i] * len(out))
+        ends.extend([j] * len(out))
+    chars.append(text[pos:])
+    starts.extend(range(pos, n))
+    ends.extend(range(pos + 1, n + 1))
     return "".join(chars), starts, ends
 
 
