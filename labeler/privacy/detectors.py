@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from itertools import chain
 
 from .phones import check_phone
 from .unicode_view import spans_back, view
@@ -222,9 +223,10 @@ class Detectors:
             i, stop = h.start(), h.end()
             if stop <= pos:
                 continue
-            starts = [i - 1, i] if before and i and text[i - 1] in "+(" else [i]
-            if " " in text[i:stop]:
-                starts += [m.start() for m in _INNER_START.finditer(text, i + 1, stop)]
+            head = (i - 1, i) if before and i and text[i - 1] in "+(" else (i,)
+            # the starts inside the hint are looked for only once the head leaves some of it
+            starts = head if text.find(" ", i + 1, stop) < 0 else chain(
+                head, (m.start() for m in _INNER_START.finditer(text, i + 1, stop) if m.start() >= pos))
             rejected = 0  # the end of the last rejected match
             for start in starts:
                 if start < pos:

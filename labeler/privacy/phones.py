@@ -76,8 +76,7 @@ def is_phone(text: str, digits: int) -> bool:
         return digits >= 8 and _valid(text, "GB" if text[0] == "0" else None) is not None
     if _DATE.fullmatch(text):
         return False
-    separated = any(c in " .-()" for c in text)
-    if not separated:  # a bare run of digits is an id or an order number
+    if digits == len(text):  # a bare run of digits is an id or an order number
         return False
     if "." in text and (" " in text or "-" in text):
         return False  # the seconds of a time and an address (07 192.168.1.20): dots are not mixed
