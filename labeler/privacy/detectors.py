@@ -1,17 +1,25 @@
 """The built-in detectors of personal data and secrets: regular expressions, one named branch per
 kind of value, combined by group, each with a check that rejects look-alikes (Luhn for card
-numbers, mod-97 for IBANs, the address parser for IPv6, date and version shapes for phone numbers).
+numbers, mod-97 for IBANs, the address parser for IPv6, libphonenumber and date, version and id
+shapes for phone numbers), searched on the NFKC view of any text that is not plain ASCII.
 
-Kinds (the placeholder's type): ``EMAIL``; ``PHONE`` (international ``+CC ...``, and national forms
-with a trunk 0, parentheses or the North American 3-3-4 shape; 7 to 15 digits; dates, versions,
-amounts and plain digit runs are left alone); ``CARD`` (13 to 19 digits, optionally grouped by
-spaces or dashes, Luhn-valid: random 16-digit numbers stay); ``IBAN`` (mod-97 valid); ``IP`` (IPv4
-and IPv6, except loopback: 127.x.x.x and ::1 name no one);
-``NATIONAL_ID`` (US Social Security numbers ``123-45-6789`` with valid area, group and
-serial; UK National Insurance numbers ``AB 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI
-``sk-...``, AWS access key ids ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``
-and ``github_pat_``, Slack ``xox?-``, Google ``AIza...``, Stripe ``sk_live_``/``rk_live_`` (and
-``_test_``), JWTs, PEM private-key blocks).
+Kinds (the placeholder's type): ``EMAIL``; ``PHONE`` (valid numbers by libphonenumber, see
+``phones``: international ``+CC ...`` and ``00CC ...``, national forms with a trunk 0, parentheses
+or the North American 3-3-4 shape, and mobile numbers grouped as their country writes them;
+dates, versions, amounts and plain digit runs are left alone); ``CARD`` (13 to 19 digits,
+optionally grouped by spaces or dashes, Luhn-valid: random 16-digit numbers stay); ``IBAN``
+(mod-97 valid); ``IP`` (IPv4 and IPv6, private, link-local and unique-local ranges included: a
+home router's 192.168.x.x or a laptop's fe80:: address points at a person as a public one does;
+only loopback, 127.x.x.x and ::1, names no one and stays); ``NATIONAL_ID`` (US Social Security
+numbers ``123-45-6789`` with valid area, group and serial; UK National Insurance numbers
+``AB 12 34 56 C`` with valid prefixes); ``SECRET`` (OpenAI ``sk-...``, AWS access key ids
+``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` and ``github_pat_``, Slack
+``xox?-``, Google ``AIza...``, Stripe ``sk_live_``/``rk_live_`` (and ``_test_``), JWTs, PEM
+private-key blocks).
+
+Unicode disguises (a card grouped by non-breaking spaces, a fullwidth ``＠``, a zero-width joiner
+inside an address) do not hide a value: such a text is searched in its view (``unicode_view``)
+and every original character of a value found there is replaced.
 """
 
 from __future__ import annotations
@@ -19,6 +27,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from itertools import chain
+
+from .phones import check_phone
+from .unicode_view import spans_back, view
 
 KINDS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "NATIONAL_ID", "SECRET")
 
@@ -36,11 +48,14 @@ _BRANCHES: list[tuple[str, str, str]] = [
     ("email", "EMAIL", r"(?<![\w.%+-])[\w.%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}(?![A-Za-z0-9])"),
     ("iban", "IBAN", r"(?<![\w])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![a-z0-9])"),
     ("nino", "NATIONAL_ID", r"(?<![\w])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])"),
-    ("ipv6", "IP", r"(?<![\w:.])(?=[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:)[0-9A-Fa-f:]{2,39}(?:(?<=:)\d{1,3}(?:\.\d{1,3}){3})?(?![\w:])"),
+    # an IPv4 tail (::ffff:10.0.0.1) is tried first, so the hex part never stops at its first number
+    ("ipv6", "IP", r"(?<![\w:.])(?=[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:)(?:[0-9A-Fa-f:]{2,29}(?<=:)\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]{2,39})(?![\w:]|\.\d)"),
     ("ipv4", "IP", r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"),
     ("ssn", "NATIONAL_ID", r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"),
     ("card", "CARD", r"(?<![\w.,-])\d(?:[ -]?\d){12,22}(?![\w])"),
-    ("phone", "PHONE", r"(?<![\w+.,/-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,5}){0,5}(?![\w]|[.,/-]\d)"),
+    # a candidate only (digits in groups, a country code, an area code in parentheses): the
+    # check asks libphonenumber and the shape rules of ``phones``
+    ("phone", "PHONE", r"(?<![\w+.,/-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{1,12}(?:[ .-]\d{1,10}){0,5}(?![\w]|[.,/-]\d)"),
 ]
 
 # Each group runs only on texts that hint at it; most texts are done after a few substring searches.
@@ -55,6 +70,7 @@ LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
 # where a number worth a look starts: a digit, then at least seven digits or separators in a row
 # (shorter numbers are counts, years, ports and versions: no detector wants them)
 NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
+_INNER_START = re.compile(r"(?<= )[0-9(]")  # where a value may start inside a hint
 
 
 def _luhn(digits: str) -> bool:
@@ -104,14 +120,16 @@ def check_iban(text: str) -> int:
 
 
 def check_ipv4(text: str) -> int:
-    return 0 if text.startswith("127.") else len(text)  # loopback names no one
+    # private, shared and link-local ranges are redacted too: only loopback names no one
+    return 0 if text.startswith("127.") else len(text)
 
 
 def check_ipv6(text: str) -> int:
     try:
-        if ipaddress.IPv6Address(text).is_loopback:
-            return 0
+        address = ipaddress.IPv6Address(text)
     except ValueError:
+        return 0
+    if address.is_loopback or (address.ipv4_mapped is not None and address.ipv4_mapped.is_loopback):
         return 0
     # "::" alone and clock-like runs of small numbers are not worth a placeholder
     return len(text) if sum(c in "0123456789abcdefABCDEF" for c in text) >= 2 else 0
@@ -127,26 +145,6 @@ def check_ssn(text: str) -> int:
 def check_nino(text: str) -> int:
     compact = text.replace(" ", "")
     return 0 if compact[:2] in ("BG", "GB", "KN", "NK", "NT", "TN", "ZZ") else len(text)
-
-
-_DATE = re.compile(r"\d{4}[.-]\d{1,2}[.-]\d{1,2}|\d{1,2}[.-]\d{1,2}[.-]\d{2,4}")
-_NANP = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}")
-
-
-def check_phone(text: str) -> int:
-    digits = sum(c.isdigit() for c in text)
-    if not 7 <= digits <= 15:
-        return 0
-    if text[0] == "+":
-        return len(text) if digits >= 8 else 0
-    if _DATE.fullmatch(text):
-        return 0
-    if "(" in text or _NANP.fullmatch(text):
-        return len(text)
-    # a national number with its trunk 0, written in groups (a bare run of digits is an id)
-    if text[0] == "0" and any(c in " .-" for c in text) and digits >= 9:
-        return len(text)
-    return 0
 
 
 CHECKS: dict[str, Callable[[str], int]] = {
@@ -189,6 +187,7 @@ class Detectors:
         self.ipv6 = combined(("ipv6",))
         self.letters = combined(_LETTER_NAMES)
         self.numeric = combined(_NUMERIC_NAMES)
+        self.phone = combined(("phone",))
 
     def _scan(self, regex: re.Pattern, text: str, out: list) -> None:
         """Every match of ``regex`` over the whole text (a rejected match is skipped whole)."""
@@ -210,31 +209,55 @@ class Detectors:
         start = m.start()
         return m.end() if check is None else start + check(text[start:m.end()])
 
-    def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool) -> None:
-        """``regex`` tried only where ``hint`` matches (and, with ``before``, one character earlier
-        when that is a ``+`` or ``(``, the start of a phone number)."""
+    def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool,
+                  fallback: re.Pattern | None = None) -> None:
+        """``regex`` tried only where ``hint`` matches: at its start (and, with ``before``, one
+        character earlier when that is a ``+`` or ``(``, the start of a phone number), then after
+        each space inside it. A rejected match is no value for any later start inside it (no part
+        of a long number is a phone), except an IP address or a number in parentheses after a
+        space: a value may follow a number that is none (the seconds of ``10:32:07
+        192.168.1.20``). Where another branch rejects, ``fallback`` is tried at the same start
+        (``0044 20 7946 0958`` fails Luhn as a card and is a phone number)."""
         pos = 0
         for h in hint.finditer(text):
-            i = h.start()
-            if i < pos:
+            i, stop = h.start(), h.end()
+            if stop <= pos:
                 continue
-            starts = [i - 1, i] if before and i and text[i - 1] in "+(" else [i]
+            head = (i - 1, i) if before and i and text[i - 1] in "+(" else (i,)
+            # the starts inside the hint are looked for only once the head leaves some of it
+            starts = head if text.find(" ", i + 1, stop) < 0 else chain(
+                head, (m.start() for m in _INNER_START.finditer(text, i + 1, stop) if m.start() >= pos))
+            rejected = 0  # the end of the last rejected match
             for start in starts:
                 if start < pos:
                     continue
                 m = regex.match(text, start)
                 if m is None:
                     continue
+                name = m.lastgroup
+                if start < rejected and self.kinds[name] != "IP" and text[start] != "(":  # type: ignore[index]
+                    continue
                 end = self._checked(m, text)
+                if end <= start and fallback is not None and name not in fallback.groupindex:
+                    m2 = fallback.match(text, start)
+                    if m2 is not None and (end2 := self._checked(m2, text)) > start:
+                        m, name, end = m2, m2.lastgroup, end2
                 if end > start:
-                    out.append((self.rank[m.lastgroup], start, end, self.kinds[m.lastgroup]))  # type: ignore[index]
+                    out.append((self.rank[name], start, end, self.kinds[name]))  # type: ignore[index]
                     pos = end
-                    break
-                if start == i:  # rejected (a number failing Luhn): no other detector takes it either
-                    pos = m.end()
+                else:
+                    rejected = max(rejected, m.end())
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
-        """The ``(start, end, kind)`` of every value found in ``text``, in order, not overlapping."""
+        """The ``(start, end, kind)`` of every value found in ``text``, in order, not overlapping.
+        A text that is not plain ASCII is searched in its NFKC view, the spans mapped back."""
+        seen = view(text)
+        if seen is None:
+            return self._find(text)
+        normal, starts, ends = seen
+        return spans_back(self._find(normal), starts, ends)
+
+    def _find(self, text: str) -> list[tuple[int, int, str]]:
         found: list[tuple[int, int, int, str]] = []
         for regex, kind in self.user:
             for m in regex.finditer(text):
@@ -247,7 +270,7 @@ class Detectors:
         if ":" in text and ("::" in text or IPV6_HINT.search(text)):
             self._scan(self.ipv6, text, found)
         self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
-        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True)
+        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone)
         if len(found) < 2:
             return [(s, e, k) for _, s, e, k in found]
         kept: list[tuple[int, int, str]] = []
