@@ -2,8 +2,9 @@
 peak RSS is its own, next to the same build on N/4 questions in the same run: time should grow
 about linearly and peak memory stay flat (the clustering is fitted on a sample of at most 50k
 questions and the rest is assigned in batches). Questions: 20 planted topics of 25 words each, a
-template, 3 topic words and 2 words from a shared pool of 20,000, so the vocabulary is realistic.
-Also times `labeler coverage` and `labeler drift` on a 10k-question file. Prints one JSON document.
+template, 3 topic words and 2 words from a shared pool of 20,000, so the vocabulary is realistic;
+k and the purity of the topics against the planted ones are reported. Also times `labeler
+coverage` and `labeler drift` on a 10k-question file. Prints one JSON document.
 
     PYTHONPATH=. python tests/bench/bench_topics.py [--questions 100000]
 """
@@ -14,10 +15,12 @@ import argparse
 import json
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 TEMPLATES = ["how do i fix {a} with {b} {x}", "why is my {a} {b} not working {x}", "can i change the {a} for {b} {c}",
@@ -30,10 +33,22 @@ def make_log(path: Path, n: int, seed: int, prefix: str) -> None:
     pool = [f"pool{i}" for i in range(20_000)]
     with open(path, "w") as f:
         for i in range(n):
-            words = rng.sample(rng.choice(topics), 3)
+            topic = rng.randrange(len(topics))
+            words = rng.sample(topics[topic], 3)
             q = rng.choice(TEMPLATES).format(a=words[0], b=words[1], c=words[2], x=rng.choice(pool), y=rng.choice(pool))
-            f.write(json.dumps({"query_id": f"{prefix}{i}", "question": q,
+            f.write(json.dumps({"query_id": f"{prefix}{i}", "question": q, "topic": topic,
                                 "retrieved": [{"id": f"d{rng.randrange(50_000)}", "score": 0.5}]}) + "\n")
+
+
+def purity(db: Path) -> float:
+    """Share of the logged questions whose topic's majority planted topic is their own."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT json_extract(q.meta, '$.topic'), t.topic FROM query_topics t "
+                            "JOIN queries q ON q.pk = t.query_pk WHERE q.origin = 'log'").fetchall()
+    votes: dict[int, Counter] = {}
+    for planted, found in rows:
+        votes.setdefault(found, Counter())[planted] += 1
+    return sum(c.most_common(1)[0][1] for c in votes.values()) / max(len(rows), 1)
 
 
 def run(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
@@ -65,7 +80,7 @@ def main() -> None:
             summary = json.loads(out)
             result[label] = {"questions": n, "build_seconds": round(seconds, 2),
                              "wall_seconds": round(time.perf_counter() - started, 2), "peak_rss_mib": round(rss),
-                             "k": summary["k"]}
+                             "k": summary["k"], "purity": round(purity(db), 3)}
             if label == "large":
                 cov_s, _, _ = run(["--db", str(db), "coverage", "--json"], env)
                 new = Path(tmp) / "new.jsonl"
