@@ -116,6 +116,24 @@ def test_k_is_forced_with_k(file_db, db_path, write_log):
     assert len(set(topics_of(file_db)[1]) - {-1}) == 9
 
 
+def test_labels_are_distinctive_not_frequent(file_db, write_log):
+    # "help" is in 40% of every topic's questions, each of a topic's 25 words in about 12%: by
+    # mean TF-IDF (the old labels) "help" was among the top 3 terms; by c-TF-IDF it is in none
+    rng = random.Random(5)
+    words = {name: [*planted.TOPICS[name], *(f"{name}x{chr(97 + j)}" for j in range(15))] for name in SIX}
+    recs = []
+    for i in range(600):
+        name = SIX[i % 6]
+        text = " ".join(rng.sample(words[name], 3)) + (" help" if rng.random() < 0.4 else "")
+        recs.append({"query_id": f"h{i}", "question": text, "topic": name, "retrieved": [{"id": "d", "text": "x"}]})
+    ingest_logs(file_db, write_log(recs))
+    summary = build_topics(file_db, k=6, seed=0)
+    truth, found = topics_of(file_db)
+    majority = majority_topics(summary, truth, found)
+    for t in summary["topics"]:
+        assert "help" not in t["terms"][:3] and set(t["terms"][:3]) <= set(words[majority[t["topic"]]]), t
+
+
 def test_ctfidf_weights_by_hand():
     # terms: help, invoice, okta; topic 0 = questions 0, 1; topic 1 = question 2 (asked twice)
     counts = [[1, 2, 0], [1, 1, 0], [1, 0, 3]]
