@@ -157,7 +157,8 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
 
 def _reason(chosen: int, scores: dict[int, float]) -> str:
     others = {c: v for c, v in scores.items() if c != chosen}
-    text = f"k={chosen}: merging any two of its {chosen} clusters costs {scores.get(chosen, 0.0):.2f}x the merge before"
+    text = (f"k={chosen}: Ward's merge that would leave {chosen - 1} clusters costs {scores.get(chosen, 0.0):.2f}x "
+            f"the one that left {chosen}, the largest jump")
     if others:
         runner = max(others, key=others.__getitem__)
         text += f" (next largest jump {others[runner]:.2f}x, at k={runner})"
