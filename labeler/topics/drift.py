@@ -10,8 +10,9 @@ Rules (see README "Topics, coverage and drift"):
   ``far_threshold`` (the 1st percentile of the similarity of the questions the topics were built
   on to their own centroid), or that has no word the topics know. Far questions are clustered
   with TF-IDF (TF-IDF topics: on the words the topics have never seen; far questions without
-  such a word form no candidate) + KMeans into candidate topics (k by the Ward jump as for the topics, 1 under 20 questions; clusters whose centroids have a cosine
-  similarity above ``MERGE_SIMILARITY`` are merged).
+  such a word form no candidate) + KMeans into candidate topics (k by Ward's jump, as for the
+  topics; 1 under 20 questions; clusters whose centroids have a cosine similarity above
+  ``MERGE_SIMILARITY`` are merged), each named by c-TF-IDF.
 - **Grew**: a topic whose share of the new traffic has a 95% Wilson interval entirely above its
   baseline share and is at least ``GROWTH_RATIO`` times it (both: a tiny share that doubles by
   chance in a small file is not drift, nor is a statistically clear 3% rise of a big topic).
