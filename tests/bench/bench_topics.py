@@ -51,16 +51,18 @@ def purity(db: Path) -> float:
     return sum(c.most_common(1)[0][1] for c in votes.values()) / max(len(rows), 1)
 
 
-def run(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds, peak RSS in MiB of the child, stdout) of one CLI call."""
+def run(args: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    """(seconds, peak RSS in MiB of the child, stdout, CPU seconds of the child) of one CLI call;
+    CPU seconds are the steadier figure on a shared machine."""
     code = ("import resource, sys, time; from labeler.cli import cli; t = time.perf_counter()\n"
             "try:\n    cli.main(sys.argv[1:], standalone_mode=False)\nfinally:\n"
-            "    print(json.dumps({'seconds': time.perf_counter() - t, "
-            "'rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), file=sys.stderr)")
+            "    u = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "    print(json.dumps({'seconds': time.perf_counter() - t, 'cpu_seconds': u.ru_utime + u.ru_stime, "
+            "'rss_mib': u.ru_maxrss / 1024}), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", "import json\n" + code, *args], env=env, capture_output=True,
                          text=True, check=True)
     stats = json.loads(out.stderr.strip().splitlines()[-1])
-    return stats["seconds"], stats["rss_mib"], out.stdout
+    return stats["seconds"], stats["rss_mib"], out.stdout, stats["cpu_seconds"]
 
 
 def main() -> None:
@@ -76,16 +78,17 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "labeler", "--db", str(db), "ingest", "logs", str(log)], env=env,
                            check=True, capture_output=True)
             started = time.perf_counter()
-            seconds, rss, out = run(["--db", str(db), "topics", "build", "--seed", "1", "--json"], env)
+            seconds, rss, out, cpu = run(["--db", str(db), "topics", "build", "--seed", "1", "--json"], env)
             summary = json.loads(out)
             result[label] = {"questions": n, "build_seconds": round(seconds, 2),
+                             "build_cpu_seconds": round(cpu, 2),
                              "wall_seconds": round(time.perf_counter() - started, 2), "peak_rss_mib": round(rss),
                              "k": summary["k"], "purity": round(purity(db), 3)}
             if label == "large":
-                cov_s, _, _ = run(["--db", str(db), "coverage", "--json"], env)
+                cov_s, _, _, _ = run(["--db", str(db), "coverage", "--json"], env)
                 new = Path(tmp) / "new.jsonl"
                 make_log(new, 10_000, seed=2, prefix="n")
-                drift_s, drift_rss, _ = run(["--db", str(db), "drift", str(new), "--json"], env)
+                drift_s, drift_rss, _, _ = run(["--db", str(db), "drift", str(new), "--json"], env)
                 result["large"].update(coverage_seconds=round(cov_s, 2), drift_10k_seconds=round(drift_s, 2),
                                        drift_peak_rss_mib=round(drift_rss))
     small, large = result["small"], result["large"]
