@@ -50,7 +50,7 @@ def topics() -> None:
 
 
 @topics.command("build", context_settings=CONTEXT_SETTINGS)
-@click.option("--k", "k", type=click.IntRange(min=2), help="Number of topics (default: chosen by silhouette).")
+@click.option("--k", "k", type=click.IntRange(min=2), help="Number of topics (default: chosen from the data; --json says why).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the clustering.")
 @click.option("--method", type=click.Choice(["auto", "tfidf", "embeddings"]), default="auto", show_default=True,
               help="auto = the embeddings model when [llm] embedding_model is set, else TF-IDF.")
@@ -95,6 +95,9 @@ def _show_topics(summary: dict[str, Any], as_json: bool) -> None:
         return
     click.echo(f"model {summary['model']}: {summary['k']} topics ({summary['method']}, seed {summary['seed']}) "
                f"over {summary['questions']} logged questions")
+    reason = (summary.get("k_choice") or {}).get("reason")
+    if reason:
+        click.echo(f"why {summary['k']}: {reason}")
     for t in summary["topics"]:
         click.echo(f"{t['topic']:>3}  {t['questions']:>7}  {t['label']}  | {t['medoid'] or '-'}")
 

@@ -2,15 +2,16 @@
 questions (stored or new) their topic under the current model.
 
 How (see README "Topics, coverage and drift"): the logged questions (deduplicated queries, each
-weighted by its occurrences) are vectorised with sublinear TF-IDF projected to 100 LSA dimensions
-(TruncatedSVD; or the configured embeddings model) and clustered with scikit-learn's KMeans
-(k-means++, 10 seeded starts, one thread) on L2-normalised rows, so nearest centroid = highest
-cosine similarity (MiniBatchKMeans found worse optima on short questions). The model is fitted on
-a seeded sample of at most ``FIT_SAMPLE`` questions and every query is then assigned in batches of
-``BATCH``: time grows linearly and memory stays flat with the number of questions. Questions with
-no known term (TF-IDF) are topic -1. ``k``: given, or chosen by the cosine silhouette on a seeded
-sample (``choose_k``). A topic's label is its top terms (highest mean TF-IDF weight of its
-questions); its medoid is the question closest to its centroid.
+weighted by its occurrences) are vectorised with sublinear TF-IDF projected to 200 LSA dimensions
+(TruncatedSVD; or the configured embeddings model) and L2-normalised, so nearest centroid =
+highest cosine similarity. ``k``: given, or where Ward's agglomeration of a sample jumps most
+(``choose.choose_k``, where the evidence for the rule is). scikit-learn's KMeans (one
+thread) then refines the Ward clustering of a seeded sample cut at k (k-means++ starts found
+generic-word clusters on short questions). The model is fitted on a seeded sample of at most
+``FIT_SAMPLE`` questions and every query is then assigned in batches of ``BATCH``: time grows
+linearly and memory stays flat with the number of questions. Questions with no known term
+(TF-IDF) are topic -1. A topic's label is its most distinctive terms by c-TF-IDF
+(``ctfidf``); its medoid is the question closest to its centroid.
 """
 
 from __future__ import annotations
@@ -23,21 +24,17 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 from sklearn.cluster import KMeans
-from sklearn.decomposition import TruncatedSVD
-from sklearn.metrics import silhouette_score
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
 from .. import accounts
 from .. import db as store
-from .space import LSA_DIMS, EmbeddingSpace, TfidfSpace, TopicsError, fit_lsa, fit_tfidf, similarities
+from .choose import CRITERION, choose_k, ward_centroids
+from .ctfidf import ctfidf_terms
+from .space import EmbeddingSpace, TfidfSpace, TopicsError, fit_lsa, fit_tfidf, similarities
 
 FIT_SAMPLE = 50_000  # questions the vectoriser and the clustering are fitted on
-K_SAMPLE = 2_000  # questions the silhouette of each candidate k is measured on
-K_CANDIDATES = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40)
 BATCH = 10_000  # questions vectorised and assigned at once
-TOP_TERMS = 6
-PEAK_SHARE = 0.8
 FAR_QUANTILE = 0.01  # a new question is far from every topic below this quantile of the built ones' similarity
 NO_TOPIC = -1
 
@@ -87,51 +84,11 @@ def _logged(db: sqlite_utils.Database) -> tuple[np.ndarray, list[str], np.ndarra
             np.array([r[2] for r in rows], dtype=np.float64))
 
 
-def choose_k(rows: Any, weights: np.ndarray, *, seed: int) -> tuple[int, dict[int, float]]:
-    """(k, {candidate: silhouette}): the first peak of the cosine silhouette over ``K_CANDIDATES``
-    (a candidate scoring higher than the next one) that reaches ``PEAK_SHARE`` of the best score,
-    measured on a seeded sample of ``K_SAMPLE`` questions (TF-IDF rows projected to ``LSA_DIMS``
-    dimensions when they have more). On short texts the silhouette keeps
-    creeping up as topics split into near-duplicates; the first clear peak is the coarsest
-    clustering that separates them well."""
-    n = rows.shape[0]
-    rng = np.random.default_rng([seed, 1])
-    pick = np.sort(rng.choice(n, size=min(n, K_SAMPLE), replace=False))
-    sample, w = rows[pick], weights[pick]
-    scores: dict[int, float] = {}
-    with threadpool_limits(1):
-        if hasattr(sample, "getnnz"):
-            # k-means++ on sparse rows is slow (13 candidates took 5 s on 3,000 questions): the
-            # candidates are compared on dense rows, a 100-dimensional LSA projection when wider
-            sample = normalize(TruncatedSVD(LSA_DIMS, random_state=seed).fit_transform(sample)) \
-                if sample.shape[1] > LSA_DIMS else sample.toarray()
-        # float64: scikit-learn computes float32 distances in a slow upcasting path (k-means++ took 5 s)
-        sample = np.asarray(sample, dtype=np.float64)
-        for k in K_CANDIDATES:
-            if k * 10 > len(pick):
-                break
-            labels = KMeans(n_clusters=k, random_state=seed, n_init=2).fit_predict(
-                sample, sample_weight=w)
-            if len(set(labels.tolist())) < 2:
-                continue
-            scores[k] = float(silhouette_score(sample, labels, metric="cosine", random_state=seed,
-                                               sample_size=min(len(pick), 1000)))
-    if not scores:
-        return 2, scores
-    best = max(scores.values())
-    ks = list(scores)
-    for i, k in enumerate(ks):
-        peak = i + 1 == len(ks) or scores[k] > scores[ks[i + 1]]
-        if peak and scores[k] >= PEAK_SHARE * best:
-            return k, scores
-    return max(scores, key=scores.__getitem__), scores
-
-
 def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int = 0, config: Any = None,
                  by: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Cluster the logged questions into topics and store them as the current topic model (see
     the module doc); every query (logged, synthetic, imported) gets its topic. ``k``: the number
-    of topics (None: chosen by silhouette). ``config``: a ``labeler.llm.LLMConfig`` whose
+    of topics (None: chosen from the data, see ``choose``). ``config``: a ``labeler.llm.LLMConfig`` whose
     ``embedding_model`` is used instead of TF-IDF when set. Leads only (``by``). Returns the
     summary that :func:`topic_summary` returns."""
     accounts.require(db, by, "lead", "building topics")
@@ -155,22 +112,31 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
         space = TfidfSpace(vocabulary, idf, fit_lsa(term_rows, seed=seed))
         rows = space.project(term_rows)
     known = _row_norms(rows) > 0
-    rows, weights, term_rows = rows[known], occurrences[fit][known], term_rows[known]
+    rows, weights = rows[known], occurrences[fit][known]
     if rows.shape[0] < 2 * (k or 2):
         raise TopicsError("too few questions have words to cluster on; ingest more logs or pass a smaller --k")
-    chosen, silhouettes = (k, {}) if k is not None else choose_k(rows, weights, seed=seed)
+    chosen, scores = (k, {}) if k is not None else choose_k(rows, weights, seed=seed)
     # one thread: on a shared machine scikit-learn's OpenMP threads made the clustering 5-10x slower
     with threadpool_limits(1):
-        kmeans = KMeans(n_clusters=chosen, random_state=seed, n_init=10)
+        # k-means++ starts found generic-word clusters as good by inertia as the topics (see
+        # choose.py): start from the Ward clustering of the sample and let k-means refine it
+        start = ward_centroids(rows, chosen, seed=seed)
+        kmeans = KMeans(n_clusters=chosen, random_state=seed, **(
+            {"init": start, "n_init": 1} if start is not None else {"n_init": 10}))
         labels = kmeans.fit_predict(rows.astype(np.float64) if isinstance(rows, np.ndarray) else rows,
                                     sample_weight=weights)
     centroids = normalize(kmeans.cluster_centers_.astype(np.float32))
-    top_terms = _top_terms(term_rows, labels, chosen, vocabulary)
+    counts = TfidfSpace(vocabulary, idf).counts(fit_texts)[known]
+    top_terms = ctfidf_terms(counts, labels, chosen, vocabulary, weights)
     # far threshold: the low tail of the fitted questions' similarity to their own centroid
     own = similarities(rows, centroids)[np.arange(rows.shape[0]), labels]
     far = float(np.quantile(own, FAR_QUANTILE))
-    params = {"fit_questions": int(len(fit)), "k_rule": "given" if k is not None else "silhouette",
-              "silhouettes": {str(c): round(v, 4) for c, v in silhouettes.items()},
+    k_choice = {"rule": "given", "criterion": "k given (--k)", "scores": [], "chosen": chosen,
+                "reason": f"k={chosen} given with --k"} if k is not None else \
+        {"rule": "ward-jump", "criterion": CRITERION,
+         "scores": [{"k": c, "jump": v} for c, v in scores.items()], "chosen": chosen,
+         "reason": _reason(chosen, scores)}
+    params = {"fit_questions": int(len(fit)), "k_rule": k_choice["rule"], "k_choice": k_choice,
               "far_quantile": FAR_QUANTILE, "embedding_model": config.embedding_model if embedded else None}
     created = store.now()
     with store.transaction(db):
@@ -189,17 +155,14 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
     return topic_summary(db)
 
 
-def _top_terms(term_rows: Any, labels: np.ndarray, k: int, vocabulary: list[str]) -> list[list[str]]:
-    out = []
-    for t in range(k):
-        members = term_rows[labels == t]
-        if members.shape[0] == 0:
-            out.append([])
-            continue
-        mean = np.asarray(members.mean(axis=0)).ravel()
-        top = np.argsort(-mean, kind="stable")[:TOP_TERMS]
-        out.append([vocabulary[i] for i in top if mean[i] > 0])
-    return out
+def _reason(chosen: int, scores: dict[int, float]) -> str:
+    others = {c: v for c, v in scores.items() if c != chosen}
+    text = (f"k={chosen}: Ward's merge that would leave {chosen - 1} clusters costs {scores.get(chosen, 0.0):.2f}x "
+            f"the one that left {chosen}, the largest jump")
+    if others:
+        runner = max(others, key=others.__getitem__)
+        text += f" (next largest jump {others[runner]:.2f}x, at k={runner})"
+    return text
 
 
 def _assign_all(db: sqlite_utils.Database, model: TopicModel, *,
@@ -286,8 +249,13 @@ def topic_summary(db: sqlite_utils.Database) -> dict[str, Any]:
               for t, label, terms, medoid, size in db.execute(
                   "SELECT t.topic, t.label, t.terms, q.question, t.size FROM topics t LEFT JOIN queries q "
                   "ON q.pk = t.medoid_query_pk WHERE t.model_id = ? ORDER BY t.topic", [model[0]])]
-    return {"model": model[0], "method": model[1], "k": model[2], "seed": model[3], "questions": model[4],
-            "far_threshold": model[5], "created_at": model[6], "params": store.loads(model[7]), "topics": topics}
+    params = store.loads(model[7])
+    # models built before the choice was recorded say only their rule
+    k_choice = params.get("k_choice") or {"rule": params.get("k_rule"), "criterion": None, "scores": [],
+                                          "chosen": model[2], "reason": None}
+    return {"model": model[0], "method": model[1], "k": model[2], "k_choice": k_choice, "seed": model[3],
+            "questions": model[4], "far_threshold": model[5], "created_at": model[6], "params": params,
+            "topics": topics}
 
 
 def _store_topics(db: sqlite_utils.Database, model: Any, part: list[tuple[int, str]]) -> None:

@@ -10,8 +10,9 @@ Rules (see README "Topics, coverage and drift"):
   ``far_threshold`` (the 1st percentile of the similarity of the questions the topics were built
   on to their own centroid), or that has no word the topics know. Far questions are clustered
   with TF-IDF (TF-IDF topics: on the words the topics have never seen; far questions without
-  such a word form no candidate) + KMeans into candidate topics (k by silhouette, 1 under 20 questions; clusters whose centroids have a cosine
-  similarity above ``MERGE_SIMILARITY`` are merged).
+  such a word form no candidate) + KMeans into candidate topics (k by Ward's jump, as for the
+  topics; 1 under 20 questions; clusters whose centroids have a cosine similarity above
+  ``MERGE_SIMILARITY`` are merged), each named by c-TF-IDF.
 - **Grew**: a topic whose share of the new traffic has a 95% Wilson interval entirely above its
   baseline share and is at least ``GROWTH_RATIO`` times it (both: a tiny share that doubles by
   chance in a small file is not drift, nor is a statistically clear 3% rise of a big topic).
@@ -31,7 +32,9 @@ from threadpoolctl import threadpool_limits
 
 from .. import db as store
 from ..ingest.validate import normalize_question
-from .build import NO_TOPIC, TopicModel, _top_terms, choose_k, current_model
+from .build import NO_TOPIC, TopicModel, current_model
+from .choose import choose_k
+from .ctfidf import ctfidf_terms
 from .space import TfidfSpace, TopicsError, fit_tfidf, similarities
 
 GROWTH_RATIO = 1.5
@@ -202,11 +205,13 @@ def _new_topics(texts: list[str], weights: np.ndarray, total: float, *, known: s
         if not fresh:
             return []
         vocabulary, idf = [vocabulary[i] for i in fresh], idf[fresh]
-    rows = TfidfSpace(vocabulary, idf).transform(texts)
+    fresh_space = TfidfSpace(vocabulary, idf)
+    rows = fresh_space.transform(texts)
     keep = np.flatnonzero(rows.getnnz(axis=1) > 0)
     if len(keep) < MIN_NEW_TOPIC:
         return []
     rows, weights, texts = rows[keep], weights[keep], [texts[i] for i in keep]
+    counts = fresh_space.counts(texts)
     k = 1 if len(texts) < 20 else choose_k(rows, weights, seed=seed)[0]
     if k == 1:
         labels = np.zeros(len(texts), dtype=np.int64)
@@ -216,7 +221,7 @@ def _new_topics(texts: list[str], weights: np.ndarray, total: float, *, known: s
             km = KMeans(n_clusters=k, random_state=seed, n_init=4).fit(rows, sample_weight=weights)
         labels, centroids = _merge(km.labels_, normalize(km.cluster_centers_))
         k = centroids.shape[0]
-    terms = _top_terms(rows, labels, k, vocabulary)
+    terms = ctfidf_terms(counts, labels, k, vocabulary, weights)
     sims = similarities(rows, np.asarray(centroids, dtype=np.float32))
     out = []
     for c in range(k):
