@@ -17,10 +17,17 @@ Before the ladder (``--validate``, on by default), one real Chromium tab and one
 grade an item and submit it on the same server, and the report shows what each made the server do
 (script runs, messages and bytes per key and per submit): the simulation must cost the same.
 
-Prints one JSON document.
+Two ways to see past the limit: ``--no-post-script-gc`` serves with Streamlit's full garbage
+collection after every script run turned off (``STREAMLIT_RUNNER_POST_SCRIPT_GC=false``, a
+Streamlit option: the app's code is the same), and ``--servers K`` starts K app processes on the
+one database file, each on its own port, and deals the sessions out round robin (what a proxy
+with sticky sessions in front of them does); CPU and RSS are then the sum over the K processes.
+
+Prints one JSON document (each level also goes to stderr as it is measured).
 
     PYTHONPATH=. python tests/bench/bench_capacity.py [--levels 5,10,15,20,25,30,40] [--window 45]
         [--items 4000] [--chunks 8] [--seed 7] [--no-validate] [--profile-s 15]
+        [--no-post-script-gc] [--servers 1] [--keep-going]
 """
 
 from __future__ import annotations
@@ -108,10 +115,10 @@ def free_port() -> int:
 class Server:
     """``labeler app`` on ``db``; ``pid`` is the Streamlit process under the launcher."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path, log: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
         self.proc = subprocess.Popen([sys.executable, "-m", "labeler", "--db", str(db), "app", "--headless",
                                       "--port", str(self.port)], cwd=db.parent, env=env,
                                      stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -144,12 +151,39 @@ class Server:
         return len(os.listdir(f"/proc/{self.pid}/task"))
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class Farm:
+    """``k`` app processes on one database file, each on its own port: the sessions are dealt out
+    round robin, as a proxy with sticky sessions would spread browsers; figures are summed."""
+
+    def __init__(self, servers: list[Server]) -> None:
+        self.servers = servers
+        self.pid = servers[0].pid  # py-spy looks at the first one
+
+    def url(self, i: int) -> str:
+        return self.servers[i % len(self.servers)].url
+
+    def cpu_s(self) -> float:
+        return sum(s.cpu_s() for s in self.servers)
+
+    def rss_mb(self) -> float:
+        return sum(s.rss_mb() for s in self.servers)
+
+    def threads(self) -> int:
+        return sum(s.threads() for s in self.servers)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
 
 
 # --- the ladder -------------------------------------------------------------------------------
@@ -184,13 +218,14 @@ def level_figures(sessions: list[Annotator], t0: float, t1: float) -> dict[str, 
             "key_run_p50_ms": pct(key, 0.5), "key_run_p95_ms": pct(key, 0.95)}
 
 
-async def ladder(server: Server, db_path: Path, tokens: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+async def ladder(server: Farm, db_path: Path, tokens: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     names = list(tokens)
     sessions: list[Annotator] = []
     tasks: list[asyncio.Task] = []
     levels: list[dict[str, Any]] = []
     base_rss, base_threads = server.rss_mb(), server.threads()
+    prev_rss, prev_n = None, 0
     before = written(db_path, names)
     try:
         for n in args.levels:
@@ -198,7 +233,7 @@ async def ladder(server: Server, db_path: Path, tokens: dict[str, str], args: ar
                 break
             joined = time.monotonic()
             for name in names[len(sessions):n]:  # new tabs open over a few seconds, not in one burst
-                a = Annotator(server.url, tokens[name], random.Random(rng.random()))
+                a = Annotator(server.url(len(sessions)), tokens[name], random.Random(rng.random()))
                 await a.connect()
                 sessions.append(a)
                 tasks.append(asyncio.create_task(a.run()))
@@ -217,7 +252,9 @@ async def ladder(server: Server, db_path: Path, tokens: dict[str, str], args: ar
                      "server_cpu_share_of_one_core": round(cpu_share, 3),
                      "server_cpu_ms_per_session_s": round(cpu_share / n * 1000, 2),
                      "server_cpu_ms_per_submit_cycle": round((cpu1 - cpu0) * 1000 / max(figures["submits"], 1), 1),
-                     "server_rss_mb": round(rss, 1), "server_rss_mb_per_session": round((rss - base_rss) / n, 2),
+                     "server_rss_mb": round(rss, 1),
+                     # the first sessions also pay for the pages' imports: per session is the slope from the level before
+                     "server_rss_mb_per_added_session": round((rss - prev_rss) / (n - prev_n), 2) if prev_rss else None,
                      "server_threads": server.threads(), "loadavg_1m": os.getloadavg()[0],
                      "join_s": round(t0 - joined - args.warmup, 1),
                      "sent_total": sent, "written_total": after,
@@ -226,13 +263,15 @@ async def ladder(server: Server, db_path: Path, tokens: dict[str, str], args: ar
                      "submits_stored_share": round((after["submitted"] - before["submitted"]) / max(sent["submits"], 1), 3),
                      "client_errors": sum(len(a.stats.errors) for a in sessions)}
             levels.append(level)
+            prev_rss, prev_n = rss, n
             print(json.dumps({"level": level}), file=sys.stderr, flush=True)
             over = level["submit_next_p95_ms"] is None or level["submit_next_p95_ms"] > args.budget_ms
             if over and not args.keep_going:
                 break
         profile = None
         if args.profile_s > 0:
-            profile = capacity_profile.record(server.pid, args.profile_s, Path(args.workdir))
+            # in a thread: the sessions go on labeling (on this event loop) while py-spy samples
+            profile = await asyncio.to_thread(capacity_profile.record, server.pid, args.profile_s, Path(args.workdir))
     finally:
         for a in sessions:
             a.stop_at = 0.0
@@ -266,6 +305,9 @@ def main() -> None:
     ap.add_argument("--budget-ms", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--profile-s", type=float, default=15.0, help="py-spy at the largest N (0: none)")
+    ap.add_argument("--no-post-script-gc", dest="post_script_gc", action="store_false",
+                    help="serve with STREAMLIT_RUNNER_POST_SCRIPT_GC=false (no full GC after each script run)")
+    ap.add_argument("--servers", type=int, default=1, help="app processes on the one database file")
     ap.add_argument("--keep-going", action="store_true", help="run every level, past the budget too")
     ap.add_argument("--no-validate", dest="validate", action="store_false")
     ap.add_argument("--workdir", default=None)
@@ -277,14 +319,24 @@ def main() -> None:
     started = time.monotonic()
     tokens = build(db_path, args.items, args.chunks, max(args.levels) + 2, args.seed)
     checks = {name: tokens.pop(name) for name in list(tokens)[-2:]}  # the validation's two tabs
-    server = Server(db_path, work / "server.log")
+    # Streamlit runs gc.collect(2) after every script run (runner.postScriptGC, on by default);
+    # --no-post-script-gc measures the same server without it (a Streamlit option, not app code)
+    env = None if args.post_script_gc else {"STREAMLIT_RUNNER_POST_SCRIPT_GC": "false"}
+    server = Farm([])
+    try:
+        for k in range(args.servers):
+            server.servers.append(Server(db_path, work / f"server{k}.log", env))
+    except BaseException:
+        server.stop()
+        raise
+    server.pid = server.servers[0].pid
     out: dict[str, Any] = {"items": args.items, "chunks": args.chunks, "budget_ms": args.budget_ms,
                            "key_gap_s": [0.3, 0.8], "item_s": [8, 15], "seed": args.seed,
-                           "window_s": args.window, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
-                           "server_pid": server.pid}
+                           "window_s": args.window, "post_script_gc": args.post_script_gc, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
+                           "servers": args.servers, "server_pids": [s.pid for s in server.servers]}
     try:
         if args.validate:
-            out["validation"] = capacity_browser.validate(server.url, *checks.values())
+            out["validation"] = capacity_browser.validate(server.url(0), *checks.values())
         out.update(asyncio.run(ladder(server, db_path, tokens, args)))
     finally:
         server.stop()

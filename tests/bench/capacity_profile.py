@@ -17,23 +17,29 @@ from typing import Any
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<path>[^()]*?)(?::\d+)?\)$")
 
 
+SCRIPT_THREAD = "ScriptRunner._run_script_thread"
+
+
 def record(pid: int, seconds: float, workdir: Path, rate: int = 100) -> dict[str, Any]:
-    """Sample ``pid`` for ``seconds`` and summarise; ``{"skipped": why}`` without py-spy."""
+    """Sample ``pid`` for ``seconds`` in each mode and summarise; ``{"skipped": why}`` without py-spy."""
     exe = shutil.which("py-spy")
     if exe is None:
         return {"skipped": "py-spy is not installed (pip install py-spy)"}
-    out = workdir / "server.pyspy.txt"
-    done = subprocess.run([exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                           "--gil", "--full-filenames", "--format", "raw", "--output", str(out)], capture_output=True, text=True)
-    if done.returncode != 0 or not out.exists():
-        return {"skipped": f"py-spy failed: {(done.stderr or done.stdout).strip()[-300:]}"}
-    summary = summarise(out.read_text().splitlines())
-    summary["seconds"] = seconds
-    summary["rate_hz"] = rate
-    # samples / (seconds * rate): the share of the time some thread held the GIL
-    summary["gil_busy_share"] = round(summary["samples"] / (seconds * rate), 3)
-    summary["raw"] = str(out)
-    return summary
+    out: dict[str, Any] = {"seconds_each": seconds, "rate_hz": rate}
+    for mode, flags, only in (("gil", ["--gil"], None), ("script_runs", ["--idle"], SCRIPT_THREAD)):
+        raw = workdir / f"server.pyspy.{mode}.txt"
+        done = subprocess.run([exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
+                               *flags, "--full-filenames", "--format", "raw", "--output", str(raw)],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not raw.exists():
+            out[mode] = {"skipped": f"py-spy failed: {(done.stderr or done.stdout).strip()[-300:]}"}
+            continue
+        out[mode] = summarise(raw.read_text().splitlines(), only=only)
+        out[mode]["raw"] = str(raw)
+    if "samples" in out.get("gil", {}):
+        # samples / (seconds * rate): the share of the time py-spy saw a thread holding the GIL
+        out["gil"]["gil_seen_held_share"] = round(out["gil"]["samples"] / (seconds * rate), 3)
+    return out
 
 
 def _frame(text: str) -> tuple[str, str]:
@@ -55,8 +61,9 @@ def _short(fn: str, path: str) -> str:
     return f"{fn} ({_package(path)})"
 
 
-def summarise(lines: list[str], top: int = 15) -> dict[str, Any]:
-    """Shares of samples from py-spy's raw lines (``frame;frame;... count``, outermost first)."""
+def summarise(lines: list[str], top: int = 15, only: str | None = None) -> dict[str, Any]:
+    """Shares of samples from py-spy's raw lines (``frame;frame;... count``, outermost first);
+    ``only``: the stacks with a frame containing it."""
     own: Counter = Counter()
     total_labeler: Counter = Counter()
     leaf_package: Counter = Counter()
@@ -65,6 +72,8 @@ def summarise(lines: list[str], top: int = 15) -> dict[str, Any]:
     for line in lines:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
+            continue
+        if only is not None and only not in stack:
             continue
         k = int(count)
         frames = [_frame(f) for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]

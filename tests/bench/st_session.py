@@ -153,8 +153,12 @@ class Annotator:
                     if run is not None:
                         run.scripts += 1
                     if msg.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:  # st.rerun(): one more follows
-                        if run is not None:
-                            run.done = now
+                        # a key sent while an earlier run was going interrupts that run (as in a
+                        # browser): the run that finishes has drawn every key sent before it
+                        for r in reversed(self.stats.runs):
+                            if r.done is not None:
+                                break
+                            r.done = now
                         self.idle.set()
         except (websockets.ConnectionClosed, asyncio.CancelledError):
             self.idle.set()
