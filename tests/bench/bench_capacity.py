@@ -167,7 +167,10 @@ class Farm:
 
     def __init__(self, servers: list[Server]) -> None:
         self.servers = servers
-        self.pid = servers[0].pid  # py-spy looks at the first one
+
+    @property
+    def pid(self) -> int:
+        return self.servers[0].pid  # py-spy looks at the first one
 
     def url(self, i: int) -> str:
         return self.servers[i % len(self.servers)].url
@@ -329,7 +332,6 @@ def main() -> None:
     except BaseException:
         server.stop()
         raise
-    server.pid = server.servers[0].pid
     out: dict[str, Any] = {"items": args.items, "chunks": args.chunks, "budget_ms": args.budget_ms,
                            "key_gap_s": [0.3, 0.8], "item_s": [8, 15], "seed": args.seed,
                            "window_s": args.window, "post_script_gc": args.post_script_gc, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
