@@ -235,12 +235,16 @@ async def ladder(server: Farm, db_path: Path, tokens: dict[str, str], args: argp
             if n > len(names):
                 break
             joined = time.monotonic()
-            for name in names[len(sessions):n]:  # new tabs open over a few seconds, not in one burst
-                a = Annotator(server.url(len(sessions)), tokens[name], random.Random(rng.random()))
+            new = [Annotator(server.url(len(sessions) + i), tokens[name], random.Random(rng.random()))
+                   for i, name in enumerate(names[len(sessions):n])]
+
+            async def join(a: Annotator, delay: float) -> None:
+                await asyncio.sleep(delay)  # new tabs open over a few seconds, not in one burst
                 await a.connect()
-                sessions.append(a)
                 tasks.append(asyncio.create_task(a.run()))
-                await asyncio.sleep(args.join_gap)
+
+            sessions += new
+            await asyncio.gather(*(join(a, i * args.join_gap) for i, a in enumerate(new)))
             await asyncio.sleep(args.warmup)
             t0, cpu0 = time.monotonic(), server.cpu_s()
             await asyncio.sleep(args.window)
@@ -254,6 +258,8 @@ async def ladder(server: Farm, db_path: Path, tokens: dict[str, str], args: argp
             level = {"annotators": n, **figures,
                      "server_cpu_share_of_one_core": round(cpu_share, 3),
                      "server_cpu_ms_per_session_s": round(cpu_share / n * 1000, 2),
+                     # one process runs Python on one core at a time: the sessions that would fill it
+                     "sessions_one_core_holds_by_cpu": round(n / cpu_share, 1) if cpu_share else None,
                      "server_cpu_ms_per_submit_cycle": round((cpu1 - cpu0) * 1000 / max(figures["submits"], 1), 1),
                      "server_rss_mb": round(rss, 1),
                      # the first sessions also pay for the pages' imports: per session is the slope from the level before
