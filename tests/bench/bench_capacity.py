@@ -259,6 +259,7 @@ async def ladder(server: Farm, db_path: Path, tokens: dict[str, str], args: argp
                      "server_cpu_share_of_one_core": round(cpu_share, 3),
                      "server_cpu_ms_per_session_s": round(cpu_share / n * 1000, 2),
                      # one process runs Python on one core at a time: the sessions that would fill it
+                     # (meaningful below saturation; a starved or saturated server does less per session)
                      "sessions_one_core_holds_by_cpu": round(n / cpu_share, 1) if cpu_share else None,
                      "server_cpu_ms_per_submit_cycle": round((cpu1 - cpu0) * 1000 / max(figures["submits"], 1), 1),
                      "server_rss_mb": round(rss, 1),
