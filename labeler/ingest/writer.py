@@ -53,6 +53,10 @@ class _LogWriter:
         if candidates is None:
             candidates = dict.fromkeys(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
         unknown = list(itertools.filterfalse(doc_pk.__contains__, candidates))
+        if not unknown and not no_text:
+            # every chunk is a document stored with its text: what the rows say of their texts
+            # cannot change anything (chunks retrieved again and again, the common case)
+            return
         # a chunk logged with text in one line and without in another keeps its text
         texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
                  for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),

@@ -120,7 +120,8 @@ def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
     if rec.get("retriever"):
         rec["retriever"] = r.ident(rec["retriever"])
     # the chunks repeat across queries: most are answered by the redactor's memory, looked up here
-    # directly (a call per chunk is a measurable share of a big ingest)
+    # for a whole column at once (a call per chunk is a measurable share of a big ingest); only a
+    # column with a value found, or not yet seen, is walked
     seen, find = redactor._found, redactor.find
     ids = rec["ids"]
     made = rec.get("made_ids") or ()
@@ -128,22 +129,20 @@ def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
         text = rec["texts"][i]
         if find(text):
             ids[i] = redactor.content_id(text)
-    for i, cid in enumerate(ids):
-        found = seen.get(cid)
-        if found is None:
-            found = find(cid)
-        if found:
-            ids[i] = r.ident(cid)
-    for column in ("texts", "titles"):
+    for column, replace in (("ids", r.ident), ("texts", r.text), ("titles", r.text)):
         values = rec[column]
-        if values is not None:
-            for i, v in enumerate(values):
-                if v:
-                    found = seen.get(v)
-                    if found is None:
-                        found = find(v)
-                    if found:
-                        values[i] = r.text(v)
+        if values is None:
+            continue
+        founds = list(map(seen.get, values))
+        if founds.count(()) == len(founds):  # nothing in any of them (the common case)
+            continue
+        for i, (v, found) in enumerate(zip(values, founds, strict=True)):
+            if not v or found == ():
+                continue
+            if found is None:
+                found = find(v)
+            if found:
+                values[i] = replace(v)
     if rec.get("meta"):
         rec["meta"] = r.value(rec["meta"])
     if r.counts:

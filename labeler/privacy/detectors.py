@@ -71,6 +71,9 @@ LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
 # (shorter numbers are counts, years, ports and versions: no detector wants them)
 NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
 _INNER_START = re.compile(r"(?<= )[0-9(]")  # where a value may start inside a hint
+# the provider prefixes in one search: one C call instead of a generator over fifteen substrings
+# (a tenth of the time on a question, which has none)
+_SECRET_HINT = re.compile("|".join(map(re.escape, SECRET_HINTS)))
 
 
 def _luhn(digits: str) -> bool:
@@ -263,13 +266,14 @@ class Detectors:
             for m in regex.finditer(text):
                 if m.end() > m.start():
                     found.append((0, m.start(), m.end(), kind))
-        if any(h in text for h in SECRET_HINTS):
+        if _SECRET_HINT.search(text) is not None:
             self._scan(self.secrets, text, found)
         if "@" in text:
             self._scan(self.email, text, found)
         if ":" in text and ("::" in text or IPV6_HINT.search(text)):
             self._scan(self.ipv6, text, found)
-        self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
+        if text.lower() != text:  # no upper-case letter, no IBAN or NI number (cheaper than the hint)
+            self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
         self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone)
         if len(found) < 2:
             return [(s, e, k) for _, s, e, k in found]

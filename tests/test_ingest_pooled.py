@@ -1,0 +1,63 @@
+"""Chunk texts retrieved again and again (a pool, as real logs repeat their corpus): the work done
+once per distinct text must give what doing it for every occurrence gives, across batches and in
+the forked parser alike."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import labeler
+from labeler.ingest.batches import BATCH
+
+EMAIL = "maria.rossi@example.com"
+PHONE = "+44 20 7946 0958"
+
+
+def pooled_log(path: Path, n: int) -> dict[str, int]:
+    """``n`` queries x 5 chunks from a pool of 40 texts, two of which hold a value; chunk ``late``
+    comes without text until the last batch, ``early`` with text only in the first record.
+    Returns how often each planted text is retrieved."""
+    rng = random.Random(7)
+    pool = [f"Step {d}: open Settings > Billing and press Export (plan {d})" for d in range(40)]
+    pool[3] = f"Write to {EMAIL} for a refund"
+    pool[5] = f"Call {PHONE} when the sync fails"
+    seen = {"EMAIL": 0, "PHONE": 0}
+    with open(path, "w") as f:
+        for i in range(n):
+            picks = rng.sample(range(40), 5)
+            chunks = [{"id": f"doc-{d}", "text": pool[d], "score": 0.5} for d in picks]
+            seen["EMAIL"] += 3 in picks
+            seen["PHONE"] += 5 in picks
+            chunks.append({"id": "late", "score": 0.1} if i < n - 1 else {"id": "late", "text": "arrived", "score": 0.1})
+            chunks.append({"id": "early", "text": "first text", "score": 0.1} if i == 0 else {"id": "early", "score": 0.1})
+            f.write(json.dumps({"query_id": f"q{i}", "question": f"how do I export {i}",
+                                "retrieved": chunks}) + "\n")
+    return seen
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_repeated_chunk_text_is_redacted_and_counted_every_time(tmp_path, parallel):
+    n = 2 * BATCH + 300  # three batches: the texts are known after the first
+    log = tmp_path / "pooled.jsonl"
+    seen = pooled_log(log, n)
+    db = labeler.connect(tmp_path / "l.db")
+    result = labeler.ingest_logs(db, log, parallel=parallel)
+    assert result.new == n and result.retrievals == 7 * n
+    # every occurrence is counted, though the text was searched once
+    assert result.redactions == {"EMAIL": seen["EMAIL"], "PHONE": seen["PHONE"]}
+    texts = dict(db.execute("SELECT doc_id, text FROM documents").fetchall())
+    assert texts["doc-3"] == "Write to [EMAIL_1] for a refund"
+    assert texts["doc-5"] == "Call [PHONE_1] when the sync fails"
+    # a chunk logged without text keeps waiting for one, and one logged with it keeps it
+    assert texts["late"] == "arrived" and texts["early"] == "first text"
+    assert len(texts) == 42 and result.documents_without_text == 0
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("l.db*"))
+    assert EMAIL.encode() not in data and b"7946 0958" not in data
+    # the same rows whichever way the file was parsed
+    rows = db.execute("SELECT q.query_id, d.doc_id, r.rank FROM retrievals r JOIN queries q ON q.pk = r.query_pk "
+                      "JOIN documents d ON d.pk = r.doc_pk ORDER BY q.pk, r.rank").fetchall()
+    assert len(rows) == 7 * n and rows[-1] == (f"q{n - 1}", "early", 7)
