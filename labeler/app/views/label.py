@@ -180,6 +180,8 @@ if pk is None:
     st.success("Nothing left in your queue: every item has the annotators it needs, or is held by someone else.")
     st.button("Check again", on_click=_next_item, key="check_again")
     st.button("Back to my last item", on_click=go_back, args=(None,), key="back_empty")
+    # mounted with no item, so that keys typed after the last Enter are reported, not lost
+    grader.grader({"item": None, "annotator": annotator, "chunks": []}, on_outbox)
     st.stop()
 
 try:
