@@ -158,17 +158,22 @@ if state.CURRENT not in st.session_state:
 
 pk = st.session_state.get(state.CURRENT)
 
-with st.sidebar:
-    widgets.progress_panel(db, annotator)
-    with st.expander("Guidelines"):
-        st.markdown(settings["guidelines"])
-    with st.expander("Grades"):
-        for g, (name, desc) in enumerate(zip(names, settings["grade_help"], strict=False)):
-            st.write(f"**{g} {widgets.escape_markdown(name)}**: {widgets.escape_markdown(desc)}")
-    with st.expander("My history"):
-        for h in labels.history(db, annotator, limit=30):
-            st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
-                      on_click=reopen, args=(h.query_pk,), width="stretch")
+
+def sidebar() -> None:
+    """Progress, guidelines, grades and history: drawn last in the run, so that after Enter the
+    next item's question and chunks reach the browser before the sidebar is computed and sent."""
+    with st.sidebar:
+        widgets.progress_panel(db, annotator)
+        with st.expander("Guidelines"):
+            st.markdown(settings["guidelines"])
+        with st.expander("Grades"):
+            for g, (name, desc) in enumerate(zip(names, settings["grade_help"], strict=False)):
+                st.write(f"**{g} {widgets.escape_markdown(name)}**: {widgets.escape_markdown(desc)}")
+        with st.expander("My history"):
+            for h in labels.history(db, annotator, limit=30):
+                st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
+                          on_click=reopen, args=(h.query_pk,), width="stretch")
+
 
 if error := st.session_state.pop(state.LABEL_ERROR, None):
     st.error(widgets.escape_markdown(error))
@@ -181,7 +186,9 @@ if pk is None:
     st.button("Check again", on_click=_next_item, key="check_again")
     st.button("Back to my last item", on_click=go_back, args=(None,), key="back_empty")
     # mounted with no item, so that keys typed after the last Enter are reported, not lost
-    grader.grader({"item": None, "annotator": annotator, "chunks": []}, on_outbox)
+    grader.grader({"item": None, "annotator": annotator, "chunks": [], "acks": [], "refused": [], "rejected": []},
+                  on_outbox)
+    sidebar()
     st.stop()
 
 try:
@@ -324,3 +331,5 @@ with right:
         else:
             with st.container(height=300, key="missed"):
                 hit_list(missed, "missed", "add_missed")
+
+sidebar()
