@@ -220,6 +220,9 @@ def main() -> None:
             _wait_healthy(echo.url)  # type: ignore[attr-defined]
             with sync_playwright() as p:
                 b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                # a first round of each, not counted: imports, the first page load, the caches
+                echo_latency(b, echo.url, 3)
+                label_latency(b, server.url, 3, "warmup")
                 # baseline and label in alternating blocks, so a shared machine's load falls on both
                 base: list[float] = []
                 label: list[float] = []
