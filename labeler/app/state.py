@@ -29,6 +29,7 @@ CURRENT = "current_item"  # query pk on the Label page
 GRADER_ACKS = "grader_acks"  # {"client|item": seq}: grade events applied for the grading widget
 GRADER_NOTES = "grader_notes"  # {"refused"/"rejected": [[client, item, seq, why]]} for the widget
 SHOWN_AT = "shown_at"  # monotonic time the current item was shown (seconds spent)
+SPENT = "spent"  # [(query pk, seconds)] measured on the Label page, not yet written
 LABEL_ERROR = "label_error"  # a LabelerError raised in a callback, shown on the next run
 FLAG_ERROR = "flag_error"  # why flagging failed, shown next to the flag reason box
 NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")

@@ -41,10 +41,19 @@ def _show(pk: int | None) -> None:
 
 
 def _spent(pk: int) -> None:
+    # measured now, written once the next item is drawn (write_spent): after Enter, a write
+    # transaction fewer between the key and the next item, which behind an ingest's lock costs most
     shown = st.session_state.get(state.SHOWN_AT)
     if shown is not None:
-        _safely(labels.add_seconds, state.get_db(), pk, annotator, min(time.monotonic() - shown, 3600.0))
+        st.session_state.setdefault(state.SPENT, []).append((pk, min(time.monotonic() - shown, 3600.0)))
         st.session_state[state.SHOWN_AT] = time.monotonic()
+
+
+def write_spent() -> None:
+    """Store the seconds measured by ``_spent`` (a run cut short leaves them for the next run)."""
+    while st.session_state.get(state.SPENT):
+        pk, seconds = st.session_state[state.SPENT].pop(0)
+        _safely(labels.add_seconds, db, pk, annotator, seconds)
 
 
 @auth.guarded
@@ -189,6 +198,7 @@ if pk is None:
     grader.grader({"item": None, "annotator": annotator, "chunks": [], "acks": [], "refused": [], "rejected": []},
                   on_outbox)
     sidebar()
+    write_spent()
     st.stop()
 
 try:
@@ -333,3 +343,4 @@ with right:
                 hit_list(missed, "missed", "add_missed")
 
 sidebar()
+write_spent()
