@@ -328,3 +328,18 @@ def test_the_next_item_opens_with_its_question_in_view(tmp_path, start_app, brow
         assert 0 <= box["y"] and box["y"] + box["height"] <= 900, box
     finally:
         context.close()
+
+
+def test_a_page_shortcut_after_enter_is_reported_not_applied_to_the_item_submitted(tmp_path, start_app, page):
+    db_path = make_db(tmp_path, items=3)
+    server = start_app(db_path)
+    first = open_label(page, server.url)
+    page.keyboard.type("12301230", delay=20)
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    page.keyboard.type("\ns3", delay=0)  # S (skip) typed before the next item is drawn, then a grade
+    second = next_shown(page, first)
+    page.get_by_text("S (a page shortcut) does not wait for the next item; press it again.",
+                     exact=False).wait_for()
+    saved(page)
+    check_item(db_path, first, [1, 2, 3, 0, 1, 2, 3, 0])  # still submitted, not skipped
+    assert status(db_path, second) is None and stored(db_path, second) == [None] * N_CHUNKS
