@@ -67,12 +67,16 @@ def write_config(folder: Path, text: str) -> Path:
 def test_the_users_config_files_and_environment_win(tmp_path):
     cwd = write_config(tmp_path / "project", '[theme]\nprimaryColor = "#ff0000"\nbase = "dark"\n')
     home = write_config(tmp_path / "home", "[server]\nmaxUploadSize = 50\n")
+    gc = ["--runner.postScriptGC", "false"]
     flags = launch.default_flags(cwd=cwd, home=home, environ={"STREAMLIT_SERVER_RUN_ON_SAVE": "true"})
+    assert flags == gc
+    flags = launch.default_flags(cwd=cwd, home=home, environ={"STREAMLIT_SERVER_RUN_ON_SAVE": "true",
+                                                              "STREAMLIT_RUNNER_POST_SCRIPT_GC": "true"})
     assert flags == []
     flags = launch.default_flags(cwd=cwd, home=tmp_path / "nobody", environ={})
-    assert flags == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024"]
+    assert flags == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024", *gc]
     everything = launch.default_flags(cwd=tmp_path / "empty", home=tmp_path / "nobody", environ={})
-    assert everything == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024",
+    assert everything == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024", *gc,
                           "--theme.primaryColor", "#3b5bdb"]
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from labeler.app import launch
+
 CHROMIUM = os.environ.get("LABELER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -40,7 +42,8 @@ class AppServer:
         cmd = [sys.executable, "-m", "streamlit", "run",
                str(Path(__file__).resolve().parents[2] / "labeler" / "app" / "streamlit_app.py"),
                "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port),
-               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+               *launch.default_flags(cwd=db_path.parent)]  # the app's packaged defaults, as `labeler app` passes them
         full_env = dict(os.environ, LABELER_DB=str(db_path), **(env or {}))
         self.proc = subprocess.Popen(cmd, env=full_env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      cwd=db_path.parent)

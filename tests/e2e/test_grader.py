@@ -11,6 +11,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 import labeler
 from tests.e2e.conftest import settle, sign_in_by_name
 
@@ -265,3 +267,79 @@ def test_back_to_a_finished_item_grades_it_again(tmp_path, start_app, page):
     saved(page)
     assert stored(db_path, first) == [3, 2, 3, 0, 1, 2, 3, 0]
     assert grade_events(db_path, first)[-1] == (1, "3") and len(grade_events(db_path, first)) == 9
+
+
+def _type_after_enter(page, db_path: Path, delay_ms: int) -> tuple[int, int]:
+    """Grade the first item, then Enter and 3, 2, Z with ``delay_ms`` between keys, none waiting
+    for the next item; return (first item, next item)."""
+    first = shown_item(page)
+    page.keyboard.type("12301230", delay=20)
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    page.keyboard.type("\n32z", delay=delay_ms)
+    return first, next_shown(page, first)
+
+
+@pytest.mark.parametrize("delay_ms", [0, 20])
+def test_keys_typed_after_enter_land_on_the_next_item(tmp_path, start_app, page, delay_ms):
+    db_path = make_db(tmp_path, items=3)
+    server = start_app(db_path)
+    open_label(page, server.url)
+    first, second = _type_after_enter(page, db_path, delay_ms)
+    # 3 grades the next item's first chunk, 2 the chunk the focus moved to, Z the six others 0
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    saved(page)
+    check_item(db_path, first, [1, 2, 3, 0, 1, 2, 3, 0])
+    assert stored(db_path, second) == [3, 2, 0, 0, 0, 0, 0, 0]
+    assert grade_events(db_path, second) == [(1, "3"), (2, "2")] + [(r, "0") for r in range(3, 9)]
+    assert status(db_path, second) == "in_progress"  # graded, not submitted: the keys held no Enter for it
+
+
+def test_keys_after_enter_with_nothing_left_say_so(tmp_path, start_app, page):
+    db_path = make_db(tmp_path, items=1)
+    server = start_app(db_path)
+    first = open_label(page, server.url)
+    page.keyboard.type("12301230", delay=20)
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    page.keyboard.type("\n32", delay=0)
+    page.get_by_text("2 keys typed after Enter were not applied: nothing left in your queue.").wait_for()
+    check_item(db_path, first, [1, 2, 3, 0, 1, 2, 3, 0])
+
+
+def test_the_next_item_opens_with_its_question_in_view(tmp_path, start_app, browser):
+    long_text = "Keys live under Settings, API, Keys; rotate them there. " * 6
+    db_path = make_db(tmp_path, items=3, text=long_text)
+    server = start_app(db_path)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    try:
+        first = open_label(page, server.url)
+        page.keyboard.type("12301230", delay=20)  # the focus walks down the list, the page scrolls with it
+        page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+        assert page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTop") > 0
+        question = page.locator('.lb-plain[data-key="question"]')
+        asked = question.inner_text()
+        page.keyboard.press("Enter")
+        second = next_shown(page, first)
+        page.wait_for_function("(q) => document.querySelector('.lb-plain[data-key=question]').innerText !== q",
+                               arg=asked)
+        box = question.bounding_box()
+        assert second != first and box is not None
+        assert 0 <= box["y"] and box["y"] + box["height"] <= 900, box
+    finally:
+        context.close()
+
+
+def test_a_page_shortcut_after_enter_is_reported_not_applied_to_the_item_submitted(tmp_path, start_app, page):
+    db_path = make_db(tmp_path, items=3)
+    server = start_app(db_path)
+    first = open_label(page, server.url)
+    page.keyboard.type("12301230", delay=20)
+    page.get_by_text("8 of 8 retrieved chunks graded").wait_for()
+    page.keyboard.type("\ns3", delay=0)  # S (skip) typed before the next item is drawn, then a grade
+    second = next_shown(page, first)
+    page.get_by_text("S (a page shortcut) does not wait for the next item; press it again.",
+                     exact=False).wait_for()
+    saved(page)
+    check_item(db_path, first, [1, 2, 3, 0, 1, 2, 3, 0])  # still submitted, not skipped
+    assert status(db_path, second) is None and stored(db_path, second) == [None] * N_CHUNKS

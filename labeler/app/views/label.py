@@ -41,10 +41,19 @@ def _show(pk: int | None) -> None:
 
 
 def _spent(pk: int) -> None:
+    # measured now, written once the next item is drawn (write_spent): after Enter, a write
+    # transaction fewer between the key and the next item, which behind an ingest's lock costs most
     shown = st.session_state.get(state.SHOWN_AT)
     if shown is not None:
-        _safely(labels.add_seconds, state.get_db(), pk, annotator, min(time.monotonic() - shown, 3600.0))
+        st.session_state.setdefault(state.SPENT, []).append((pk, min(time.monotonic() - shown, 3600.0)))
         st.session_state[state.SHOWN_AT] = time.monotonic()
+
+
+def write_spent() -> None:
+    """Store the seconds measured by ``_spent`` (a run cut short leaves them for the next run)."""
+    while st.session_state.get(state.SPENT):
+        pk, seconds = st.session_state[state.SPENT].pop(0)
+        _safely(labels.add_seconds, db, pk, annotator, seconds)
 
 
 @auth.guarded
@@ -158,17 +167,22 @@ if state.CURRENT not in st.session_state:
 
 pk = st.session_state.get(state.CURRENT)
 
-with st.sidebar:
-    widgets.progress_panel(db, annotator)
-    with st.expander("Guidelines"):
-        st.markdown(settings["guidelines"])
-    with st.expander("Grades"):
-        for g, (name, desc) in enumerate(zip(names, settings["grade_help"], strict=False)):
-            st.write(f"**{g} {widgets.escape_markdown(name)}**: {widgets.escape_markdown(desc)}")
-    with st.expander("My history"):
-        for h in labels.history(db, annotator, limit=30):
-            st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
-                      on_click=reopen, args=(h.query_pk,), width="stretch")
+
+def sidebar() -> None:
+    """Progress, guidelines, grades and history: drawn last in the run, so that after Enter the
+    next item's question and chunks reach the browser before the sidebar is computed and sent."""
+    with st.sidebar:
+        widgets.progress_panel(db, annotator)
+        with st.expander("Guidelines"):
+            st.markdown(settings["guidelines"])
+        with st.expander("Grades"):
+            for g, (name, desc) in enumerate(zip(names, settings["grade_help"], strict=False)):
+                st.write(f"**{g} {widgets.escape_markdown(name)}**: {widgets.escape_markdown(desc)}")
+        with st.expander("My history"):
+            for h in labels.history(db, annotator, limit=30):
+                st.button(widgets.escape_markdown(f"{h.status} · {h.question[:60]}"), key=f"hist_{h.query_pk}",
+                          on_click=reopen, args=(h.query_pk,), width="stretch")
+
 
 if error := st.session_state.pop(state.LABEL_ERROR, None):
     st.error(widgets.escape_markdown(error))
@@ -180,6 +194,11 @@ if pk is None:
     st.success("Nothing left in your queue: every item has the annotators it needs, or is held by someone else.")
     st.button("Check again", on_click=_next_item, key="check_again")
     st.button("Back to my last item", on_click=go_back, args=(None,), key="back_empty")
+    # mounted with no item, so that keys typed after the last Enter are reported, not lost
+    grader.grader({"item": None, "annotator": annotator, "chunks": [], "acks": [], "refused": [], "rejected": []},
+                  on_outbox)
+    sidebar()
+    write_spent()
     st.stop()
 
 try:
@@ -322,3 +341,6 @@ with right:
         else:
             with st.container(height=300, key="missed"):
                 hit_list(missed, "missed", "add_missed")
+
+sidebar()
+write_spent()

@@ -1,6 +1,9 @@
 """The grading widget of the Label page: the chunk list with its grades, focus and keys runs in the
 browser (``grader.js``), so a key changes the grade on screen at once and no key is lost to a rerun.
 
+Keys typed after Enter, before the next item is drawn, wait in the browser and are applied to
+the next item in order (``keys.js``); a key that cannot apply is reported in the widget's line.
+
 The widget sends its changes as an ordered stream of events (see ``labeler.labels.streams``) in
 its state value ``outbox``: ``{"batches": [{"client", "item", "events": [...]}], "n": send count}``
 holding every event the server has not acknowledged. The page applies them with
@@ -26,7 +29,9 @@ _HERE = Path(__file__).parent
 _mount = st.components.v2.component(
     "labeler_grader",
     css=(_HERE / "grader.css").read_text(encoding="utf-8"),
-    js=(_HERE / "grader.js").read_text(encoding="utf-8"),
+    # one module from two files split by job (drawing and streams; the keyboard): a module loaded
+    # from a blob URL cannot import its neighbours
+    js="\n".join((_HERE / name).read_text(encoding="utf-8") for name in ("grader.js", "keys.js")),
     isolate_styles=False,
 )
 

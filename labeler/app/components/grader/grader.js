@@ -3,7 +3,8 @@
 // Grades change on screen in the keydown handler itself; the server learns about them through an
 // ordered stream of events, numbered per (item, page load), that the widget keeps in
 // sessionStorage until the server acknowledges them (data.acks), and sends again while it does
-// not. Text from logs reaches the DOM through textContent only, never as HTML.
+// not. The keyboard is keys.js, appended to this file into one module (see __init__.py). Text from
+// logs reaches the DOM through textContent only, never as HTML.
 
 const STORE_KEY = "labeler.grader.v1";
 const RETRY_MS = 1500;
@@ -207,6 +208,7 @@ function submit() {
   view.submitting = true;
   view.message = "Submitting…";
   push({ submit: true });
+  awaiting = { annotator: view.data.annotator, item: view.data.item };
   render(false);
 }
 
@@ -217,45 +219,6 @@ function move(step) {
   render(true);
 }
 
-// --- the keyboard: one listener for the page's lifetime, so no key falls between two renders ----
-
-const NOT_TEXT = new Set(["radio", "checkbox", "button", "submit", "reset", "range", "color", "file", "image"]);
-
-function isTextEntry(el) {
-  if (!el || !el.tagName) return false;
-  const tag = el.tagName.toLowerCase();
-  if (tag === "textarea" || tag === "select" || el.isContentEditable) return true;
-  return tag === "input" && !NOT_TEXT.has((el.getAttribute("type") || "text").toLowerCase());
-}
-
-function onKey(e) {
-  if (!view || !view.root.isConnected || e.defaultPrevented) return;
-  if (e.ctrlKey || e.metaKey || e.altKey) return;
-  const target = (e.composedPath && e.composedPath()[0]) || e.target;
-  if (isTextEntry(target)) {
-    if (e.key === "Escape") target.blur(); // leaves the box (Streamlit saves it), so keys work again
-    return;
-  }
-  if (document.querySelector('[role="dialog"]')) return;
-  const top = view.data.grade_names.length - 1;
-  const key = e.key.length === 1 ? e.key.toLowerCase() : e.key;
-  let done = true;
-  if (/^[0-9]$/.test(key) && Number(key) <= top) {
-    if (e.repeat) return;
-    grade(view.focus, Number(key), false);
-  } else if (key === "j") move(1);
-  else if (key === "k") move(-1);
-  else if (key === "z" && !e.repeat) restZero();
-  else if (key === "a" && !e.repeat) accept();
-  else if (key === "Enter" && !e.repeat) submit();
-  else done = false;
-  if (done) {
-    e.preventDefault();
-    e.stopPropagation();
-  }
-}
-
-document.addEventListener("keydown", onKey, true);
 
 // --- drawing -----------------------------------------------------------------------------------
 
@@ -403,13 +366,55 @@ function render(scroll) {
   if (scroll && rows[view.focus]) rows[view.focus].scrollIntoView({ block: "nearest" });
 }
 
+// the page's scrolling box (Streamlit's main area), or the document
+function scroller(node) {
+  for (let n = node && node.parentElement; n; n = n.parentElement) {
+    const y = getComputedStyle(n).overflowY;
+    if ((y === "auto" || y === "scroll") && n.scrollHeight > n.clientHeight) return n;
+  }
+  return document.scrollingElement || document.documentElement;
+}
+
+// a new item opens at its top: the question, drawn above the widget in the same run, in view
+function showTop(box) {
+  const sc = scroller(box);
+  const question = document.querySelector('.lb-plain[data-key="question"]');
+  if (!question) {
+    sc.scrollTop = 0;
+    return;
+  }
+  const offset = question.getBoundingClientRect().top - sc.getBoundingClientRect().top;
+  if (offset < 0 || question.getBoundingClientRect().bottom > window.innerHeight) sc.scrollTop = 0;
+}
+
 function signature(d) {
   return JSON.stringify([d.item, d.annotator, d.grade_names, d.chunks.map((c) => [c.doc_pk, c.text, c.title, c.added, c.suggestion, c.new, c.sources])]);
+}
+
+function mountEmpty(parentElement, data) {
+  // nothing left in the queue: the widget stays mounted only to say what became of waiting keys
+  parentElement.querySelectorAll(":scope > .lb-grader").forEach((old) => old.remove());
+  const box = el("div", "lb-grader lb-empty");
+  const msg = el("span", "lb-msg");
+  box.append(msg);
+  parentElement.append(box);
+  view = null;
+  if (awaiting && awaiting.annotator === data.annotator) awaiting = null;
+  if (queued.length) {
+    const n = queued.length;
+    queued.length = 0;
+    msg.textContent = `${plural(n)} typed after Enter ${n === 1 ? "was" : "were"} not applied: nothing left in your queue.`;
+  }
 }
 
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
   if (!data || !Array.isArray(data.chunks)) return;
+  if (data.item === null || data.item === undefined) {
+    mountEmpty(parentElement, data);
+    return;
+  }
+  lastGradeNames = data.grade_names.length;
   const sameItem = view && view.data.item === data.item && view.data.annotator === data.annotator;
   const rebuild = !view || view.root !== parentElement || !view.box.isConnected || signature(view.data) !== signature(data);
   const box = rebuild ? build(parentElement) : view.box;
@@ -425,12 +430,26 @@ export default function (component) {
     const first = data.chunks.findIndex((c) => g.get(c.doc_pk) === null || g.get(c.doc_pk) === undefined);
     view.focus = first < 0 ? 0 : first;
   }
+  let arrived = false;
+  if (awaiting && awaiting.annotator !== data.annotator) {
+    awaiting = null;
+    dropQueued("someone else signed in.");
+  } else if (awaiting && awaiting.item !== data.item) {
+    awaiting = null; // the next item is here: the keys typed meanwhile are its
+    arrived = true;
+  } else if (awaiting && !view.submitting) {
+    // the server answered the submit and kept the item (refused, or it went to someone else)
+    awaiting = null;
+    dropQueued("the item was not submitted.");
+  }
   if (rebuild) {
     drawBar(box);
     drawRows(box);
   }
   box.dataset.item = String(data.item);
-  render(!sameItem);
+  render(false);
+  if (!sameItem) showTop(box);
+  if (arrived || (!awaiting && queued.length)) replay();
   // after a reload, changes of the page before wait in storage: send them now; otherwise every key
   // sends at once and the timer resends, so a render never starts a send loop of its own
   if (hasPending() && (lastSent === 0 || performance.now() - lastSent > RETRY_MS)) flush();
