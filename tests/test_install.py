@@ -68,12 +68,12 @@ def test_the_users_config_files_and_environment_win(tmp_path):
     cwd = write_config(tmp_path / "project", '[theme]\nprimaryColor = "#ff0000"\nbase = "dark"\n')
     home = write_config(tmp_path / "home", "[server]\nmaxUploadSize = 50\n")
     flags = launch.default_flags(cwd=cwd, home=home, environ={"STREAMLIT_SERVER_RUN_ON_SAVE": "true"})
-    assert flags == []
-    flags = launch.default_flags(cwd=cwd, home=tmp_path / "nobody", environ={})
+    assert flags == ["--client.toolbarMode", "minimal"]  # the one option neither file nor the environment sets
+    flags = launch.default_flags(cwd=cwd, home=tmp_path / "nobody", environ={"STREAMLIT_CLIENT_TOOLBAR_MODE": "auto"})
     assert flags == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024"]
     everything = launch.default_flags(cwd=tmp_path / "empty", home=tmp_path / "nobody", environ={})
     assert everything == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024",
-                          "--theme.primaryColor", "#3b5bdb"]
+                          "--client.toolbarMode", "minimal", "--theme.primaryColor", "#3b5bdb"]
 
 
 def test_the_address_and_privacy_flags_beat_any_config(tmp_path):
