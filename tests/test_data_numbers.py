@@ -3,6 +3,8 @@ of the same filters holds, and reused only while nothing was committed to the da
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import labeler
@@ -35,3 +37,31 @@ def test_reused_counts_follow_every_commit_from_any_connection(small, db_path): 
     assert after == E.golden_set(small).counts() != first
     after["queries"] = -1  # what a caller does with its copy stays out of the next answer
     assert E.export_counts(small, reuse=True)["queries"] == first["queries"]
+
+
+def test_the_data_page_tiles_follow_an_ingest_and_a_label_from_another_session(tmp_path, monkeypatch, ingest_tiny):
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "data.db"
+    db = labeler.connect(path)
+    ingest_tiny(db, n=6)
+    L.add_annotator(db, "lena", "lead")
+    monkeypatch.setenv("LABELER_DB", str(path))
+    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=30)
+    at.session_state["annotator"] = "lena"
+    at.run()
+    at.switch_page("views/data.py").run()
+    tiles = lambda: {m.label: m.value for m in at.metric}  # noqa: E731
+    assert (tiles()["Queries"], tiles()["Relevance labels"], tiles()["Queries to export"]) == ("6", "0", "0")
+    assert at.run() and tiles()["Queries"] == "6"  # a rerun with nothing new: the same numbers
+
+    other = labeler.connect(path)  # another session ingests, then an annotator submits one query
+    ingest_tiny(other, n=4, prefix="extra")
+    q = other.execute("SELECT pk FROM queries ORDER BY pk LIMIT 1").fetchone()[0]
+    d = other.execute("SELECT doc_pk FROM retrievals WHERE query_pk = ? ORDER BY rank LIMIT 1", [q]).fetchone()[0]
+    L.set_grade(other, q, d, "bob", 3)
+    L.set_status(other, q, "bob", "submitted")
+    at.run()
+    assert not at.exception, at.exception
+    assert (tiles()["Queries"], tiles()["Relevance labels"], tiles()["Labeled queries"],
+            tiles()["Queries to export"]) == ("10", "1", "1", "1")

@@ -15,7 +15,7 @@ from labeler.ingest import undo as ingest_undo
 st.title("Data")
 db = state.get_db()
 
-s = labeler.stats(db)
+s = state.reused(labeler.stats, db)
 widgets.stat_tiles({
     "Queries": s["queries"],
     "Log occurrences": s["occurrences"],
