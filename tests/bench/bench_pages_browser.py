@@ -50,8 +50,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backg
 _DRAWN = """([title, selector]) => {
   const main = document.querySelector('[data-testid="stMain"]');
   if (!main) return false;
-  const h1 = [...main.querySelectorAll('h1')].find(h => h.textContent.trim() === title);
-  if (!h1 || h1.closest('[data-stale="true"]')) return false;
+  if (title !== null) {  // the Label page shows an item's question, not a title, when it has one
+    const h1 = [...main.querySelectorAll('h1')].find(h => h.textContent.trim() === title);
+    if (!h1 || h1.closest('[data-stale="true"]')) return false;
+  }
   return [...main.querySelectorAll(selector)].some(e => !e.closest('[data-stale="true"]'));
 }"""
 _DONE = """() => !document.querySelector('[data-stale="true"]')
@@ -61,7 +63,7 @@ _DONE = """() => !document.querySelector('[data-stale="true"]')
 PAGES = {  # nav link text -> (title, selector of its main element)
     "Data": ("Data", '[data-testid="stMetric"]'),
     "Metrics": ("Metrics", '[data-testid="stMetric"]'),
-    "Label": ("Label", '[data-testid="stButton"], .lb-plain'),  # the item, or "Nothing left" and its button
+    "Label": (None, '[data-testid="stButton"], .lb-plain, iframe'),  # the item, or "Nothing left" and its button
 }
 ORDER = ["Data", "Metrics", "Label"]
 BASELINE = "Label"
