@@ -8,10 +8,13 @@ another's; a finished thread's connection is reused by the next one, caches and 
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -138,6 +141,29 @@ def warm_metrics(again: bool = False) -> None:
     warmer = _warmer(db_path())
     if again and os.environ.get("LABELER_WARM_METRICS", "1") != "0":
         warmer.start()
+
+
+_REUSED: dict[tuple, tuple[Any, Any]] = {}  # (function, database file) -> (data token, value)
+_REUSED_LOCK = threading.Lock()
+
+
+def reused(fn: Callable[[Any], Any], db) -> Any:
+    """``fn(db)``, read again only after something was committed to the database file (by any
+    connection or process): pages call such counts on every rerun, widget clicks included. The
+    latest value per function and file is kept; each caller gets its own copy."""
+    from labeler import report
+
+    token = report.data_token(db)
+    key = (fn.__module__, fn.__qualname__, None if token is None else token[0])
+    with _REUSED_LOCK:
+        hit = _REUSED.get(key)
+    if token is not None and hit is not None and hit[0] == token:
+        return copy.deepcopy(hit[1])
+    value = fn(db)
+    if token is not None:
+        with _REUSED_LOCK:
+            _REUSED[key] = (token, copy.deepcopy(value))
+    return value
 
 
 def db_path() -> str:

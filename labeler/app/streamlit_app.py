@@ -26,7 +26,9 @@ with st.sidebar:
 state.warm_metrics()  # the Metrics page's numbers, computed in the background once per server
 
 pages = [
-    st.Page("views/label.py", title="Label", icon=":material/label:", url_path="label", default=True),
+    # the root URL only forwards to /label: a default page is served at "/" alone, and /label must work too
+    st.Page("views/start.py", title="Label", url_path="start", default=True, visibility="hidden"),
+    st.Page("views/label.py", title="Label", icon=":material/label:", url_path="label"),
     st.Page("views/data.py", title="Data", icon=":material/database:", url_path="data"),
     st.Page("views/metrics.py", title="Metrics", icon=":material/monitoring:", url_path="metrics"),
     st.Page("views/review.py", title="Review", icon=":material/fact_check:", url_path="review"),

@@ -82,16 +82,18 @@ def signals_section(db: Any, *, retriever: str | None) -> None:
     """Metrics of unhappy questions (thumbs down, low rating, escalation, retry, error) vs the
     other labeled ones, with CIs."""
     st.subheader("By signal")
+    # counted first: without any signal the per-group bootstrap (seconds at 100k queries, again
+    # after every label) would only be thrown away
+    if not signal_lib.signal_counts(db)["queries_with_signals"]:
+        st.caption("No logged question carries a signal (thumbs down, rating, feedback, escalation, retry, "
+                   "error): map one at ingest with --map signal.negative=PATH.")
+        return
     try:
         result = signal_lib.signal_metrics(db, retriever=retriever)
     except LabelerError as e:
         widgets.show_error(e)
         return
     counts = result["counts"]
-    if not counts["queries_with_signals"]:
-        st.caption("No logged question carries a signal (thumbs down, rating, feedback, escalation, retry, "
-                   "error): map one at ingest with --map signal.negative=PATH.")
-        return
     st.caption(f"{counts['queries_with_signals']} questions carry a signal, {counts['unhappy']} unhappy "
                f"(negative {counts['negative']}, escalated {counts['escalated']}, retried {counts['retried']}, "
                f"error {counts['error']}, rated {counts['rating']}) · metrics need 5 measured queries per group")

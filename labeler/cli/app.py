@@ -11,7 +11,7 @@ import click
 
 from .. import db as store
 from . import cli
-from .common import CONTEXT_SETTINGS, _open, _secrets_toml
+from .common import CONTEXT_SETTINGS, DEMO_DB, _open, _secrets_toml
 
 
 def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
@@ -73,7 +73,7 @@ def demo(ctx: click.Context, port: int | None, headless: bool, host: str, no_app
 
     src = ctx.find_root().params
     db_path = ctx.obj["db_path"] if os.environ.get("LABELER_DB") or src.get("db_path") != "labeler.db" \
-        else "labeler-demo.db"
+        else DEMO_DB
     summary = build_demo(db_path)
     click.echo(summary, err=True)
     if not no_app:

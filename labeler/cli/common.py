@@ -16,9 +16,10 @@ from typing import Any
 import click
 
 from .. import db as store
-from ..errors import IngestError, LabelerError
+from ..errors import DatabaseError, IngestError, LabelerError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+DEMO_DB = "labeler-demo.db"  # where ``labeler demo`` builds its database unless --db is given
 
 
 class LabelerGroup(click.Group):
@@ -42,8 +43,20 @@ def json_option(f: Callable) -> Callable:
 def _open(ctx: click.Context, *, create: bool = False):
     """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
     app) may create it; for every other command a missing file is an error (``store.connect``),
-    so that a mistyped --db is not a new, empty database that reads as zeros."""
-    return store.connect(ctx.obj["db_path"], create=create)
+    so that a mistyped --db is not a new, empty database that reads as zeros. Right after
+    ``labeler demo`` in the same folder the missing ./labeler.db is no typo: the error names the
+    demo's file and the command again with the ``--db`` that opens it."""
+    path = ctx.obj["db_path"]
+    try:
+        return store.connect(path, create=create)
+    except DatabaseError:
+        demo = Path(DEMO_DB)
+        if create or Path(path).exists() or not demo.is_file() or Path(path).resolve() == demo.resolve():
+            raise
+        command = ctx.command_path[len(ctx.find_root().command_path):].strip()
+        again = f"labeler --db {DEMO_DB} {command}".rstrip()
+        raise DatabaseError(f"no database at {path}; labeler demo built {DEMO_DB} here: pass --db {DEMO_DB} "
+                            f"({again})") from None
 
 
 def _print_json(value: Any, *, err: bool = False) -> None:

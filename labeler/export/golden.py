@@ -77,17 +77,21 @@ class GoldenSet:
             [json.dumps(sorted({int(p) for p in doc_pks}))])}
 
     def counts(self) -> dict[str, Any]:
-        rel = self.pairs["grade"] >= self.threshold
-        has_rel = set(self.pairs.loc[rel, "query_pk"])
-        return {
-            "queries": len(self.queries),
-            "queries_by_origin": {o: int((self.queries["origin"] == o).sum()) for o in ORIGINS},
-            "queries_without_relevant": int(sum(pk not in has_rel for pk in self.queries["query_pk"])),
-            "judged_pairs": len(self.pairs),
-            "relevant_pairs": int(rel.sum()),
-            "conflicts": int(self.queries["conflict"].sum()),
-            "queries_not_run": int(len(self.queries) - len(self.ran)),
-        }
+        return _counts(self.queries, self.pairs, self.threshold, self.ran)
+
+
+def _counts(queries: pd.DataFrame, pairs: pd.DataFrame, threshold: int, ran: set[int]) -> dict[str, Any]:
+    rel = pairs["grade"] >= threshold
+    has_rel = set(pairs.loc[rel, "query_pk"])
+    return {
+        "queries": len(queries),
+        "queries_by_origin": {o: int((queries["origin"] == o).sum()) for o in ORIGINS},
+        "queries_without_relevant": int(sum(pk not in has_rel for pk in queries["query_pk"])),
+        "judged_pairs": len(pairs),
+        "relevant_pairs": int(rel.sum()),
+        "conflicts": int(pairs.loc[pairs["conflict"], "query_pk"].nunique()),
+        "queries_not_run": int(len(queries) - len(ran)),
+    }
 
 
 def _in_json(values: Iterable[int]) -> str:
@@ -131,26 +135,16 @@ def _choose(db: sqlite_utils.Database, retriever: str | None, required: bool) ->
         return None, names  # nothing embeds a single ranking: no default is needed
 
 
-def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
-               include_unreviewed_synthetic: bool = False, retriever: str | None = None,
-               required: bool = False) -> GoldenSet:
-    """Read what an export writes; see :class:`GoldenSet`.
-
-    Queries: those with consolidated labels, of ``origin`` if given, submitted by at least
-    ``min_annotators`` annotators; synthetic questions only once accepted in review unless
-    ``include_unreviewed_synthetic`` (then pending ones are included too, with whatever human labels
-    they have and their proposed expected answer; rejected ones never are).
-
-    ``retriever``: whose ranking is embedded (one that logged nothing raises RetrieverError); None =
-    the default retriever. ``required``: the caller embeds one ranking (ragas, csv), so several
-    retrievers without a default raise RetrieverError; otherwise ``retriever`` is then None.
-    """
+def _check_filters(origin: str | None, min_annotators: Any) -> None:
     if origin is not None and origin not in ORIGINS:
         raise ExportError(f"origin {origin!r} is unknown; use one of: {', '.join(ORIGINS)}")
     if isinstance(min_annotators, bool) or not isinstance(min_annotators, int) or min_annotators < 1:
         raise ExportError(f"min_annotators must be a whole number >= 1; got {min_annotators!r}")
-    retriever, run_names = _choose(db, retriever, required)
-    threshold = int(store.get_setting(db, "threshold"))
+
+
+def _chosen(db: sqlite_utils.Database, origin: str | None, min_annotators: int,
+            include_unreviewed_synthetic: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the exported queries, unsorted, without their split; the golden labels they are among)."""
     golden = golden_labels(db, origin=origin)
     pks = set(golden["query_pk"].tolist())
     if include_unreviewed_synthetic:
@@ -182,6 +176,40 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
                      "answer_relevant": _latest(labels, 4), "annotators": sorted(r[1] for r in labels)})
     queries = pd.DataFrame(rows, columns=["query_pk", "query_id", "question", "origin", "answer", "expected_answer",
                                           "answer_faithful", "answer_relevant", "annotators"])
+    return queries, golden
+
+
+def golden_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
+                  include_unreviewed_synthetic: bool = False) -> dict[str, Any]:
+    """``golden_set(db, ...).counts()`` with the same filters, without reading what only the files
+    need (rankings, chunk ids, sorted order): a fifth of the time at 100k queries."""
+    _check_filters(origin, min_annotators)
+    retriever, _ = _choose(db, None, False)
+    threshold = int(store.get_setting(db, "threshold"))
+    queries, golden = _chosen(db, origin, min_annotators, include_unreviewed_synthetic)
+    keep = set(queries["query_pk"].tolist())
+    ran = set() if retriever is None else set(logged_queries(db, retriever, keep).tolist())
+    return _counts(queries, golden[golden["query_pk"].isin(keep)], threshold, ran)
+
+
+def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
+               include_unreviewed_synthetic: bool = False, retriever: str | None = None,
+               required: bool = False) -> GoldenSet:
+    """Read what an export writes; see :class:`GoldenSet`.
+
+    Queries: those with consolidated labels, of ``origin`` if given, submitted by at least
+    ``min_annotators`` annotators; synthetic questions only once accepted in review unless
+    ``include_unreviewed_synthetic`` (then pending ones are included too, with whatever human labels
+    they have and their proposed expected answer; rejected ones never are).
+
+    ``retriever``: whose ranking is embedded (one that logged nothing raises RetrieverError); None =
+    the default retriever. ``required``: the caller embeds one ranking (ragas, csv), so several
+    retrievers without a default raise RetrieverError; otherwise ``retriever`` is then None.
+    """
+    _check_filters(origin, min_annotators)
+    retriever, run_names = _choose(db, retriever, required)
+    threshold = int(store.get_setting(db, "threshold"))
+    queries, golden = _chosen(db, origin, min_annotators, include_unreviewed_synthetic)
     queries = queries.sort_values("query_id", kind="stable").reset_index(drop=True)
     queries["split"] = split_column(db, queries["query_id"].tolist())  # dev / holdout (labeler split)
     keep = set(queries["query_pk"].tolist())

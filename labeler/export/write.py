@@ -7,8 +7,10 @@ import hashlib
 import io
 import json
 import os
+import threading
 import time
 import zipfile
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,10 @@ import sqlite_utils
 from .. import accounts
 from .. import db as store
 from .. import metrics as m
-from ..report import DEFAULT_KS, DEFAULT_METRICS, expand_specs
+from ..report import DEFAULT_KS, DEFAULT_METRICS, data_token, expand_specs
 from ..version import version
 from .formats import _format
-from .golden import ExportError, GoldenSet, golden_set
+from .golden import ExportError, GoldenSet, golden_counts, golden_set
 
 MANIFEST_VERSION = 1
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -178,11 +180,31 @@ def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = 
     return files[target], ExportResult(fmt, target, None, version_no, manifest["files"], manifest["counts"], manifest)
 
 
+_COUNTS: OrderedDict[tuple, dict[str, Any]] = OrderedDict()  # (data token, filters) -> counts
+_COUNTS_LOCK = threading.Lock()
+_COUNTS_KEPT = 16
+
+
 def export_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_annotators: int = 1,
-                  include_unreviewed_synthetic: bool = False) -> dict[str, Any]:
-    """What an export with these filters would contain (queries, pairs, ...), without writing."""
-    return golden_set(db, origin=origin, min_annotators=min_annotators,
-                      include_unreviewed_synthetic=include_unreviewed_synthetic).counts()
+                  include_unreviewed_synthetic: bool = False, reuse: bool = False) -> dict[str, Any]:
+    """What an export with these filters would contain (queries, pairs, ...), without writing.
+    ``reuse``: answer from memory while nothing was committed to the database file since the same
+    counts were computed (the Data page asks on every rerun; each costs seconds at 100k queries)."""
+    token = data_token(db) if reuse else None
+    key = None if token is None else (token, origin, min_annotators, bool(include_unreviewed_synthetic))
+    if key is not None:
+        with _COUNTS_LOCK:
+            if key in _COUNTS:
+                _COUNTS.move_to_end(key)
+                return json.loads(json.dumps(_COUNTS[key]))  # a copy: the caller may change it
+    counts = golden_counts(db, origin=origin, min_annotators=min_annotators,
+                           include_unreviewed_synthetic=include_unreviewed_synthetic)
+    if key is not None:
+        with _COUNTS_LOCK:
+            _COUNTS[key] = json.loads(json.dumps(counts))
+            while len(_COUNTS) > _COUNTS_KEPT:
+                _COUNTS.popitem(last=False)
+    return counts
 
 
 def archive_name(fmt: str, name: str = "golden") -> str:

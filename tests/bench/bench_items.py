@@ -14,7 +14,8 @@ Measured (median of ``--rounds``):
   of queries (no filter), and an AppTest rerun of the same page with nothing changed;
 - ``labeler items --flagged --json`` as a subprocess (wall time, Python start included), against
   ``labeler --version`` (the start alone).
-Prints one JSON document.
+Prints one JSON document; ``ratios`` divides each figure by its baseline from the same run (the raw
+SQLite page for the library, the unchanged rerun for AppTest, ``--version`` for the CLI).
 
     PYTHONPATH=. python tests/bench/bench_items.py [--items 100000] [--rounds 5] [--db KEEP.db]
 """
@@ -181,10 +182,18 @@ def main() -> None:
         if not path.exists():
             build(path, args.items)
         built = time.perf_counter() - start
+        raw = raw_baseline(path, args.rounds * 4)
+        lib, app, shell = library(path, args.rounds), apptest(path, args.rounds), cli(path, args.rounds)
         result = {"items": args.items, "annotators_per_item": 2, "build_s": round(built, 1),
-                  "baseline_raw_sqlite_page_ms": raw_baseline(path, args.rounds * 4),
-                  "library_ms": library(path, args.rounds), "apptest_ms": apptest(path, args.rounds),
-                  "cli_ms": cli(path, args.rounds)}
+                  "baseline_raw_sqlite_page_ms": raw, "library_ms": lib, "apptest_ms": app, "cli_ms": shell,
+                  # ratios to the baselines of this run (tests/bench/check.py holds budgets on these)
+                  "ratios": {
+                      "library_all_to_raw_sqlite_page": round(lib["all"] / raw, 2),
+                      "library_conflict_to_raw_sqlite_page": round(lib["conflict"] / raw, 2),
+                      "apptest_filter_to_unchanged_rerun": round(app["status_flagged"] / app["rerun_unchanged"], 2),
+                      "apptest_first_render_to_unchanged_rerun": round(app["first_render"] / app["rerun_unchanged"], 2),
+                      "cli_items_to_labeler_version": round(shell["items_flagged_json_ms"]
+                                                            / shell["labeler_version_ms"], 2)}}
         print(json.dumps(result, indent=2))
 
 

@@ -18,6 +18,10 @@ labeled with the true grades, recorded as handed out by the random queue. Then t
 - ``page_rerun_after_label_s``: an AppTest rerun of the Metrics page (the whole page, with the
   all-traffic section) after one new label.
 
+The ``..._ratio_...`` fields divide a time by its baseline from the same run (the report's first
+load and its reload after a label by the SQLite read; the estimator by ppi_py): ratios, not
+seconds, are what a budget can hold on another machine.
+
 Run: ``PYTHONPATH=. python tests/bench/bench_ppi.py [--queries 100000]``; prints one JSON document.
 """
 
@@ -173,6 +177,10 @@ def main() -> None:
         "page_first_s": round(page_first_s, 3), "page_rerun_s": round(rerun_s, 3),
         "page_rerun_after_label_s": round(float(np.median(times)), 3), "section_shown": shown,
         "recall@5": rep.metrics["recall@5"], "effective_n_ndcg@10": rep.metrics["ndcg@10"]["effective_n"],
+        # ratios to baselines measured above in this run: comparable across machines (tests/bench/check.py)
+        "first_load_ratio_to_sqlite_read": round(first_s / raw_s, 2),
+        "report_after_label_ratio_to_sqlite_read": round(after_s / raw_s, 2),
+        "estimator_ratio_to_ppi_py": round(ours_s / ref_s, 3),
     }
     print(json.dumps(out, indent=2))
 

@@ -15,7 +15,7 @@ from labeler.ingest import undo as ingest_undo
 st.title("Data")
 db = state.get_db()
 
-s = labeler.stats(db)
+s = state.reused(labeler.stats, db)
 widgets.stat_tiles({
     "Queries": s["queries"],
     "Log occurrences": s["occurrences"],
@@ -168,7 +168,7 @@ export_min = e3.number_input("Minimum annotators per query", min_value=1, max_va
 export_unreviewed = st.checkbox("Include synthetic questions still pending review", key="export_unreviewed")
 export_filters = {"origin": None if export_origin == "all" else export_origin, "min_annotators": int(export_min),
                   "include_unreviewed_synthetic": export_unreviewed}
-export_counts = golden_export.export_counts(db, **export_filters)
+export_counts = golden_export.export_counts(db, **export_filters, reuse=True)  # seconds at 100k queries
 DEFAULT_RUNS = "default"
 logged = reports.retrievers(db, reuse=True)
 export_retriever = st.selectbox(

@@ -299,7 +299,7 @@ with tab_run:
             e = dry.estimate
             widgets.stat_tiles({"Items": dry.items, "Requests": f"{e.to_request} ({e.cached} cached)",
                                 "Input tokens": f"~{e.input_tokens:,}",
-                                "Cost": batches.estimate_cost(e)})
+                                **batches.cost_tiles(e)})
             st.caption(widgets.escape_markdown(
                 f"{dry.judge} with rubric {dry.rubric} on model {e.model} at "
                 f"{config.base_url or 'api.openai.com'}; API key {'set' if config.has_api_key else 'not set'}."))

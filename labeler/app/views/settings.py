@@ -54,9 +54,11 @@ with st.form("settings_form"):
     depth = c1.number_input("Pool depth: chunks per retriever on the Label page", 1, 1000,
                             int(current.get("pool_depth") or 10), key="set_pool_depth",
                             help="Each retriever's top chunks, merged: each chunk is shown and graded once")
-    show_sources = c2.checkbox("Show sources: annotators see which retriever returned a chunk, its rank and "
-                               "score (off = blind labeling)", value=bool(current.get("show_sources")),
-                               key="set_show_sources")
+    # a checkbox label stays on one line, cut at the column's edge: the explanation goes in the help
+    show_sources = c2.checkbox("Show sources to annotators", value=bool(current.get("show_sources")),
+                               key="set_show_sources",
+                               help="Annotators see which retriever returned a chunk, its rank and score; "
+                                    "off = blind labeling")
     st.subheader("Guidelines (markdown)")
     guidelines = st.text_area("Shown to annotators on the Label page", value=current["guidelines"], height=200,
                               key="set_guidelines")

@@ -91,7 +91,7 @@ with tab_generate:
                 "Requests": f"{e.to_request} ({e.cached} cached)",
                 "Input tokens": f"~{e.input_tokens:,}",
                 "Output tokens": f"~{e.output_tokens:,}",
-                "Cost": batches.estimate_cost(e),
+                **batches.cost_tiles(e),
             })
             st.caption(widgets.escape_markdown(
                 f"Model {e.model} at {_host(config.base_url)}; API key "
