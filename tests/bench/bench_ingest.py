@@ -69,19 +69,18 @@ PLANTS = ("contact maria.rossi{i}@example.com", "call +44 20 7946 {i:04d}", "car
           "from 203.0.113.{j}", "key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs{i:06d}", "IBAN DE89 3704 0044 0532 0130 00")
 
 
-def make_text_log(path: Path, n: int, seed: int = 1, pool: int = 50_000) -> int:
-    """N queries x 10 chunks with text drawn from a pool of ``pool`` chunk texts (~400 characters,
-    as a real corpus quoted in logs repeats its chunks); 2% of questions and 1% of chunk texts carry
-    a planted value. Returns the number of planted values written."""
+def _write_pooled(path: Path, n: int, template: str, seed: int, pool: int) -> int:
+    """N queries x 10 chunks whose texts come from ``pool`` texts made from ``template``; 1% of the
+    chunk texts and 2% of the questions carry a planted value. Returns the planted questions."""
     rng = random.Random(seed)
     texts = []
-    planted = 0
     for d in range(pool):
-        text = FILLER.format(n=rng.randint(1, 99), m=rng.randint(1, 12), d=rng.randint(1, 28),
-                             t=rng.randint(100, 99999))
+        text = template.format(n=rng.randint(1, 99), m=rng.randint(1, 12), d=rng.randint(1, 28),
+                               t=rng.randint(100, 99999))
         if rng.random() < 0.01:
             text += "; " + rng.choice(PLANTS).format(i=d, j=d % 250)
         texts.append(text)
+    planted = 0
     with open(path, "w") as f:
         for i in range(n):
             q = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f" #{i}"
@@ -99,6 +98,13 @@ def make_text_log(path: Path, n: int, seed: int = 1, pool: int = 50_000) -> int:
     return planted
 
 
+def make_text_log(path: Path, n: int, seed: int = 1, pool: int = 50_000) -> int:
+    """N queries x 10 chunks with text drawn from a pool of ``pool`` chunk texts (~400 characters,
+    as a real corpus quoted in logs repeats its chunks); 2% of questions and 1% of chunk texts carry
+    a planted value. Returns the number of planted values written."""
+    return _write_pooled(path, n, FILLER, seed, pool)
+
+
 SHORT = ("the invoice for plan {n} was exported on 2026-{m:02d}-{d:02d} after the sync; version {n}.{m}.{d} "
          "of the mobile app fixes login with SSO for {n} seats; see ticket #{t}; step {m}: open Settings > Billing")
 
@@ -107,27 +113,7 @@ def make_pooled_log(path: Path, n: int, seed: int = 1, pool: int = 50_000) -> in
     """N queries x 10 chunks, each chunk's text (~190 characters) drawn from a pool of ``pool``
     (so each is retrieved ~n*10/pool times, as a real corpus repeats in its logs); 1% of chunk
     texts and 2% of questions carry a planted value. Returns the rows of the bare baseline."""
-    rng = random.Random(seed)
-    texts = []
-    for d in range(pool):
-        text = SHORT.format(n=rng.randint(1, 99), m=rng.randint(1, 12), d=rng.randint(1, 28),
-                            t=rng.randint(100, 99999))
-        if rng.random() < 0.01:
-            text += "; " + rng.choice(PLANTS).format(i=d, j=d % 250)
-        texts.append(text)
-    with open(path, "w") as f:
-        for i in range(n):
-            q = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + f" #{i}"
-            if rng.random() < 0.02:
-                q += " " + rng.choice(PLANTS).format(i=i, j=i % 250)
-            ids = rng.sample(range(pool), 10)
-            scores = sorted((round(rng.random(), 4) for _ in range(10)), reverse=True)
-            rec = {"request_id": f"r{i}", "question": q, "timestamp": f"2026-11-{1 + i % 28:02d}T00:00:00Z",
-                   "retrieved": [{"id": f"doc-{d}", "text": texts[d], "score": s}
-                                 for d, s in zip(ids, scores, strict=True)]}
-            if i % 3 == 0:
-                rec["answer"] = "an answer " + q
-            f.write(json.dumps(rec) + "\n")
+    _write_pooled(path, n, SHORT, seed, pool)
     return n * 11
 
 
