@@ -103,7 +103,7 @@ def test_trec_under_ir_measures_gives_labeler_metrics(demo, tmp_path):
     assert got[P(rel=2) @ 5] == pytest.approx(expected["P@5"], abs=1e-12)
     assert got[nDCG @ 10] == pytest.approx(expected["ndcg@10"], abs=1e-12)
     assert got[RR(rel=2)] == pytest.approx(expected["mrr"], abs=1e-12)
-    # without rel=2 (the threshold, as the README says) grade 1 counts as relevant: another number
+    # without rel=2 (the threshold, as docs/exports.md says) grade 1 counts as relevant: another number
     assert got[R @ 5] < expected["recall@5"] - 0.01
 
 
@@ -121,7 +121,7 @@ def test_golden_jsonl_under_pandas(demo, tmp_path):
 
 
 def test_golden_jsonl_under_pandas_keeps_number_like_ids_with_dtype_false(db, tmp_path, ingest_tiny):
-    """pandas turns "0042" into 42 unless told not to guess types (the README says so)."""
+    """pandas turns "0042" into 42 unless told not to guess types (docs/exports.md says so)."""
     records = [{"query_id": "0042", "question": "what is 42?", "retrieved": [{"id": "007", "text": "seven"}]}]
     ingest_tiny(db, records=records)
     label(db, "0042", {"007": 3})

@@ -457,7 +457,7 @@ TREC = {"recall@5": "recall_5", "recall@10": "recall_10", "P@5": "P_5", "success
 
 
 def cisi_golden() -> list[dict]:
-    """CISI.REL as this tool's golden lines: every relevant document grade 1 (the README's scale),
+    """CISI.REL as this tool's golden lines: every relevant document grade 1 (the documented scale),
     every retrieved one that is not relevant grade 0; the relevant ones the retriever missed are in."""
     run = cisi.tfidf_run(10)
     lines = []
