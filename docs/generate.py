@@ -68,9 +68,10 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
-def _summary(fn) -> str:
-    """The first paragraph of a metric function's docstring, on one line, safe in a table cell."""
-    doc = inspect.getdoc(fn) or ""
+def _summary(definition) -> str:
+    """The first paragraph of a metric's docstring (its function's, else the definition's own
+    description), on one line, safe in a table cell."""
+    doc = inspect.getdoc(getattr(definition, "fn", None)) or getattr(definition, "description", "") or ""
     first = doc.split("\n\n", 1)[0]
     return " ".join(first.split()).replace("|", "\\|")
 
@@ -89,7 +90,7 @@ def metrics_table() -> str:
             aliases = ", ".join(f"`{a}`" for a in d.aliases)
             cutoff = "optional (none: the whole ranking)"
         left_out = "left out of the means" if d.nan_without_relevant else "counted"
-        rows.append(f"| {spellings} | {aliases or '-'} | {cutoff} | {left_out} | {_summary(d.fn)} |")
+        rows.append(f"| {spellings} | {aliases or '-'} | {cutoff} | {left_out} | {_summary(d)} |")
     return "\n".join([METRICS_BEGIN, "", *rows, "", METRICS_END])
 
 
