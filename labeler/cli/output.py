@@ -10,7 +10,7 @@ never format a table of their own.
 
 Cells: ``--csv`` and ``--nl`` carry the full values (in CSV: empty for none, true/false, lists and
 objects as compact JSON); ``--table`` and the plain text show at most 4 decimals, ``-`` for none,
-and cut a cell at 60 characters with ``…``.
+yes/no, text on one line and cut at 60 characters with ``…`` (ids, paths and hashes stay whole).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 FORMATS = ("text", "json", "csv", "table", "nl")
-CELL_WIDTH = 60  # --table cuts longer cells (CSV and --nl keep them whole)
+CELL_WIDTH = 60  # --table cuts longer text (CSV and --nl keep it whole)
 
 
 class Note(str):
@@ -170,7 +170,9 @@ def _table_cell(value: Any, places: int = 4) -> str:
     else:
         text = str(value)
     text = " ".join(text.split())
-    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
+    if len(text) <= CELL_WIDTH or " " not in text:  # ids, paths and hashes stay whole
+        return text
+    return text[: CELL_WIDTH - 1] + "…"
 
 
 def _csv_cell(value: Any) -> Any:
