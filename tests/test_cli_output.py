@@ -271,7 +271,7 @@ def test_metrics(team):
     for row in rows[:-2]:
         v = expected[row["metric"]]
         assert close(row["mean"], v["mean"]) and close(row["ci_low"], v["ci_low"]) and int(row["n"]) == v["n"]
-    assert [float(r["mean"]) for r in rows[-2:]] == [report.judged["judged@1"]["mean"], report.judged["judged@3"]["mean"]]
+    assert [float(r["mean"]) for r in rows[-2:]] == [report.judged[s]["mean"] for s in ("judged@1", "judged@3")]
     text = run(path, "metrics", "--k", "1,3").stdout.splitlines()
     assert text[0].startswith(f"production: {report.n_queries} labeled queries, threshold 2")
     assert text[1].split() == ["metric", "mean", "ci_low", "ci_high", "n"]
@@ -493,9 +493,9 @@ def test_judge_run_synth_llm_and_search(team, tmp_path, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("LABELER_MODEL", "fake-model")
         monkeypatch.setenv("LABELER_EMBEDDING_MODEL", "text-embedding-3-small")
+        estimate = json.loads(run(path, "judge", "run", "--limit", "4", "--dry-run", "--json").stdout)["estimate"]
         document, rows = formats(path, "judge", "run", "--limit", "4", "--dry-run",
-                                 header=["judge", "rubric", "on_set", "items", *json.loads(
-                                     run(path, "judge", "run", "--limit", "4", "--dry-run", "--json").stdout)["estimate"]])
+                                 header=["judge", "rubric", "on_set", "items", *estimate])
         assert rows[0]["to_request"] == str(document["estimate"]["to_request"]) and rows[0]["items"] == "4"
         r = run(path, "judge", "run", "--limit", "2", "--csv")
         [head, row] = list(csv.reader(io.StringIO(r.stdout)))

@@ -22,7 +22,8 @@ def all_traffic_output(rep: Any) -> Output:
     a = rep.agreement
     if a["pairs"]:
         kappa = "-" if a["kappa_relevant"] is None else f"{a['kappa_relevant']:.2f}"
-        after.append(f"judge vs humans on {a['pairs']} labeled chunks: exact {a['exact']:.0%}, kappa (relevant) {kappa}")
+        after.append(f"judge vs humans on {a['pairs']} labeled chunks: exact {a['exact']:.0%}, "
+                     f"kappa (relevant) {kappa}")
     h = rep.handed_out
     if h["handed_out"]:
         after.append(f"handed out under this design: {h['handed_out']}; skipped {h['skipped']} "

@@ -99,7 +99,8 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
             if e.cost is not None else "unknown"
         estimate = document["estimate"]
         return Output(document, ["judge", "rubric", "on_set", "items", *estimate],
-                      [{"judge": run.judge, "rubric": run.rubric, "on_set": run.on_set, "items": run.items, **estimate}],
+                      [{"judge": run.judge, "rubric": run.rubric, "on_set": run.on_set, "items": run.items,
+                        **estimate}],
                       text=[f"dry run of {run.judge} ({run.rubric}) on {run.items} {run.on_set} items with {e.model}: "
                             f"{e.to_request} requests to send, {e.cached} cached; ~{e.input_tokens} input and "
                             f"~{e.output_tokens} output tokens; cost {cost}"],

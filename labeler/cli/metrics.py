@@ -242,7 +242,8 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
         before=[f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
                 f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
                 f"difference (seed {c.seed}), paired sign-flip p-value"],
-        after=[f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items()) for r, judged in c.judged.items()],
+        after=[f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items())
+               for r, judged in c.judged.items()],
         notes=[f"Warning: {line}" for line in c.warnings])  # --json carries them in "warnings"
 
 

@@ -83,8 +83,8 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
         estimate = document["estimate"]
         return Output(document, ["seeds", *estimate], [{"seeds": len(plan.seeds), **estimate}],
                       text=[f"dry run: {e.to_request} request(s) to {e.model} ({e.cached} cached) for up to "
-                            f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): ~{e.input_tokens} "
-                            f"input + ~{e.output_tokens} output tokens, {cost}; nothing was sent"],
+                            f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): "
+                            f"~{e.input_tokens} input + ~{e.output_tokens} output tokens, {cost}; nothing was sent"],
                       notes=[f"note: {note}" for note in plan.notes + e.notes])
     if as_batch:
         result = synthesis.generate(db, config, options, batch=True)

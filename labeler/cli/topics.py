@@ -187,8 +187,8 @@ def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, forc
     else:
         counts = set_split(db, fraction, seed=seed, force=force)
     s = counts["split"]
-    row = {**(s or {}), "labeled_dev": counts["labeled"].get("dev"), "labeled_holdout": counts["labeled"].get("holdout"),
-           "holdout_looks": counts["looks"]["count"]}
+    row = {**(s or {}), "labeled_dev": counts["labeled"].get("dev"),
+           "labeled_holdout": counts["labeled"].get("holdout"), "holdout_looks": counts["looks"]["count"]}
     if s is None:
         text = ["no split: every question is dev (set one with labeler split --holdout 0.2 --seed N)"]
     else:
