@@ -44,7 +44,8 @@ def items_cmd(ctx: click.Context, status: str | None, annotator: str | None, ori
     found = list_items(_open(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
                        flagged=True if flagged else None, conflict=True if conflict else None, search=text,
                        since=since, until=until, page=page, page_size=limit)
-    return Output(found.to_dict(), COLUMNS, [r.to_dict() for r in found.rows],
+    document = found.to_dict()
+    return Output(document, COLUMNS, document["items"],
                   before=[f"{found.total} item(s); page {found.page} of {found.pages}"],
                   after=[f"{r.query_id}: flag by {a.annotator}: {a.reason}" for r in found.rows for a in r.annotators
                          if a.status == "flagged" and a.reason])
