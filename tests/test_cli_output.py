@@ -433,6 +433,10 @@ def test_stats_queue_annotators(team, tmp_path):
     assert document == {"queue_order": "oldest"} and rows == [{"queue_order": "oldest"}]
     document, rows = formats(copy, "queue", "--order", "stratified", header=["queue_order", "topic", "share"])
     assert [(int(r["topic"]), float(r["share"])) for r in rows] == [(int(t), v) for t, v in document["shares"].items()]
+    r = run(copy, "queue", "--order", "active", "--judge-run", str(team["runs"][2]), "--budget", "5", "--csv")
+    [head, row] = list(csv.reader(io.StringIO(r.stdout)))
+    draw = dict(zip(head, row, strict=True))
+    assert head[:2] == ["queue_order", "id"] and draw["queue_order"] == "active" and draw["population"] == str(N)
 
 
 def test_users_and_audit(team, tmp_path):
