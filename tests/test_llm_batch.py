@@ -370,7 +370,10 @@ def test_cli_lists_and_cancels_batches(tmp_path, server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     runner = CliRunner()
     r = runner.invoke(cli, ["--db", str(path), "llm", "batches"])
-    assert r.exit_code == 0 and sub.batches[0].batch_id in r.output and "demo run 7" in r.output
+    assert r.exit_code == 0, r.output
+    header, _, row = r.output.splitlines()  # the table: batch, run (owner:id, as llm collect takes it), ...
+    assert header.split()[:4] == ["batch", "run", "state", "requests"]
+    assert row.split()[:2] == [sub.batches[0].batch_id, "demo:7"] and row.split()[3] == "3"
     r = runner.invoke(cli, ["--db", str(path), "llm", "cancel", sub.batches[0].batch_id])
     assert r.exit_code == 0 and r.output.strip() == f"{sub.batches[0].batch_id}: cancelling"
     r = runner.invoke(cli, ["--db", str(path), "llm", "cancel", "batch-unknown"])

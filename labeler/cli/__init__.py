@@ -15,11 +15,10 @@ from .common import (  # noqa: F401 - the command modules' shared helpers, also 
     LabelerGroup,
     _fmt_value,
     _open,
-    _print_json,
     _progress_bar,
     _secrets_toml,
-    json_option,
 )
+from .output import Output, output_options, render  # noqa: F401 - the one output of reporting commands
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -73,7 +72,6 @@ from .ingests import (  # noqa: E402,F401
     redact_option,
 )
 from .judge import (  # noqa: E402,F401
-    _stat_text,
     judge_agreement_cmd,
     judge_compare_cmd,
     judge_group,

@@ -1,5 +1,5 @@
-"""What every ``labeler`` command module shares: the group class, the --json option, the database
-of --db, JSON output, the progress bar and ``.streamlit/secrets.toml``.
+"""What every ``labeler`` command module shares: the group class, the database of --db, the progress
+bar and ``.streamlit/secrets.toml`` (the output of reporting commands: ``output.py``).
 
 Kept apart from ``labeler.cli`` (the package) so that the command modules import it without a cycle;
 the package re-exports every name.
@@ -7,7 +7,6 @@ the package re-exports every name.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +35,6 @@ class LabelerGroup(click.Group):
             sys.exit(1)
 
 
-def json_option(f: Callable) -> Callable:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(f)
-
-
 def _open(ctx: click.Context, *, create: bool = False):
     """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
     app) may create it; for every other command a missing file is an error (``store.connect``),
@@ -57,10 +52,6 @@ def _open(ctx: click.Context, *, create: bool = False):
         again = f"labeler --db {DEMO_DB} {command}".rstrip()
         raise DatabaseError(f"no database at {path}; labeler demo built {DEMO_DB} here: pass --db {DEMO_DB} "
                             f"({again})") from None
-
-
-def _print_json(value: Any, *, err: bool = False) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str), err=err)
 
 
 def _progress_bar(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:

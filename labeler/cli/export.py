@@ -8,7 +8,11 @@ from pathlib import Path
 import click
 
 from . import cli, stdio
-from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, _open
+from .output import Note, Output, output_options
+
+EXPORT_COLUMNS = ["path", "format", "version", "queries", "judged_pairs", "relevant_pairs", "manifest_path", "sha256"]
+IMPORT_COLUMNS = ["path", "annotator", "records", "new", "merged", "unchanged", "rejected", "rejects_path"]
 
 EXPORT_FORMATS = ["jsonl", "trec", "beir", "ragas", "csv"]
 
@@ -29,11 +33,11 @@ EXPORT_FORMATS = ["jsonl", "trec", "beir", "ragas", "csv"]
 @click.option("--judge-run", "judge_run", type=int, metavar="RUN",
               help="Cite the all-traffic estimate of this run over all traffic in the manifest (labels drawn at "
                    "random only); the golden set stays human-only.")
-@json_option
+@output_options()
 @click.pass_context
 def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_annotators: int,
                include_unreviewed_synthetic: bool, retriever: str | None, judge_run: int | None,
-               as_json: bool) -> None:
+               output_format: str) -> Output:
     """Export the golden set (deterministic bytes) with a manifest, recorded in the database.
 
     With -o - the data goes to standard output and only it (the summary, or --json's document with
@@ -61,18 +65,19 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
         out.flush()
     else:
         result = export_golden(db, path, fmt, judge_run=judge_run, **filters)
-    if as_json:
-        _print_json(result.to_dict(), err=to_stdout)
-        return
     c = result.counts
     where = f"manifest {result.manifest_path}" if result.manifest_path else f"sha256 {result.manifest['sha256']}"
     runs = ""
     if FORMATS[fmt].runs == "each":
         names = [Path(n).name for n in result.files if Path(n).name.startswith("run.")]
         runs = f"; runs: {', '.join(names)}" if names else "; no run (no retriever logged rankings)"
-    click.echo(f"{result.path}: {c['queries']} queries, {c['judged_pairs']} judged pairs "
-               f"({c['relevant_pairs']} relevant) as {fmt}{runs}; export version {result.version}, {where}",
-               err=to_stdout)
+    row = {"path": result.path, "format": fmt, "version": result.version, "queries": c["queries"],
+           "judged_pairs": c["judged_pairs"], "relevant_pairs": c["relevant_pairs"],
+           "manifest_path": result.manifest_path, "sha256": result.manifest["sha256"]}
+    return Output(result.to_dict(), EXPORT_COLUMNS, [row],
+                  text=[f"{result.path}: {c['queries']} queries, {c['judged_pairs']} judged pairs "
+                        f"({c['relevant_pairs']} relevant) as {fmt}{runs}; export version {result.version}, {where}"],
+                  err=to_stdout)
 
 
 @cli.group("import", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -89,9 +94,9 @@ def import_group() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--annotator", required=True, help="Whose submitted labels the file's grades become.")
 @click.option("--lenient", is_flag=True, help="Write the valid lines; write rejects to FILE.rejects.jsonl.")
-@json_option
+@output_options()
 @click.pass_context
-def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bool, as_json: bool) -> None:
+def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bool, output_format: str) -> Output:
     """Import a golden set: this tool's golden JSONL or {"question", "relevant_ids", "expected_answer"?}.
 
     Lines match queries by query_id, else by question (new ones are created); the grades become
@@ -104,16 +109,11 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
     from ..export import import_golden
 
     result = import_golden(_open(ctx, create=True), file, annotator=annotator, lenient=lenient)
-    if as_json:
-        _print_json(result.to_dict())
-        return
     line = (f"{result.path}: {result.records} lines: {result.new} new queries, {result.merged} updated, "
             f"{result.unchanged} unchanged, {result.rejected} rejected; labels of {result.annotator}")
     if result.rejects_path:
         line += f"\nrejected lines and reasons: {result.rejects_path}"
-    click.echo(line)
-    for p in result.problems[:20]:
-        click.echo(f"  {p}", err=True)
-    for w in result.warnings:
-        click.echo(f"Warning: {w}", err=True)
-
+    document = result.to_dict()
+    return Output(document, IMPORT_COLUMNS, [document],
+                  text=[line, *(Note(f"  {p}") for p in result.problems[:20])],
+                  notes=[f"Warning: {w}" for w in result.warnings])

@@ -11,10 +11,19 @@ from typing import Any
 
 import click
 
+from ..errors import LabelerError
 from ..ingest import ingest_tools
 from ..ingest.readers import FORMATS as FILE_FORMATS
 from . import cli, stdio
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _progress_bar, json_option
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar
+from .output import Note, Output, output_options, render
+
+INGEST_COLUMNS = ["path", "kind", "format", "records", "new", "merged", "unchanged", "rejected", "retrievals",
+                  "documents_new", "documents_without_text", "rejects_path"]
+LIST_COLUMNS = ["id", "created_at", "kind", "state", "by", "queries", "retrievals", "documents", "skipped", "sha256",
+                "path"]
+UNDO_COLUMNS = ["ingest_id", "dry_run", "already_undone", "queries_removed", "queries_kept", "retrievals_removed",
+                "log_lines_removed", "documents_removed", "documents_kept", "labels_removed"]
 
 
 @cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -42,29 +51,32 @@ def _ingest_summary(r: dict[str, Any]) -> str:
     return line
 
 
-def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_json: bool, fn: Callable,
-                **kwargs: Any) -> None:
+def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, output_format: str,
+                fn: Callable, **kwargs: Any) -> Output:
     if files.count(stdio.DASH) > 1:
         raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
     db = _open(ctx, create=True)
-    results = []
-    for f in files:
-        with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
-            update, close = _progress_bar(name or Path(f).name)
-            try:
-                result = fn(db, path, fmt=file_fmt, name=name, progress=update if sys.stderr.isatty() else None,
-                            **kwargs)
-            finally:
-                close()
-            if name and result.rejects_path:
-                result.rejects_path = stdio.keep_rejects(result.rejects_path)
-        results.append(result.to_dict())
-        if not as_json:
-            click.echo(_ingest_summary(results[-1]))
-            for p in result.problems[:20]:
-                click.echo(f"  {p}", err=True)
-    if as_json:
-        _print_json(results if len(results) > 1 else results[0])
+    results: list[dict[str, Any]] = []
+    lines: list[str] = []
+    try:
+        for f in files:
+            with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
+                update, close = _progress_bar(name or Path(f).name)
+                try:
+                    result = fn(db, path, fmt=file_fmt, name=name,
+                                progress=update if sys.stderr.isatty() else None, **kwargs)
+                finally:
+                    close()
+                if name and result.rejects_path:
+                    result.rejects_path = stdio.keep_rejects(result.rejects_path)
+            results.append(result.to_dict())
+            lines.append(_ingest_summary(results[-1]))
+            lines += [Note(f"  {p}") for p in result.problems[:20]]
+    except LabelerError:
+        if output_format == "text":  # the files before the failing one stay loaded: say what they loaded
+            render(Output(None, [], text=lines), output_format)
+        raise
+    return Output(results if len(results) > 1 else results[0], INGEST_COLUMNS, results, text=lines)
 
 
 def redact_option(f: Callable) -> Callable:
@@ -97,11 +109,11 @@ LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
                    "--seed, the same in every file and re-ingest) or a number of records per file (a seeded "
                    "reservoir, e.g. 50000).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@json_option
+@output_options()
 @click.pass_context
 def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
                     lenient: bool, max_line_mb: int, redact: bool | None, redact_patterns: tuple[str, ...],
-                    sample: float | None, seed: int, as_json: bool) -> None:
+                    sample: float | None, seed: int, output_format: str) -> Output:
     """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
     OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
     Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
@@ -126,9 +138,9 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 
     mapping = parse_mapping(maps)
     tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
-    _run_ingest(ctx, files, None if tool else fmt, as_json, ingest_logs, mapping=mapping, lenient=lenient, tool=tool,
-                max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
-                redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
+    return _run_ingest(ctx, files, None if tool else fmt, output_format, ingest_logs, mapping=mapping,
+                       lenient=lenient, tool=tool, max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
+                       redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
@@ -137,10 +149,10 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
               help="File format (default: from the extension; for - from the first bytes).")
 @click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
 @redact_option
-@json_option
+@output_options()
 @click.pass_context
 def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, lenient: bool,
-                      redact: bool | None, redact_patterns: tuple[str, ...], as_json: bool) -> None:
+                      redact: bool | None, redact_patterns: tuple[str, ...], output_format: str) -> Output:
     """Ingest the corpus: chunk records with id, text and optional title and source.
 
     FILE - reads standard input, as for labeler ingest logs.
@@ -152,14 +164,14 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
     from ..ingest import ingest_corpus
     from ..privacy import parse_patterns
 
-    _run_ingest(ctx, files, fmt, as_json, ingest_corpus, lenient=lenient, redact=redact,
-                redact_patterns=parse_patterns(redact_patterns))
+    return _run_ingest(ctx, files, fmt, output_format, ingest_corpus, lenient=lenient, redact=redact,
+                       redact_patterns=parse_patterns(redact_patterns))
 
 
 @ingest.command("list", context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
+def ingest_list_cmd(ctx: click.Context, output_format: str) -> Output:
     """Every ingest, oldest first: id, file, sha256, time, who ran it, state (done, running,
     undoing, undone) and counts (queries and documents it created, retrievals, skipped records).
 
@@ -169,25 +181,17 @@ def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..ingest.undo import list_ingests
 
-    rows = list_ingests(_open(ctx))
-    if as_json:
-        _print_json([r.to_dict() for r in rows])
-        return
-    if not rows:
-        click.echo("no ingests yet: labeler ingest logs FILE")
-    for r in rows:
-        click.echo(f"{r.id:>4}  {r.created_at[:19]}  {r.kind:<6} {r.state:<7} {r.by or '-':<12} "
-                   f"queries {r.queries:>6}  retrievals {r.retrievals:>7}  documents {r.documents:>6}  "
-                   f"skipped {r.skipped:>5}  {r.sha256[:12]}  {r.path}")
+    rows = [r.to_dict() for r in list_ingests(_open(ctx))]
+    return Output(rows, LIST_COLUMNS, rows, empty="no ingests yet: labeler ingest logs FILE")
 
 
 @ingest.command("undo", context_settings=CONTEXT_SETTINGS)
 @click.argument("ingest_id", type=int)
 @click.option("--force", is_flag=True, help="Also remove queries that have labels, with their labels.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
-@json_option
+@output_options()
 @click.pass_context
-def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bool, as_json: bool) -> None:
+def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bool, output_format: str) -> Output:
     """Remove the queries, retrievals, log lines and documents that only ingest INGEST_ID brought
     (rows another ingest logged too stay). Refused when any query to remove has labels, unless
     --force. Writes in short transactions (annotators keep saving meanwhile); if interrupted, the
@@ -200,7 +204,7 @@ def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bo
     from ..ingest.undo import undo_ingest
 
     result = undo_ingest(_open(ctx), ingest_id, force=force, dry_run=dry_run)
-    _print_json(result.to_dict()) if as_json else click.echo(result.summary())
+    return Output(result.to_dict(), UNDO_COLUMNS, [result.to_dict()], text=[result.summary()])
 
 
 @cli.group("queries", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -216,9 +220,9 @@ def queries() -> None:
 @queries.command("remove", context_settings=CONTEXT_SETTINGS)
 @click.argument("query_ids", nargs=-1, required=True)
 @click.option("--force", is_flag=True, help="Also remove queries that have labels, with their labels.")
-@json_option
+@output_options()
 @click.pass_context
-def queries_remove_cmd(ctx: click.Context, query_ids: tuple[str, ...], force: bool, as_json: bool) -> None:
+def queries_remove_cmd(ctx: click.Context, query_ids: tuple[str, ...], force: bool, output_format: str) -> Output:
     """Remove QUERY_IDS with their retrievals, log lines and the documents nothing else uses
     (corpus documents stay). Refused when any has labels, unless --force.
 
@@ -229,4 +233,4 @@ def queries_remove_cmd(ctx: click.Context, query_ids: tuple[str, ...], force: bo
     from ..ingest.undo import remove_queries
 
     result = remove_queries(_open(ctx), query_ids, force=force)
-    _print_json(result.to_dict()) if as_json else click.echo(result.summary())
+    return Output(result.to_dict(), UNDO_COLUMNS, [result.to_dict()], text=[result.summary()])

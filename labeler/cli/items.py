@@ -5,12 +5,11 @@ from __future__ import annotations
 import click
 
 from . import cli
-from .common import CONTEXT_SETTINGS, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, _open
+from .output import Output, output_options
 
-
-def _cut(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+COLUMNS = ["query_id", "origin", "relevant", "conflict", "discarded", "adjudication_requested", "question",
+           "statuses"]
 
 
 @cli.command("items", context_settings=CONTEXT_SETTINGS)
@@ -27,11 +26,11 @@ def _cut(text: str, width: int) -> str:
 @click.option("--until", help="First seen before this time (ISO 8601).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Items per page.")
 @click.option("--page", type=click.IntRange(min=1), default=1, show_default=True, help="Which page.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
 def items_cmd(ctx: click.Context, status: str | None, annotator: str | None, origin: str | None,
               retriever: str | None, flagged: bool, conflict: bool, text: str | None, since: str | None,
-              until: str | None, limit: int, page: int, as_json: bool) -> None:
+              until: str | None, limit: int, page: int, output_format: str) -> Output:
     """Every item (query) with its annotators' statuses and when, the consolidated relevant count,
     conflict and judge agreement, a page at a time (query order); the same list as the app's Items
     page. With --json: {"total", "page", "pages", "items": [...]}.
@@ -45,15 +44,8 @@ def items_cmd(ctx: click.Context, status: str | None, annotator: str | None, ori
     found = list_items(_open(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
                        flagged=True if flagged else None, conflict=True if conflict else None, search=text,
                        since=since, until=until, page=page, page_size=limit)
-    if as_json:
-        _print_json(found.to_dict())
-        return
-    click.echo(f"{found.total} item(s); page {found.page} of {found.pages}")
-    for r in found.rows:
-        relevant = "-" if r.relevant is None else str(r.relevant)
-        marks = "".join(m for m, on in (("C", r.conflict), ("D", r.discarded), ("A", r.adjudication_requested)) if on)
-        click.echo(f"{r.query_id:<14} {r.origin:<9} rel {relevant:>2} {marks:<3} {_cut(r.question, 50):<50}  "
-                   f"{r.statuses or 'unlabeled'}")
-        for a in r.annotators:
-            if a.status == "flagged" and a.reason:
-                click.echo(f"{'':<14} flag by {a.annotator}: {_cut(a.reason, 80)}")
+    document = found.to_dict()
+    return Output(document, COLUMNS, document["items"],
+                  before=[f"{found.total} item(s); page {found.page} of {found.pages}"],
+                  after=[f"{r.query_id}: flag by {a.annotator}: {a.reason}" for r in found.rows for a in r.annotators
+                         if a.status == "flagged" and a.reason])

@@ -4,21 +4,17 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
 from . import cli
-from .common import (
-    CONTEXT_SETTINGS,
-    LabelerGroup,
-    _fmt_value,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
-    json_option,
-)
+from .common import CONTEXT_SETTINGS, LabelerGroup, _fmt_value, _open, _progress_bar, _secrets_toml
+from .output import Note, Output, output_options
+
+RUN_COLUMNS = ["id", "created_at", "judge", "rubric", "model", "on_set", "items", "done", "cached", "failed",
+               "status", "cost"]
+AGREEMENT_COLUMNS = ["statistic", "value", "ci_low", "ci_high", "n", "human_human", "reason"]
+COMPARE_COLUMNS = ["statistic", "a", "b", "difference", "ci_low", "ci_high", "n"]
 
 
 @cli.group("judge", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -29,17 +25,6 @@ def judge_group() -> None:
 
         labeler judge run --judge relevance.v1 --on labeled --limit 200
     """
-
-
-def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None = None) -> str:
-    if stat["value"] is None:
-        line = f"{name:<28} undefined: {stat.get('reason', '')}"
-    else:
-        ci = f"[{_fmt_value(stat['ci_low'])}, {_fmt_value(stat['ci_high'])}]" if stat["ci_low"] is not None else ""
-        line = f"{name:<28} {_fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
-    if ceiling is not None and ceiling.get("value") is not None:
-        line += f"   human-human {_fmt_value(ceiling['value'])}"
-    return line
 
 
 @judge_group.command("run", context_settings=CONTEXT_SETTINGS)
@@ -57,11 +42,11 @@ def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None =
 @click.option("--batch", "as_batch", is_flag=True,
               help="Send through the Batch API (half price, results within 24 h); returns at once.")
 @click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
-@json_option
+@output_options()
 @click.pass_context
 def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int | None, model: str | None,
                   rubric: str | None, seed: int, resume_id: int | None, dry_run: bool, as_batch: bool, wait: bool,
-                  as_json: bool) -> None:
+                  output_format: str) -> Output:
     """Run a judge over the human-labeled items (to calibrate) or the unlabeled ones (to pre-label).
 
     Pre-labeling needs a calibration run of the same judge, rubric, model and temperature that
@@ -96,41 +81,40 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
         from .llm import collect_summary, wait_for
 
         wait_for(db, config, "judge", run.id, 30)
-        click.echo(collect_summary(batch.collect(db, config, owner="judge", run_id=run.id)), err=as_json)
+        click.echo(collect_summary(batch.collect(db, config, owner="judge", run_id=run.id)),
+                   err=output_format != "text")
         from ..judge import get_run
 
         run = get_run(db, run.id)
+    document = run.to_dict()
+    rows = [{key: document.get(key) for key in RUN_COLUMNS}]
     if run.status == "submitted":
-        if as_json:
-            _print_json(run.to_dict())
-        else:
-            click.echo(f"run {run.id}: {run.judge} on {run.items} {run.on_set} items submitted as "
-                       f"{len(run.batches)} batch(es): {', '.join(run.batches)}; "
-                       f"collect with: labeler llm collect judge:{run.id}")
-        return
-    if as_json:
-        _print_json(run.to_dict())
-        return
+        return Output(document, RUN_COLUMNS, rows,
+                      text=[f"run {run.id}: {run.judge} on {run.items} {run.on_set} items submitted as "
+                            f"{len(run.batches)} batch(es): {', '.join(run.batches)}; "
+                            f"collect with: labeler llm collect judge:{run.id}"])
     if run.estimate is not None:
         e = run.estimate
         cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f}); as a batch ${e.cost_batch:.4f}" \
             if e.cost is not None else "unknown"
-        click.echo(f"dry run of {run.judge} ({run.rubric}) on {run.items} {run.on_set} items with {e.model}: "
-                   f"{e.to_request} requests to send, {e.cached} cached; ~{e.input_tokens} input and "
-                   f"~{e.output_tokens} output tokens; cost {cost}")
-        for note in e.notes:
-            click.echo(f"  {note}", err=True)
-        return
+        estimate = document["estimate"]
+        return Output(document, ["judge", "rubric", "on_set", "items", *estimate],
+                      [{"judge": run.judge, "rubric": run.rubric, "on_set": run.on_set, "items": run.items,
+                        **estimate}],
+                      text=[f"dry run of {run.judge} ({run.rubric}) on {run.items} {run.on_set} items with {e.model}: "
+                            f"{e.to_request} requests to send, {e.cached} cached; ~{e.input_tokens} input and "
+                            f"~{e.output_tokens} output tokens; cost {cost}"],
+                      notes=[f"  {note}" for note in e.notes])
     cost = f"${run.cost:.4f}" if run.cost is not None else "unknown"
-    click.echo(f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) on {run.items} {run.on_set} items: "
-               f"{run.done} done, {run.cached} cached, {run.failed} failed, {run.cancelled} not run; cost {cost}; "
-               f"{run.status}")
-    for key, reason in run.failures[:20]:
-        click.echo(f"  {key}: {reason}", err=True)
+    text = [f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) on {run.items} {run.on_set} items: "
+            f"{run.done} done, {run.cached} cached, {run.failed} failed, {run.cancelled} not run; cost {cost}; "
+            f"{run.status}"]
+    text += [Note(f"  {key}: {reason}") for key, reason in run.failures[:20]]
     if run.on_set == "labeled":
-        click.echo(f"next: labeler judge agreement {run.id}")
+        text.append(f"next: labeler judge agreement {run.id}")
     elif run.on_set == "all":
-        click.echo(f"next: labeler metrics --all-traffic --judge-run {run.id}")
+        text.append(f"next: labeler metrics --all-traffic --judge-run {run.id}")
+    return Output(document, RUN_COLUMNS, rows, text=text)
 
 
 @judge_group.command("agreement", context_settings=CONTEXT_SETTINGS)
@@ -139,9 +123,10 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--k", type=click.IntRange(1), default=10, show_default=True,
               help="Cutoff of recall@k and nDCG@k when several retrievers are logged.")
-@json_option
+@output_options()
 @click.pass_context
-def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: int, k: int, as_json: bool) -> None:
+def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: int, k: int,
+                        output_format: str) -> Output:
     """Agreement of a judge run with the human labels (95% bootstrap CIs), the human-human
     ceiling, retrievers by judge vs by humans, and the calibration gate.
 
@@ -160,24 +145,25 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
     verdict = gate(db, run_id, agreement=result)
     out = result.to_dict()
     out["gate"] = verdict.to_dict()
-    if as_json:
-        _print_json(out)
-        return
-    run = result.run
-    click.echo(f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) vs human labels; 95% CIs from "
-               f"{resamples} resamples")
+    rows = []
     for name, stat in result.statistics.items():
         if name != "confusion_matrix":
             ceiling = result.human_human.get(name)
-            click.echo(_stat_text(display_name(name), stat.to_dict(), ceiling.to_dict() if ceiling else None))
-    matrix = result.statistics["confusion_matrix"].value
-    click.echo("confusion matrix (rows human, columns judge): " + " | ".join(" ".join(map(str, r)) for r in matrix))
+            rows.append({"statistic": display_name(name), **stat.to_dict(),
+                         "human_human": ceiling.to_dict()["value"] if ceiling else None})
     if out["retrievers"] and out["retrievers"]["metrics"]:
-        for name, tau in out["retrievers"]["kendall_tau"].items():
-            click.echo(_stat_text(f"{display_name('kendall_tau')} {name}", tau))
+        rows += [{"statistic": f"{display_name('kendall_tau')} {name}", **tau}
+                 for name, tau in out["retrievers"]["kendall_tau"].items()]
+    run = result.run
+    matrix = result.statistics["confusion_matrix"].value
+    after = ["human-human: the same statistic between annotators (the ceiling)",
+             "confusion matrix (rows human, columns judge): " + " | ".join(" ".join(map(str, r)) for r in matrix)]
     if any(result.excluded.values()):
-        click.echo("left out: " + ", ".join(f"{v} {k}" for k, v in result.excluded.items() if v))
-    click.echo(f"gate: {'passed' if verdict.passed else 'failed'}: " + "; ".join(verdict.reasons))
+        after.append("left out: " + ", ".join(f"{v} {k}" for k, v in result.excluded.items() if v))
+    after.append(f"gate: {'passed' if verdict.passed else 'failed'}: " + "; ".join(verdict.reasons))
+    return Output(out, AGREEMENT_COLUMNS, rows,
+                  before=[f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) vs human labels; 95% CIs from "
+                          f"{resamples} resamples"], after=after)
 
 
 @judge_group.command("compare", context_settings=CONTEXT_SETTINGS)
@@ -185,9 +171,10 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
 @click.argument("run_b", type=int)
 @click.option("--resamples", type=click.IntRange(0), default=1000, show_default=True, help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
-@json_option
+@output_options()
 @click.pass_context
-def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int, seed: int, as_json: bool) -> None:
+def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int, seed: int,
+                      output_format: str) -> Output:
     """Compare two runs of the same kind (rubric v1 vs v2, model A vs B): each against humans,
     the paired difference B - A with a CI on the items both judged, and A vs B themselves.
 
@@ -198,26 +185,26 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
     from ..agreement import compare_runs, display_name
 
     result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
-    if as_json:
-        _print_json(result.to_dict())
-        return
-    a, b = result.a.run, result.b.run
-    click.echo(f"run {a.id}: {a.judge} ({a.rubric}, {a.model})  vs  run {b.id}: {b.judge} ({b.rubric}, {b.model}); "
-               f"{result.common} common human-labeled items")
+    rows = []
     for name, stat in result.difference.items():
-        sa, sb = result.a.statistics[name], result.b.statistics[name]
         d = stat.to_dict()
-        ci = f"[{_fmt_value(d['ci_low'])}, {_fmt_value(d['ci_high'])}]" if d["ci_low"] is not None else ""
-        click.echo(f"{display_name(name):<28} {_fmt_value(sa.value):>7} {_fmt_value(sb.value):>7}   "
-                   f"B-A {_fmt_value(d['value']):>7} {ci}")
-    click.echo(f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
-               f"Cohen's kappa {_fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
+        rows.append({"statistic": display_name(name), "a": result.a.statistics[name].value,
+                     "b": result.b.statistics[name].value, "difference": d["value"], "ci_low": d["ci_low"],
+                     "ci_high": d["ci_high"], "n": d["n"]})
+    a, b = result.a.run, result.b.run
+    return Output(result.to_dict(), COMPARE_COLUMNS, rows,
+                  before=[f"run {a.id}: {a.judge} ({a.rubric}, {a.model})  vs  run {b.id}: {b.judge} ({b.rubric}, "
+                          f"{b.model}); {result.common} common human-labeled items; a = run {a.id}, b = run {b.id}, "
+                          "difference = b - a"],
+                  after=[f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
+                         f"Cohen's kappa {_fmt_value(result.between['cohen_kappa'].value)} "
+                         f"(n={result.between['cohen_kappa'].n})"])
 
 
 @judge_group.command("list", context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
+def judge_list_cmd(ctx: click.Context, output_format: str) -> Output:
     """Every judge run, newest first: judge, rubric, model, items, status, cost.
 
     Example:
@@ -226,14 +213,6 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..judge import list_runs
 
-    runs = list_runs(_open(ctx))
-    if as_json:
-        _print_json([r.to_dict() for r in runs])
-        return
-    if not runs:
-        click.echo("no judge runs yet: labeler judge run --judge relevance.v1 --on labeled")
-    for r in runs:
-        cost = f"${r.cost:.4f}" if r.cost is not None else "-"
-        click.echo(f"{r.id:>4}  {r.created_at[:19]}  {r.judge:<20} {r.rubric:<22} {r.model:<16} {r.on_set:<9} "
-                   f"{r.items:>6} items  {r.failed:>4} failed  {r.status:<9} {cost}")
-
+    runs = [r.to_dict() for r in list_runs(_open(ctx))]
+    return Output(runs, RUN_COLUMNS, runs,
+                  empty="no judge runs yet: labeler judge run --judge relevance.v1 --on labeled")

@@ -9,15 +9,12 @@ from typing import Any
 import click
 
 from . import cli
-from .common import (
-    CONTEXT_SETTINGS,
-    LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
-    json_option,
-)
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .output import Output, output_options
+
+BATCH_COLUMNS = ["batch", "run", "state", "requests", "completed", "failed", "cost", "age", "collected_at"]
+COLLECT_COLUMNS = ["batches", "ok", "failed", "retried", "rebatched", "run_direct", "finished_runs", "waiting",
+                   "busy"]
 
 
 def _config() -> Any:
@@ -68,9 +65,9 @@ def llm_group() -> None:
 
 @llm_group.command("batches", context_settings=CONTEXT_SETTINGS)
 @click.option("--offline", is_flag=True, help="Show what the database holds; do not ask the provider.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def llm_batches_cmd(ctx: click.Context, offline: bool, as_json: bool) -> None:
+def llm_batches_cmd(ctx: click.Context, offline: bool, output_format: str) -> Output:
     """List the batches (state, request counts, cost, age), asking the provider for the state of
     unfinished ones first.
 
@@ -81,18 +78,12 @@ def llm_batches_cmd(ctx: click.Context, offline: bool, as_json: bool) -> None:
     from ..llm import batch
 
     db = _open(ctx)
-    rows = batch.list_batches(db) if offline else batch.refresh(db, _config())
-    if as_json:
-        _print_json([b.to_dict() for b in rows])
-        return
-    if not rows:
-        click.echo("no batches yet: labeler judge run --batch, or labeler synth generate --batch")
-    ages = batch.ages(rows)
-    for b in rows:
-        cost = f"${b.cost:.4f}" if b.cost is not None else "-"
-        collected = "collected" if b.collected_at else ""
-        click.echo(f"{b.batch_id or b.key:<28} {b.owner} run {b.run_id:<5} {b.state:<11} {b.requests:>6} requests "
-                   f"{b.completed:>6} done {b.failed:>5} failed  {cost:<10} {ages[b.key]:>7}  {collected}")
+    batches = batch.list_batches(db) if offline else batch.refresh(db, _config())
+    ages = batch.ages(batches)
+    rows = [{**b.to_dict(), "batch": b.batch_id or b.key, "run": f"{b.owner}:{b.run_id}", "age": ages[b.key]}
+            for b in batches]
+    return Output([b.to_dict() for b in batches], BATCH_COLUMNS, rows,
+                  empty="no batches yet: labeler judge run --batch, or labeler synth generate --batch")
 
 
 @llm_group.command("collect", context_settings=CONTEXT_SETTINGS)
@@ -102,10 +93,10 @@ def llm_batches_cmd(ctx: click.Context, offline: bool, as_json: bool) -> None:
               help="Run the requests an expired batch never ran directly instead of in a new batch.")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="First poll every SECONDS until the run's batches are finished.")
-@json_option
+@output_options()
 @click.pass_context
 def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, direct_rest: bool, wait_s: float | None,
-                    as_json: bool) -> None:
+                    output_format: str) -> Output:
     """Download finished batches, store every answer in the LLM cache and finish their runs.
 
     RUN is judge:ID or synth:ID (a bare number is a judge run). Collecting twice changes nothing.
@@ -129,12 +120,9 @@ def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, dire
     if wait_s is not None and owner is not None:
         wait_for(db, config, owner, run_id, wait_s)
     result = batch.collect(db, config, owner=owner, run_id=run_id, direct_rest=direct_rest)
-    if as_json:
-        _print_json(result.to_dict())
-        return
-    click.echo(collect_summary(result))
-    for note in result.notes:
-        click.echo(f"  {note}", err=True)
+    document = result.to_dict()
+    return Output(document, COLLECT_COLUMNS, [document], text=[collect_summary(result)],
+                  notes=[f"  {note}" for note in result.notes])
 
 
 @llm_group.command("cancel", context_settings=CONTEXT_SETTINGS)

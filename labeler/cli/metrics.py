@@ -15,11 +15,10 @@ from .common import (
     ORIGIN_CHOICE,
     _fmt_value,
     _open,
-    _print_json,
     _progress_bar,
     _secrets_toml,
-    json_option,
 )
+from .output import Output, output_options
 
 
 def _eval_llm_config() -> Any:
@@ -69,14 +68,14 @@ def _eval_llm_config() -> Any:
               "(judge run --on all) is cited instead: the report's all_traffic holds its all-traffic estimate.")
 @click.option("--holdout", is_flag=True, help="Evaluate the holdout questions only (labeler split); the look "
               "is counted in --db.")
-@json_option
+@output_options()
 @click.pass_context
 def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: str | None, maps: tuple[str, ...],
              headers: tuple[str, ...], retriever: str | None, k: int | None, metric_specs: tuple[str, ...],
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
              save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
-             holdout: bool, as_json: bool) -> None:
+             holdout: bool, output_format: str) -> Output:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
     Without --pipeline or --endpoint, evaluates the retrieval logged in --db by --retriever (default:
@@ -106,12 +105,20 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
             judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None, holdout=holdout)
     finally:
         close()
-    if as_json:
-        _print_json(result.report)
-    else:
-        click.echo(result.markdown, nl=False)
     append_step_summary(result.markdown, os.environ.get("GITHUB_STEP_SUMMARY"))
-    ctx.exit(result.exit_code)
+    report = result.report
+    comparison = (report["comparison"] or {}).get("metrics")
+    rows = []
+    for spec, agg in report["metrics"].items():
+        row = {"metric": spec, **{key: agg.get(key) for key in ("mean", "ci_low", "ci_high", "n")}}
+        if comparison is not None:
+            change = comparison.get(spec) or {}
+            row.update({key: change.get(key) for key in ("baseline", "drop", "max_drop", "p_value", "failed")})
+        rows.append(row)
+    columns = ["metric", "mean", "ci_low", "ci_high", "n"]
+    if comparison is not None:
+        columns += ["baseline", "drop", "max_drop", "p_value", "failed"]
+    return Output(report, columns, rows, text=[result.markdown.removesuffix("\n")], exit_code=result.exit_code)
 
 
 def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -148,12 +155,12 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
                    "stratified when the stratified queue has, else uniform).")
 @click.option("--random-only", "random_only", is_flag=True,
               help="With --all-traffic: use only labels drawn at random, leaving out the others.")
-@json_option
+@output_options()
 @click.pass_context
 def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str, ...], retriever: str | None,
                 compare: str | None, origin: str | None, annotator: str | None, since: str | None,
                 until: str | None, per_query: str | None, seed: int, all_traffic: bool, judge_run: int | None,
-                design: str | None, random_only: bool, as_json: bool) -> None:
+                design: str | None, random_only: bool, output_format: str) -> Output:
     """Retrieval metrics of the labeled queries, identical to trec_eval, with 95% bootstrap CIs.
 
     Scores the logged ranking of --retriever against the consolidated human labels of submitted
@@ -175,51 +182,51 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
     \b
         labeler metrics --all-traffic --judge-run 3 --json
     """
-    from ..report import retrieval_report
-
+    specs = list(metric_specs) or None
     if all_traffic:
-        from .estimate import print_all_traffic
-
         if compare is not None or per_query or origin or annotator or since or until:
             raise click.UsageError("--all-traffic takes --metric, --retriever, --judge-run, --design, --random-only")
-        print_all_traffic(_open(ctx), judge_run, list(metric_specs) or None, retriever=retriever, design=design,
-                          random_only=random_only, as_json=as_json)
-        return
+        return _all_traffic(ctx, specs, retriever=retriever, judge_run=judge_run, design=design,
+                            random_only=random_only)
     if judge_run is not None or design is not None or random_only:
         raise click.UsageError("--judge-run, --design and --random-only go with --all-traffic")
-
     if compare is not None:
         if retriever is not None or per_query:
             raise click.UsageError("--compare names both retrievers; it takes neither --retriever nor --per-query")
-        _compare(ctx, compare, list(metric_specs) or None, ks=ks, origin=origin, annotator=annotator, since=since,
-                 until=until, seed=seed, as_json=as_json)
-        return
-    report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
-                              annotator=annotator, since=since, until=until, seed=seed)
+        return _compare(ctx, compare, specs, ks=ks, origin=origin, annotator=annotator, since=since, until=until,
+                        seed=seed)
+    return _labeled(ctx, specs, ks=ks, retriever=retriever, origin=origin, annotator=annotator, since=since,
+                    until=until, seed=seed, per_query=per_query)
+
+
+# The three modes of ``labeler metrics``, one library call each.
+
+def _labeled(ctx: click.Context, specs: list[str] | None, *, ks: tuple[int, ...], retriever: str | None,
+             origin: str | None, annotator: str | None, since: str | None, until: str | None, seed: int,
+             per_query: str | None) -> Output:
+    """``labeler metrics``: ``labeler.report.retrieval_report``; a row per metric, then judged@k."""
+    from ..report import retrieval_report
+
+    report = retrieval_report(_open(ctx), specs, ks=ks, retriever=retriever, origin=origin, annotator=annotator,
+                              since=since, until=until, seed=seed)
     if per_query:
         report.write_per_query(per_query)
-    if as_json:
-        _print_json(report.to_dict())
-        return
-    click.echo(f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
-               f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
-               + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else ""))
-    click.echo(f"{'metric':<14}{'mean':>8}  {'95% CI':<18}{'n':>7}")
-    for spec, v in report.to_dict()["metrics"].items():
-        if v["mean"] is None:
-            click.echo(f"{spec:<14}{'-':>8}  {'':<18}{v['n']:>7}")
-        else:
-            ci = f"[{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
-            click.echo(f"{spec:<14}{v['mean']:>8.3f}  {ci:<18}{v['n']:>7}")
-    for spec, v in report.judged.items():
-        if v["mean"] is not None:
-            click.echo(f"{spec:<14}{v['mean']:>8.3f}  (share of the top k with a human label)")
-    for line in report.judged_warnings():
-        click.echo(f"Warning: {line}", err=True)
+    document = report.to_dict()
+    rows = [{"metric": spec, **v} for spec, v in document["metrics"].items()]
+    rows += [{"metric": spec, "mean": v["mean"], "ci_low": None, "ci_high": None, "n": v["n"]}
+             for spec, v in report.judged.items()]
+    return Output(
+        document, ["metric", "mean", "ci_low", "ci_high", "n"], rows,
+        before=[f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
+                f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
+                + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else "")],
+        after=["95% bootstrap CIs; judged@k: the share of the top k with a human label"] if report.judged else [],
+        notes=[f"Warning: {line}" for line in report.judged_warnings()])
 
 
 def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tuple[int, ...], origin: str | None,
-             annotator: str | None, since: str | None, until: str | None, seed: int, as_json: bool) -> None:
+             annotator: str | None, since: str | None, until: str | None, seed: int) -> Output:
+    """``labeler metrics --compare A,B``: ``labeler.report.compare_retrievers``; a row per metric."""
     from ..report import compare_retrievers
 
     pair = [n.strip() for n in names.split(",")]
@@ -228,23 +235,23 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
                                  param_hint="'--compare'")
     c = compare_retrievers(_open(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
                            since=since, until=until, seed=seed)
-    if as_json:
-        _print_json(c.to_dict())
-    else:
-        click.echo(f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
-                   f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
-                   f"difference (seed {c.seed}), paired sign-flip p-value")
-        click.echo(f"{'metric':<14}{c.a[:10]:>10}{c.b[:10]:>10}{'diff':>9}  {'95% CI':<18}{'p':>7}{'n':>6}")
-        for spec, v in c.metrics.items():
-            if v["n"] == 0:
-                click.echo(f"{spec:<14}{'-':>10}{'-':>10}{'-':>9}  {'':<18}{'-':>7}{0:>6}")
-                continue
-            ci = f"[{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
-            click.echo(f"{spec:<14}{v['a']:>10.3f}{v['b']:>10.3f}{v['diff']:>+9.3f}  {ci:<18}{v['p_value']:>7.4f}"
-                       f"{v['n']:>6}")
-        for r, judged in c.judged.items():
-            click.echo(f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items()))
-        for line in c.warnings:  # --json carries them in "warnings"
-            click.echo(f"Warning: {line}", err=True)
+    rows = [{"metric": spec, c.a: v.get("a"), c.b: v.get("b"), "diff": v.get("diff"), "ci_low": v.get("ci_low"),
+             "ci_high": v.get("ci_high"), "p_value": v.get("p_value"), "n": v["n"]} for spec, v in c.metrics.items()]
+    return Output(
+        c.to_dict(), ["metric", c.a, c.b, "diff", "ci_low", "ci_high", "p_value", "n"], rows,
+        before=[f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
+                f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
+                f"difference (seed {c.seed}), paired sign-flip p-value"],
+        after=[f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items())
+               for r, judged in c.judged.items()],
+        notes=[f"Warning: {line}" for line in c.warnings])  # --json carries them in "warnings"
 
 
+def _all_traffic(ctx: click.Context, specs: list[str] | None, *, retriever: str | None, judge_run: int | None,
+                 design: str | None, random_only: bool) -> Output:
+    """``labeler metrics --all-traffic``: ``labeler.estimate.report.all_traffic_report``."""
+    from ..estimate.report import all_traffic_report
+    from .estimate import all_traffic_output
+
+    return all_traffic_output(all_traffic_report(_open(ctx), judge_run, specs, retriever=retriever, design=design,
+                                                 random_only=random_only))

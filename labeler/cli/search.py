@@ -5,15 +5,15 @@ from __future__ import annotations
 import click
 
 from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _secrets_toml, json_option
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _secrets_toml
+from .output import Output, output_options
 
 _K = click.option("--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
                   help="How many chunks to return.")
 
 
-def _snippet(text: str | None, width: int = 90) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+TEXT_COLUMNS = ["rank", "score", "doc_id", "text"]
+MISSED_COLUMNS = ["query_id", "rank", "score", "doc_id", "text"]
 
 
 @cli.group("search", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -30,9 +30,9 @@ def search() -> None:
 @search.command("text", context_settings=CONTEXT_SETTINGS)
 @click.argument("words")
 @_K
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> None:
+def search_text_cmd(ctx: click.Context, words: str, k: int, output_format: str) -> Output:
     """The chunks that best match WORDS (BM25 over title and text). WORDS is plain text: quotes,
     *, -, : and NEAR( are words or nothing, never query syntax.
 
@@ -43,13 +43,9 @@ def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> No
     from ..search import search_text
 
     found = search_text(_open(ctx), words, k)
-    if as_json:
-        _print_json([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found])
-        return
-    if not found:
-        click.echo("no chunk matches these words")
-    for rank, h in enumerate(found, start=1):
-        click.echo(f"{rank:>3}  {h.score:8.3f}  {h.doc_id}  {_snippet(h.text)}")
+    return Output([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found], TEXT_COLUMNS,
+                  [{"rank": rank, "score": round(h.score, 6), "doc_id": h.doc_id, "text": h.text}
+                   for rank, h in enumerate(found, start=1)], empty="no chunk matches these words")
 
 
 @search.command("missed", context_settings=CONTEXT_SETTINGS)
@@ -57,10 +53,10 @@ def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> No
 @_K
 @click.option("--annotator", help="What this annotator's Label page offers: only their own grades count "
                                   "(labeling is blind). Default: every annotator's grades and the adjudications.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
 def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, annotator: str | None,
-                      as_json: bool) -> None:
+                      output_format: str) -> Output:
     """Chunks outside the pool (what the retrievers logged plus what annotators graded) that are
     likely relevant to the QUERY_IDS (default: every query with a grade, by --annotator if given):
     BM25 on the question and on the words of the chunks graded relevant, plus embeddings when
@@ -79,22 +75,17 @@ def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, an
     config = LLMConfig.from_env(_secrets_toml())
     result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None, annotator=annotator)
               for pk, qid in targets}
-    if as_json:
-        _print_json({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
-                     for qid, found in result.items()})
-        return
-    if not result:
-        click.echo("no labeled query yet: grade some chunks on the Label page first")
-    for qid, found in result.items():
-        click.echo(f"{qid}: {len(found)} possibly missed")
-        for rank, h in enumerate(found, start=1):
-            click.echo(f"  {rank:>3}  {h.score:.4f}  {h.doc_id}  {_snippet(h.text, 80)}")
+    return Output({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
+                   for qid, found in result.items()}, MISSED_COLUMNS,
+                  [{"query_id": qid, "rank": rank, "score": round(h.score, 6), "doc_id": h.doc_id, "text": h.text}
+                   for qid, found in result.items() for rank, h in enumerate(found, start=1)],
+                  empty=None if result else "no labeled query yet: grade some chunks on the Label page first")
 
 
 @search.command("embed", context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options()
 @click.pass_context
-def search_embed_cmd(ctx: click.Context, as_json: bool) -> None:
+def search_embed_cmd(ctx: click.Context, output_format: str) -> Output:
     """Embed every chunk that has no cached vector with [llm] embedding_model (secrets.toml) or
     LABELER_EMBEDDING_MODEL, so that `search missed` uses embeddings too. Cached vectors cost nothing.
 
@@ -106,7 +97,4 @@ def search_embed_cmd(ctx: click.Context, as_json: bool) -> None:
     from ..search import embed_documents
 
     count = embed_documents(_open(ctx), LLMConfig.from_env(_secrets_toml()))
-    if as_json:
-        _print_json({"embedded": count})
-    else:
-        click.echo(f"{count} chunks embedded")
+    return Output({"embedded": count}, ["embedded"], [{"embedded": count}], text=[f"{count} chunks embedded"])

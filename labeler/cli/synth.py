@@ -8,15 +8,11 @@ import sys
 import click
 
 from . import cli
-from .common import (
-    CONTEXT_SETTINGS,
-    LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
-    json_option,
-)
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .output import Note, Output, output_options
+
+GENERATE_COLUMNS = ["run_id", "stored", "rejected", "already_stored", "failed", "requests", "cached", "cost"]
+SUBMITTED_COLUMNS = ["run_id", "status", "batches", "stored"]
 
 
 @cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -53,12 +49,12 @@ def synth() -> None:
 @click.option("--batch", "as_batch", is_flag=True,
               help="Send through the Batch API (half price, results within 24 h); returns at once.")
 @click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
-@json_option
+@output_options()
 @click.pass_context
 def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, model: str | None, types: str,
                        persona: str | None, language: str | None, strategy: str, multi_hop: float,
                        duplicate_threshold: float, concurrency: int | None, dry_run: bool, as_batch: bool,
-                       wait: bool, as_json: bool) -> None:
+                       wait: bool, output_format: str) -> Output | None:
     """Generate synthetic questions from seed chunks; they are stored pending review.
 
     Needs OPENAI_API_KEY (and OPENAI_BASE_URL for another endpoint) in the environment or in
@@ -80,34 +76,37 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
     db = _open(ctx)
     if dry_run:
         plan = synthesis.plan_generation(db, config, options)
-        if as_json:
-            _print_json(plan.to_dict())
-            return
         e = plan.estimate
         cost = "unknown cost (no price for this model)" if e.cost is None else \
             f"about ${e.cost:.4f} (at most ${e.cost_max:.4f}; ${e.cost_batch:.4f} as a batch)"
-        click.echo(f"dry run: {e.to_request} request(s) to {e.model} ({e.cached} cached) for up to "
-                   f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): ~{e.input_tokens} input + "
-                   f"~{e.output_tokens} output tokens, {cost}; nothing was sent")
-        for note in plan.notes + e.notes:
-            click.echo(f"note: {note}", err=True)
-        return
+        document = plan.to_dict()
+        estimate = document["estimate"]
+        return Output(document, ["seeds", *estimate], [{"seeds": len(plan.seeds), **estimate}],
+                      text=[f"dry run: {e.to_request} request(s) to {e.model} ({e.cached} cached) for up to "
+                            f"{len(plan.seeds) * per_chunk} questions from {len(plan.seeds)} seed(s): "
+                            f"~{e.input_tokens} input + ~{e.output_tokens} output tokens, {cost}; nothing was sent"],
+                      notes=[f"note: {note}" for note in plan.notes + e.notes])
     if as_batch:
         result = synthesis.generate(db, config, options, batch=True)
         if wait and result.status == "submitted":
-            from .llm import collect_summary, wait_for
+            from .llm import COLLECT_COLUMNS, collect_summary, wait_for
 
             wait_for(db, config, "synth", result.run_id, 30)
-            click.echo(collect_summary(llm.batch.collect(db, config, owner="synth", run_id=result.run_id)))
-            return
-        if as_json:
-            _print_json(result.to_dict())
-        elif result.status == "submitted":
-            click.echo(f"synth run {result.run_id} submitted as {len(result.batches)} batch(es): "
-                       f"{', '.join(result.batches)}; collect with: labeler llm collect synth:{result.run_id}")
+            collected = llm.batch.collect(db, config, owner="synth", run_id=result.run_id)
+            if output_format == "json":  # as before: --wait prints the collect summary, not a document
+                click.echo(collect_summary(collected))
+                return None
+            return Output(collected.to_dict(), COLLECT_COLUMNS, [collected.to_dict()],
+                          text=[collect_summary(collected)])
+        document = result.to_dict()
+        if result.status == "submitted":
+            text = [f"synth run {result.run_id} submitted as {len(result.batches)} batch(es): "
+                    f"{', '.join(result.batches)}; collect with: labeler llm collect synth:{result.run_id}"]
         else:
-            click.echo(f"synth run {result.run_id}: everything was cached; stored {len(result.stored)} question(s)")
-        return
+            text = [f"synth run {result.run_id}: everything was cached; stored {len(result.stored)} question(s)"]
+        return Output(document, SUBMITTED_COLUMNS, [{"run_id": result.run_id, "status": result.status,
+                                                     "batches": list(result.batches), "stored": len(result.stored)}],
+                      text=text)
     update, close = _progress_bar("generating")
     try:
         result = synthesis.generate(
@@ -116,27 +115,27 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
     finally:
         close()
     r = result.to_dict()
-    if as_json:
-        _print_json(r)
-        return
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by_reason"].items()))
     m = r["llm"]
     cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
-    click.echo(f"stored {r['stored']} synthetic question(s) pending review; rejected {r['rejected']}"
-               + (f" ({reasons})" if reasons else "") + f"; already stored {r['already_stored']}; "
-               f"{len(m['failed'])} failed; {m['requests']} request(s), {m['cached']} cached; cost {cost}")
-    for f in m["failed"][:20]:
-        click.echo(f"  failed {f['key']}: {f['reason']}", err=True)
-    for rej in r["rejections"][:20]:
-        click.echo(f"  rejected ({rej['reason']}: {rej['detail']}): {rej['question'][:100]}", err=True)
+    text = [f"stored {r['stored']} synthetic question(s) pending review; rejected {r['rejected']}"
+            + (f" ({reasons})" if reasons else "") + f"; already stored {r['already_stored']}; "
+            f"{len(m['failed'])} failed; {m['requests']} request(s), {m['cached']} cached; cost {cost}"]
+    text += [Note(f"  failed {f['key']}: {f['reason']}") for f in m["failed"][:20]]
+    text += [Note(f"  rejected ({rej['reason']}: {rej['detail']}): {rej['question'][:100]}")
+             for rej in r["rejections"][:20]]
+    row = {"run_id": r.get("run_id"), "stored": r["stored"], "rejected": r["rejected"],
+           "already_stored": r["already_stored"], "failed": len(m["failed"]), "requests": m["requests"],
+           "cached": m["cached"], "cost": m["cost"]}
+    return Output(r, GENERATE_COLUMNS, [row], text=text)
 
 
 @synth.command("report", context_settings=CONTEXT_SETTINGS)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the folds and the bootstrap.")
 @click.option("--all", "include_rejected", is_flag=True, help="Include synthetic questions rejected in review.")
-@json_option
+@output_options()
 @click.pass_context
-def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_json: bool) -> None:
+def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, output_format: str) -> Output:
     """Distribution shift: synthetic vs logged questions (wording, classifier AUC, terms, metrics).
 
     Example:
@@ -146,21 +145,22 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
     from ..synth import shift_report
 
     report = shift_report(_open(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
-    if as_json:
-        _print_json(report)
-        return
     c, w = report["classifier"], report["wording"]
-    click.echo(f"questions          {report['n']['log']} logged, {report['n']['synthetic']} synthetic")
-    click.echo(f"mean length        {w['log']['words_mean']} vs {w['synthetic']['words_mean']} words")
+    text = [f"questions          {report['n']['log']} logged, {report['n']['synthetic']} synthetic",
+            f"mean length        {w['log']['words_mean']} vs {w['synthetic']['words_mean']} words"]
     if c["auc"] is None:
-        click.echo(f"classifier AUC     - ({c.get('note')})")
+        text.append(f"classifier AUC     - ({c.get('note')})")
     else:
-        click.echo(f"classifier AUC     {c['auc']:.3f} (95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}; "
-                   "0.5 = indistinguishable)")
-    click.echo("synthetic terms    " + ", ".join(t["term"] for t in report["terms"]["synthetic"][:10]))
-    click.echo("logged terms       " + ", ".join(t["term"] for t in report["terms"]["log"][:10]))
+        text.append(f"classifier AUC     {c['auc']:.3f} (95% CI {c['ci_low']:.3f}-{c['ci_high']:.3f}; "
+                    "0.5 = indistinguishable)")
+    text.append("synthetic terms    " + ", ".join(t["term"] for t in report["terms"]["synthetic"][:10]))
+    text.append("logged terms       " + ", ".join(t["term"] for t in report["terms"]["log"][:10]))
+    rows = []
     for origin in ("log", "synthetic"):
         r = report["retrieval"][origin]
         values = ", ".join(f"{k} {v['mean']:.3f}" for k, v in r["metrics"].items() if v["mean"] is not None)
-        click.echo(f"{origin + ' metrics':<19}{values or '-'} ({r['queries']} labeled queries)")
-
+        text.append(f"{origin + ' metrics':<19}{values or '-'} ({r['queries']} labeled queries)")
+        rows.append({"origin": origin, "questions": report["n"][origin], "words_mean": w[origin]["words_mean"],
+                     "labeled_queries": r["queries"], **{k: v["mean"] for k, v in r["metrics"].items()}})
+    specs = list(report["retrieval"]["metrics"])
+    return Output(report, ["origin", "questions", "words_mean", "labeled_queries", *specs], rows, text=text)

@@ -6,13 +6,14 @@ import click
 
 from .. import db as store
 from . import cli
-from .common import CONTEXT_SETTINGS, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, _open
+from .output import Output, output_options
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options()
 @click.pass_context
-def stats(ctx: click.Context, as_json: bool) -> None:
+def stats(ctx: click.Context, output_format: str) -> Output:
     """Show what the database holds: documents, queries by origin, retrievals, labels.
 
     Example:
@@ -20,21 +21,22 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         labeler stats --json
     """
     s = store.stats(_open(ctx))
-    if as_json:
-        _print_json(s)
-        return
     origins = ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
-    click.echo(f"documents          {s['documents']} ({s['documents_without_text']} without text)")
-    click.echo(f"queries            {s['queries']} ({origins}); {s['occurrences']} occurrences")
-    click.echo(f"retrievals         {s['retrievals']} (retrievers: {', '.join(s['retrievers']) or '-'})")
-    click.echo(f"relevance labels   {s['relevance_labels']}")
-    click.echo(f"labeled queries    {s['labeled_queries']}; unlabeled {s['unlabeled_queries']}")
+    rows = [{"name": k, "value": v} for k, v in s.items() if not isinstance(v, dict | list)]
+    rows += [{"name": f"queries_{k}", "value": v} for k, v in s["queries_by_origin"].items()]
+    rows.append({"name": "retrievers", "value": ", ".join(s["retrievers"])})
+    return Output(s, ["name", "value"], rows, text=[
+        f"documents          {s['documents']} ({s['documents_without_text']} without text)",
+        f"queries            {s['queries']} ({origins}); {s['occurrences']} occurrences",
+        f"retrievals         {s['retrievals']} (retrievers: {', '.join(s['retrievers']) or '-'})",
+        f"relevance labels   {s['relevance_labels']}",
+        f"labeled queries    {s['labeled_queries']}; unlabeled {s['unlabeled_queries']}"])
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def annotators(ctx: click.Context, as_json: bool) -> None:
+def annotators(ctx: click.Context, output_format: str) -> Output:
     """Per-annotator counts (submitted, skipped, flagged, discarded, grades) and time spent; with
     --json also items per hour, kappa vs the consolidated label and vs the others (with 95% CIs),
     skip and flag shares (defined in the README, "Annotators").
@@ -47,19 +49,17 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 
     db = _open(ctx)
     rows = annotator_stats(db)
-    if as_json:
+    if output_format == "json":  # the coaching numbers cost a pass over every label: only for --json
         from ..labels.coaching import annotator_performance
 
         extra = {r["annotator"]: r for r in annotator_performance(db)}
-        _print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
-        return
-    if not rows:
-        click.echo("no annotators yet (they appear when they sign in to the app)")
-    for r in rows:
-        median = f"{r['median_seconds']:.0f} s" if r["median_seconds"] is not None else "-"
-        click.echo(f"{r['annotator']:<20} {r['role'] or '-':<9} submitted {r['submitted']:>5}  skipped {r['skipped']:>4}  "
-                   f"flagged {r['flagged']:>4}  discarded {r['discarded']:>4}  grades {r['grades']:>6}  "
-                   f"time {r['seconds'] / 3600:.1f} h  median/item {median}")
+        return Output([{**extra.get(r["annotator"], {}), **r} for r in rows], [])
+    return Output(rows, ANNOTATOR_COLUMNS, [{**r, "hours": round(r["seconds"] / 3600, 1)} for r in rows],
+                  empty="no annotators yet (they appear when they sign in to the app)")
+
+
+ANNOTATOR_COLUMNS = ["annotator", "role", "submitted", "skipped", "flagged", "discarded", "grades", "hours",
+                     "median_seconds"]
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -75,10 +75,10 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True),
               help="With --order active: expected labels to draw (default: the label_budget setting, else 100).")
 @click.option("--seed", type=int, default=0, show_default=True, help="With --order active: seed of the draw.")
-@json_option
+@output_options()
 @click.pass_context
 def queue(ctx: click.Context, order: str | None, targets: tuple[str, ...], judge_run: int | None,
-          budget: float | None, seed: int, as_json: bool) -> None:
+          budget: float | None, seed: int, output_format: str) -> Output:
     """Items in the labeling queue by state (open, leased, done), open slots, overlap, statuses.
 
     With --order, set the queue order instead; `--order active --judge-run RUN` draws the queries
@@ -99,15 +99,9 @@ def queue(ctx: click.Context, order: str | None, targets: tuple[str, ...], judge
     if order is not None:
         from .estimate import set_order
 
-        set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json,
-                  targets=list(targets))
-        return
+        return set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, targets=list(targets))
     if targets:
         raise click.UsageError("--target goes with --order stratified")
     counts = queue_counts(_open(ctx))
-    if as_json:
-        _print_json(counts)
-        return
-    for key, value in counts.items():
-        click.echo(f"{key:<15} {value}")
+    return Output(counts, ["state", "count"], [{"state": k, "count": v} for k, v in counts.items()])
 

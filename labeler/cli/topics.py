@@ -7,15 +7,8 @@ from typing import Any
 import click
 
 from . import cli
-from .common import (
-    CONTEXT_SETTINGS,
-    LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
-    json_option,
-)
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .output import Output, output_options
 
 
 def _embedding_config(method: str) -> Any:
@@ -39,6 +32,14 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.1%}"
 
 
+TOPIC_COLUMNS = ["topic", "questions", "label", "medoid"]
+COVERAGE_COLUMNS = ["topic", "traffic_share", "labeled", "golden_share", "metric", "mean", "ci_low", "ci_high",
+                    "label"]
+DRIFT_COLUMNS = ["kind", "topic", "label", "questions", "occurrences", "baseline_share", "new_share", "ci_low",
+                 "ci_high", "grew"]
+SPLIT_COLUMNS = ["fraction", "seed", "created_at", "labeled_dev", "labeled_holdout", "holdout_looks"]
+
+
 @cli.group("topics", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
 def topics() -> None:
     """Cluster the logged questions into topics (for coverage and drift).
@@ -54,9 +55,9 @@ def topics() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample and the clustering.")
 @click.option("--method", type=click.Choice(["auto", "tfidf", "embeddings"]), default="auto", show_default=True,
               help="auto = the embeddings model when [llm] embedding_model is set, else TF-IDF.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, as_json: bool) -> None:
+def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, output_format: str) -> Output:
     """Cluster the logged questions into topics (TF-IDF + k-means by default) and store them;
     every query gets its topic. Rebuilding replaces the topics.
 
@@ -71,13 +72,13 @@ def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, 
         summary = build_topics(_open(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
     finally:
         close()
-    _show_topics(summary, as_json)
+    return _topics_output(summary)
 
 
 @topics.command("show", context_settings=CONTEXT_SETTINGS)
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def topics_show_cmd(ctx: click.Context, as_json: bool) -> None:
+def topics_show_cmd(ctx: click.Context, output_format: str) -> Output:
     """The current topics: label (top terms), size and medoid question.
 
     Example:
@@ -86,27 +87,22 @@ def topics_show_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..topics import topic_summary
 
-    _show_topics(topic_summary(_open(ctx)), as_json)
+    return _topics_output(topic_summary(_open(ctx)))
 
 
-def _show_topics(summary: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        _print_json(summary)
-        return
-    click.echo(f"model {summary['model']}: {summary['k']} topics ({summary['method']}, seed {summary['seed']}) "
-               f"over {summary['questions']} logged questions")
+def _topics_output(summary: dict[str, Any]) -> Output:
     reason = (summary.get("k_choice") or {}).get("reason")
-    if reason:
-        click.echo(f"why {summary['k']}: {reason}")
-    for t in summary["topics"]:
-        click.echo(f"{t['topic']:>3}  {t['questions']:>7}  {t['label']}  | {t['medoid'] or '-'}")
+    return Output(summary, TOPIC_COLUMNS, summary["topics"],
+                  before=[f"model {summary['model']}: {summary['k']} topics ({summary['method']}, seed "
+                          f"{summary['seed']}) over {summary['questions']} logged questions"]
+                  + ([f"why {summary['k']}: {reason}"] if reason else []))
 
 
 @cli.command("coverage", context_settings=CONTEXT_SETTINGS)
 @click.option("--retriever", help="Whose metrics per topic (default: the only retriever, else production).")
-@json_option
+@output_options()
 @click.pass_context
-def coverage_cmd(ctx: click.Context, retriever: str | None, as_json: bool) -> None:
+def coverage_cmd(ctx: click.Context, retriever: str | None, output_format: str) -> Output:
     """Per topic: traffic share, labeled questions, share of the golden set, metrics with 95% CIs;
     and the traffic share no labeled question covers. Needs `labeler topics build` first.
 
@@ -117,31 +113,25 @@ def coverage_cmd(ctx: click.Context, retriever: str | None, as_json: bool) -> No
     from ..topics import coverage
 
     report = coverage(_open(ctx), retriever=retriever, config=_embedding_config("auto"))
-    if as_json:
-        _print_json(report)
-        return
-    click.echo(f"{report['logged_queries']} logged questions ({report['occurrences']} occurrences), "
-               f"{report['labeled']} labeled; traffic not covered by any labeled question: "
-               f"{_pct(report['uncovered_share'])}")
     spec = report["specs"][0] if report["specs"] else None
-    click.echo(f"{'topic':>5}  {'traffic':>7}  {'labeled':>7}  {'golden':>6}  {spec or '':<22}  label")
+    rows = []
     for t in report["topics"]:
-        value = (t["metrics"] or {}).get(spec) if spec else None
-        metric = "–" if not value or value["mean"] is None else \
-            f"{value['mean']:.3f} [{value['ci_low']:.2f}, {value['ci_high']:.2f}]"
-        click.echo(f"{t['topic']:>5}  {_pct(t['traffic_share']):>7}  {t['labeled']:>7}  {_pct(t['golden_share']):>6}  "
-                   f"{metric:<22}  {t['label']}")
-    if report["note"]:
-        click.echo(f"metrics: {report['note']}", err=True)
+        value = ((t["metrics"] or {}).get(spec) if spec else None) or {}
+        rows.append({**t, "metric": spec, **{key: value.get(key) for key in ("mean", "ci_low", "ci_high")}})
+    return Output(report, COVERAGE_COLUMNS, rows,
+                  before=[f"{report['logged_queries']} logged questions ({report['occurrences']} occurrences), "
+                          f"{report['labeled']} labeled; traffic not covered by any labeled question: "
+                          f"{_pct(report['uncovered_share'])}"],
+                  notes=[f"metrics: {report['note']}"] if report["note"] else [])
 
 
 @cli.command("drift", context_settings=CONTEXT_SETTINGS)
 @click.argument("source", metavar="FILE_OR_INGEST")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=PATH", help="Field mapping of the file, as for ingest.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the clustering of far questions.")
-@json_option
+@output_options()
 @click.pass_context
-def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int, as_json: bool) -> None:
+def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int, output_format: str) -> Output:
     """New traffic against the topics: topics that grew beyond their share and questions far from
     every topic (clustered into candidate new topics). FILE_OR_INGEST is a log file (read, not
     stored) or an ingest id (compared with the traffic before it).
@@ -154,32 +144,31 @@ def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int,
     from ..topics import drift
 
     report = drift(_open(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
-    if as_json:
-        _print_json(report)
-        return
-    click.echo(f"{report['source']}: {report['questions']} questions ({report['occurrences']:.0f} occurrences); "
-               f"far from every topic: {_pct(report['far_share'])}")
+    lines = [f"{report['source']}: {report['questions']} questions ({report['occurrences']:.0f} occurrences); "
+             f"far from every topic: {_pct(report['far_share'])}"]
     for t in report["topics"]:
         if t["grew"]:
-            click.echo(f"grew  {t['label']}: {_pct(t['baseline_share'])} -> {_pct(t['new_share'])} "
-                       f"(95% CI {_pct(t['ci_low'])}-{_pct(t['ci_high'])})")
-            for e in t["examples"]:
-                click.echo(f"        {e}")
+            lines.append(f"grew  {t['label']}: {_pct(t['baseline_share'])} -> {_pct(t['new_share'])} "
+                         f"(95% CI {_pct(t['ci_low'])}-{_pct(t['ci_high'])})")
+            lines += [f"        {e}" for e in t["examples"]]
     for t in report["new_topics"]:
-        click.echo(f"new   {t['label']}: {t['questions']} questions, {_pct(t['share'])} of the new traffic")
-        for e in t["examples"]:
-            click.echo(f"        {e}")
+        lines.append(f"new   {t['label']}: {t['questions']} questions, {_pct(t['share'])} of the new traffic")
+        lines += [f"        {e}" for e in t["examples"]]
     if not any(t["grew"] for t in report["topics"]) and not report["new_topics"]:
-        click.echo("no drift: no topic grew beyond its share and no new topic")
+        lines.append("no drift: no topic grew beyond its share and no new topic")
+    rows = [{"kind": "topic", **t} for t in report["topics"]]
+    rows += [{"kind": "new", **t, "new_share": t["share"]} for t in report["new_topics"]]
+    return Output(report, DRIFT_COLUMNS, rows, text=lines)
 
 
 @cli.command("split", context_settings=CONTEXT_SETTINGS)
 @click.option("--holdout", "fraction", type=float, help="Share of the questions kept aside, e.g. 0.2.")
 @click.option("--seed", type=int, help="Seed of the assignment (hash of seed and query id).")
 @click.option("--force", is_flag=True, help="Change a split that is already set (written to the audit).")
-@json_option
+@output_options()
 @click.pass_context
-def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, force: bool, as_json: bool) -> None:
+def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, force: bool,
+              output_format: str) -> Output:
     """Lock a dev/holdout split of the golden set: every labeled question, now and later, goes to
     the holdout when the hash of the seed and its query id falls below the share. Without options,
     shows the split and how often the holdout was evaluated.
@@ -197,13 +186,13 @@ def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, forc
         raise click.UsageError("give both --holdout and --seed (e.g. --holdout 0.2 --seed 7)")
     else:
         counts = set_split(db, fraction, seed=seed, force=force)
-    if as_json:
-        _print_json(counts)
-        return
-    if counts["split"] is None:
-        click.echo("no split: every question is dev (set one with labeler split --holdout 0.2 --seed N)")
-        return
     s = counts["split"]
-    click.echo(f"holdout {s['fraction']:g}, seed {s['seed']} (set {s['created_at']}): labeled dev "
-               f"{counts['labeled']['dev']}, holdout {counts['labeled']['holdout']}; holdout looked at "
-               f"{counts['looks']['count']} time(s)")
+    row = {**(s or {}), "labeled_dev": counts["labeled"].get("dev"),
+           "labeled_holdout": counts["labeled"].get("holdout"), "holdout_looks": counts["looks"]["count"]}
+    if s is None:
+        text = ["no split: every question is dev (set one with labeler split --holdout 0.2 --seed N)"]
+    else:
+        text = [f"holdout {s['fraction']:g}, seed {s['seed']} (set {s['created_at']}): labeled dev "
+                f"{counts['labeled']['dev']}, holdout {counts['labeled']['holdout']}; holdout looked at "
+                f"{counts['looks']['count']} time(s)"]
+    return Output(counts, SPLIT_COLUMNS, [row], text=text)

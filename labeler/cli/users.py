@@ -6,11 +6,16 @@ The CLI is the local operator: whoever holds the database file may manage accoun
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, LabelerGroup, _open
+from .output import Output, output_options
+
+ACCOUNT_COLUMNS = ["name", "role", "state", "email", "may_run_llm", "created_at"]
+AUDIT_COLUMNS = ["at", "actor", "action", "query_id", "doc_id", "target", "old", "new"]
 
 
 def _read_password(from_stdin: bool, prompt: str = "Password") -> str:
@@ -49,10 +54,10 @@ def users() -> None:
 @click.option("--email", help="The email the identity provider (OIDC) gives for this person.")
 @click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
 @_URL
-@json_option
+@output_options()
 @click.pass_context
 def users_add(ctx: click.Context, name: str, role: str, email: str | None, password_stdin: bool, url: str,
-              as_json: bool) -> None:
+              output_format: str) -> Output:
     """Add an account. Without --password-stdin, prints a one-time sign-in link (valid 72 hours)
     with which the person sets their own password.
 
@@ -65,19 +70,17 @@ def users_add(ctx: click.Context, name: str, role: str, email: str | None, passw
     password = _read_password(True) if password_stdin else None
     made = add_user(_open(ctx, create=True), name, role, password=password, email=email)
     link = _link(url, made.token) if made.token else None
-    if as_json:
-        _print_json({**made.account._asdict(), "signin_link": link})
-        return
-    click.echo(f"added {made.account.name} ({made.account.role})")
-    if link:
-        click.echo(f"one-time sign-in link (shown once): {link}")
+    document = {**made.account._asdict(), "signin_link": link}
+    return Output(document, [*made.account._fields, "signin_link"], [document],
+                  text=[f"added {made.account.name} ({made.account.role})"]
+                  + ([f"one-time sign-in link (shown once): {link}"] if link else []))
 
 
 @users.command("list", context_settings=CONTEXT_SETTINGS)
 @click.option("--all", "include_removed", is_flag=True, help="Include removed accounts.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
-def users_list(ctx: click.Context, include_removed: bool, as_json: bool) -> None:
+def users_list(ctx: click.Context, include_removed: bool, output_format: str) -> Output:
     """Every account: name, role, whether a password is set, email, may run LLM jobs.
 
     Example:
@@ -86,17 +89,16 @@ def users_list(ctx: click.Context, include_removed: bool, as_json: bool) -> None
     """
     from ..accounts import list_accounts
 
-    rows = list_accounts(_open(ctx), include_removed=include_removed)
-    if as_json:
-        _print_json([a._asdict() for a in rows])
-        return
-    if not rows:
-        click.echo("no accounts yet: labeler users add NAME --role lead")
-    for a in rows:
-        state = "removed" if a.removed else "password" if a.has_password else \
-            "link pending" if a.invite_pending else "email" if a.email else "no password"
-        click.echo(f"{a.name:<24} {a.role:<9} {state:<12} {a.email or '-':<28} "
-                   f"{'may run LLM jobs' if a.may_run_llm or a.role == 'lead' else ''}")
+    accounts = list_accounts(_open(ctx), include_removed=include_removed)
+    rows = [{**a._asdict(), "state": _state(a), "may_run_llm": a.may_run_llm or a.role == "lead"} for a in accounts]
+    return Output([a._asdict() for a in accounts], ACCOUNT_COLUMNS, rows,
+                  empty="no accounts yet: labeler users add NAME --role lead")
+
+
+def _state(a: Any) -> str:
+    """How the account signs in, in a word."""
+    return "removed" if a.removed else "password" if a.has_password else \
+        "link pending" if a.invite_pending else "email" if a.email else "no password"
 
 
 @users.command("passwd", context_settings=CONTEXT_SETTINGS)
@@ -176,10 +178,10 @@ def users_remove(ctx: click.Context, name: str) -> None:
 @click.option("--annotator", help="Only what this account did.")
 @click.option("--since", metavar="TIME", help="Only events at or after TIME (ISO 8601).")
 @click.option("--limit", type=click.IntRange(0), help="Only the newest N events.")
-@json_option
+@output_options(nl=True)
 @click.pass_context
 def audit_cmd(ctx: click.Context, annotator: str | None, since: str | None, limit: int | None,
-              as_json: bool) -> None:
+              output_format: str) -> Output:
     """Who changed what: every label change (grade, answer, status, adjudication) and every account,
     settings or data action, oldest first.
 
@@ -189,14 +191,5 @@ def audit_cmd(ctx: click.Context, annotator: str | None, since: str | None, limi
     """
     from ..audit import audit_log
 
-    events = audit_log(_open(ctx), annotator=annotator, since=since, limit=limit)
-    if as_json:
-        _print_json([e.to_dict() for e in events])
-        return
-    if not events:
-        click.echo("no events")
-    for e in events:
-        where = " ".join(x for x in (e.query_id and f"query {e.query_id}", e.doc_id and f"chunk {e.doc_id}",
-                                     e.target) if x)
-        change = f"{e.old} -> {e.new}" if e.query_id else (e.new or "")
-        click.echo(f"{e.at}  {e.actor:<20} {e.action:<16} {where}  {change}".rstrip())
+    events = [e.to_dict() for e in audit_log(_open(ctx), annotator=annotator, since=since, limit=limit)]
+    return Output(events, AUDIT_COLUMNS, events, empty="no events")
