@@ -15,6 +15,7 @@ hashes, about 0.4 s each at the real cost. Tests marked ``real_scrypt`` keep the
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -76,12 +77,12 @@ def file_db(db_path: Path):
     database.close()
 
 
-@pytest.fixture
-def write_log(tmp_path: Path) -> Callable[..., Path]:
+def log_writer(folder: Path) -> Callable[..., Path]:
+    """``write(records, name=None)``: the records as a JSONL log file in ``folder``; its path."""
     counter = iter(range(1_000_000))
 
     def write(records: Iterable[dict[str, Any]], name: str | None = None) -> Path:
-        path = tmp_path / (name or f"log{next(counter)}.jsonl")
+        path = folder / (name or f"log{next(counter)}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
@@ -90,9 +91,8 @@ def write_log(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-@pytest.fixture
-def ingest_tiny(write_log: Callable[..., Path]) -> Callable[..., list[int]]:
-    """``ingest_tiny(db, n=6, chunks=3, prefix="q", records=None)`` -> the pks of those queries."""
+def tiny_ingester(write_log: Callable[..., Path]) -> Callable[..., list[int]]:
+    """``ingest(db, n=6, chunks=3, prefix="q", records=None)`` -> the pks of those queries."""
 
     def ingest(database, n: int = 6, chunks: int = 3, *, prefix: str = "q",
                records: list[dict[str, Any]] | None = None) -> list[int]:
@@ -105,3 +105,72 @@ def ingest_tiny(write_log: Callable[..., Path]) -> Callable[..., list[int]]:
         return [pks[i] for i in ids]
 
     return ingest
+
+
+@pytest.fixture
+def write_log(tmp_path: Path) -> Callable[..., Path]:
+    return log_writer(tmp_path)
+
+
+@pytest.fixture
+def ingest_tiny(write_log: Callable[..., Path]) -> Callable[..., list[int]]:
+    """``ingest_tiny(db, n=6, chunks=3, prefix="q", records=None)`` -> the pks of those queries."""
+    return tiny_ingester(write_log)
+
+
+def copy_db(src: Path, dest: Path) -> Path:
+    """A copy of the database file ``src`` (closed, so its WAL is in the file) at ``dest``: a
+    template built once per session, given to each test as its own file."""
+    shutil.copyfile(src, dest)
+    return dest
+
+
+# --- the Judge page's database: 60 labeled queries and two judge runs (tests/test_app_*.py) ----
+
+@pytest.fixture
+def server():
+    """A fake OpenAI-compatible server on 127.0.0.1 (``tests.fake_openai``) for this test."""
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def judged_template(tmp_path_factory):
+    """Built once per session (two judge runs, 360 requests to a fake server of its own): a file
+    database with 60 labeled queries (30 overlapped) and two calibration runs: #1 a perfect judge,
+    #2 one that grades one higher (rubric r2). Each test gets a copy (``judged``)."""
+    from labeler import judge
+    from tests.fake_openai import FakeOpenAI
+    from tests.test_judge import build, make_config, perfect
+
+    folder = tmp_path_factory.mktemp("judged")
+    path = folder / "judge.db"
+    db = store.connect(path)
+    pks, truth = build(db, tiny_ingester(log_writer(folder)))
+    with FakeOpenAI() as server:
+        server.responder = perfect(truth)
+        judge.run_judge(db, make_config(server), "relevance.v1")
+        judge.save_rubric(db, "relevance.v1", "Be generous.")
+        server.responder = perfect(truth, shift=1)
+        judge.run_judge(db, make_config(server), "relevance.v1")
+        assert server.total == 360
+    db.close()
+    return path, pks, truth
+
+
+@pytest.fixture
+def judged(judged_template, tmp_path, server, monkeypatch):
+    """A copy of the session's judged database for this test; the page's LLM is this test's fake
+    server, answering as the template's second judge did (one grade higher)."""
+    from tests.test_judge import KEY, perfect
+
+    src, pks, truth = judged_template
+    path = copy_db(src, tmp_path / "judge.db")
+    server.responder = perfect(truth, shift=1)
+    monkeypatch.setenv("LABELER_DB", str(path))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("LABELER_MODEL", "fake-model")
+    return {"path": path, "pks": pks, "truth": truth}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labeler import db as store
 from labeler import judge, llm
-from tests.test_app_judge import judged, ok, page, server  # noqa: F401 - fixtures
+from tests.test_app_judge import ok, page
 
 
 def batches_table(at):

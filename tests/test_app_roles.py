@@ -14,7 +14,6 @@ import labeler
 from labeler import accounts, judge
 from labeler import db as store
 from labeler.app import auth, state, widgets
-from tests.test_app_judge import judged, server  # noqa: F401 - fixtures
 from tests.test_app_label import APP
 
 VIEWS = Path(APP).parent / "views"
@@ -68,7 +67,7 @@ def view_file(view: str, name: str) -> AppTest:
 
 
 @pytest.fixture
-def team_judged(judged):  # noqa: F811 - the fixture from test_app_judge
+def team_judged(judged):  # the fixture of tests/conftest.py
     with_team(judged["path"])
     return judged
 

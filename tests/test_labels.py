@@ -3,8 +3,6 @@ their audit events, blind reads, history, progress and consolidation."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -305,7 +303,8 @@ def test_bad_keys_are_explained(db, ingest_tiny):
         L.set_grade(db, pk, 999, "alice", 1)
 
 
-def test_next_item_uses_the_open_index_and_is_fast_at_100k(db):
+def test_next_item_uses_the_open_index_at_100k(db):
+    """Its speed is measured by tests/bench/bench_next_item.py (a test asserts behaviour)."""
     n = 100_000
     with store.transaction(db):
         db.execute("WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?) "
@@ -330,14 +329,15 @@ def test_next_item_uses_the_open_index_and_is_fast_at_100k(db):
     plan = " ".join(str(r) for r in db.execute(
         "EXPLAIN QUERY PLAN SELECT query_pk FROM queue u WHERE u.taken < u.needed ORDER BY sort_key, query_pk"))
     assert "queue_open" in plan
-    times = []
+    open_pks = {r[0] for r in db.execute("SELECT query_pk FROM queue WHERE taken < needed")}
+    handed = []
     for k in range(200):
         annotator = f"a{k % 8}"
-        started = time.perf_counter()
         pk = L.next_item(db, annotator)
-        times.append(time.perf_counter() - started)
+        # an open item, never one this annotator had (an overlapped item goes to two of them)
+        assert pk in open_pks and (pk, annotator) not in handed
+        handed.append((pk, annotator))
         L.set_status(db, pk, annotator, "submitted")
-    assert statistics.median(times) < 0.005
 
 
 # --- writes and their events --------------------------------------------------------------

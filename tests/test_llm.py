@@ -153,7 +153,7 @@ FAULTS = {
     "429": ("rate limited (HTTP 429)", True),
     "500": ("server error (HTTP 500)", True),
     "503": ("server error (HTTP 503)", True),
-    "hang": ("timeout after 0.3 s", True),
+    "hang": ("timeout after 1 s", True),
     "invalid_json": ("invalid output after one repair attempt", True),
     "truncated_json": ("truncated output (finish_reason=length)", True),
     "refusal": ("refusal: I'm sorry", False),
@@ -168,8 +168,8 @@ def test_every_injected_fault_ends_stored_or_failed_with_reason(db, kind, perman
     reason, recovers = FAULTS[kind]
     marker = f"{kind}{'' if permanent else '*1'} ra=0.01"
     tasks = make_tasks(4, {2: marker})
-    with FakeOpenAI(hang_s=1.0) as server:
-        config = make_config(server, timeout_s=0.3, max_retries=1)
+    with FakeOpenAI(hang_s=3.0) as server:
+        config = make_config(server, timeout_s=1.0, max_retries=1)
         summary = llm.run_tasks(db, config, tasks)
         assert_all_accounted(db, summary, tasks)
         if permanent or not recovers:
@@ -191,8 +191,8 @@ def test_every_injected_fault_ends_stored_or_failed_with_reason(db, kind, perman
 
 def test_mixed_fault_rate_loses_nothing_and_reruns_only_failures(db):
     tasks = make_tasks(40)
-    with FakeOpenAI(fault_rate=0.5, fault_seed=3, permanent_fraction=0.3, hang_s=1.0, retry_after=0.01) as server:
-        config = make_config(server, timeout_s=0.3, concurrency=8)
+    with FakeOpenAI(fault_rate=0.5, fault_seed=3, permanent_fraction=0.3, hang_s=3.0, retry_after=0.01) as server:
+        config = make_config(server, timeout_s=1.0, concurrency=8)
         summary = llm.run_tasks(db, config, tasks)
         assert_all_accounted(db, summary, tasks)
         assert summary.failed and summary.done > 20
@@ -367,8 +367,8 @@ def test_estimate_counts_tokens_cost_and_cached(server, db):
 
 def test_the_api_key_never_reaches_the_db_logs_or_repr(db, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    with FakeOpenAI(api_key=KEY, hang_s=1.0) as server:
-        config = make_config(server, timeout_s=0.3, max_retries=1)
+    with FakeOpenAI(api_key=KEY, hang_s=3.0) as server:
+        config = make_config(server, timeout_s=1.0, max_retries=1)
         tasks = make_tasks(6, {1: "500", 2: "invalid_json", 3: "refusal", 4: "429*1 ra=0.01"})
         summary = llm.run_tasks(db, config, tasks)
         assert summary.done == 3 and len(summary.failed) == 3

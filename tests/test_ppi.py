@@ -4,6 +4,9 @@ CI coverage by simulation for the uniform and the active design."""
 from __future__ import annotations
 
 import numpy as np
+
+# the [test] extra installs ppi_py: a missing one is a broken install and fails, never a skip
+import ppi_py  # noqa: E402  (after labeler, as the other imports of this file)
 import pytest
 
 from labeler.estimate import ppi
@@ -11,7 +14,6 @@ from labeler.estimate import ppi
 
 @pytest.mark.parametrize("seed", range(8))
 def test_ppi_mean_equals_ppi_py(seed):
-    ppi_py = pytest.importorskip("ppi_py")
     from ppi_py.ppi import _calc_lam_glm
 
     rng = np.random.default_rng(seed)

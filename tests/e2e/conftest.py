@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -13,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from labeler.app import launch
 
 CHROMIUM = os.environ.get("LABELER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -39,14 +39,12 @@ class AppServer:
         self.port = port or _free_port()  # the same port again: a restarted server the page reconnects to
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = db_path.with_suffix(f".server-{self.port}-{time.monotonic_ns()}.log")
-        cmd = [sys.executable, "-m", "streamlit", "run",
-               str(Path(__file__).resolve().parents[2] / "labeler" / "app" / "streamlit_app.py"),
-               "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(self.port),
-               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-               *launch.default_flags(cwd=db_path.parent)]  # the app's packaged defaults, as `labeler app` passes them
-        full_env = dict(os.environ, LABELER_DB=str(db_path), **(env or {}))
+        # started as a user starts it (`labeler app`), so the packaged configuration is what is
+        # tested; in a session of its own, so that kill() takes the launcher and its server together
+        cmd = [sys.executable, "-m", "labeler", "--db", str(db_path), "app", "--headless", "--port", str(self.port)]
+        full_env = dict(os.environ, **(env or {}))
         self.proc = subprocess.Popen(cmd, env=full_env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
-                                     cwd=db_path.parent)
+                                     cwd=db_path.parent, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -60,13 +58,16 @@ class AppServer:
         raise RuntimeError("streamlit did not become healthy in 60 s")
 
     def kill(self) -> None:
-        self.proc.kill()
+        """SIGKILL to the launcher and its Streamlit server at once: the server dies as a crash would."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
     def stop(self) -> None:
+        """SIGTERM to `labeler app`, which passes it on to its server and waits for it."""
         self.proc.terminate()
         try:
-            self.proc.wait(10)
+            self.proc.wait(15)
         except subprocess.TimeoutExpired:
             self.kill()
 

@@ -32,9 +32,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def demo_app(tmp_path):
-    """``labeler app`` on the demo database, in a folder and a home without any Streamlit config."""
+@pytest.fixture(scope="module")
+def demo_app(tmp_path_factory):
+    """``labeler app`` on the demo database, in a folder and a home without any Streamlit config;
+    one server for the module (its tests only read pages)."""
+    tmp_path = tmp_path_factory.mktemp("shell")
     db = tmp_path / "labeler-demo.db"
     build_demo(db)
     port = _free_port()

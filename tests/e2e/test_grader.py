@@ -144,7 +144,8 @@ def test_server_stopped_for_3_s_while_keys_are_pressed(tmp_path, start_app, page
     down = time.monotonic()
     # five more grades and Enter, spread over the 3 s the server is away; the screen keeps up
     page.keyboard.type("02", delay=20)
-    page.get_by_text("5 of 8 retrieved chunks graded").wait_for(timeout=500)
+    # drawn by the page alone, well inside the 3 s the server is away
+    page.get_by_text("5 of 8 retrieved chunks graded").wait_for(timeout=2_000)
     page.keyboard.type("311\n", delay=500)
     # the widget says so while the server is away (it resends every 1.5 s); the outage lasts 3 s
     page.get_by_text("not saved: retrying").wait_for(timeout=5_000)
