@@ -51,7 +51,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
               targets: list[str] | None = None) -> None:
     """Set the queue order; ``active`` first draws the sample (``labeler.estimate.designs.draw_active``);
     ``stratified`` needs topics and takes the lead's target shares (``labeler.labels.strata``)."""
-    from .. import db as store
+    from ..accounts.settings import set_setting
     from ..estimate.designs import draw_active
     from ..labels import strata
 
@@ -60,7 +60,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
     if order == "stratified":
         strata.require_topics(db)
         stored = strata.set_stratified_targets(db, strata.parse_targets(targets or []))
-        store.set_setting(db, "queue_order", order)
+        set_setting(db, "queue_order", order)
         shares = stored or strata.traffic_shares(db.conn)
         if as_json:
             _print_json({"queue_order": order, "targets": None if stored is None else
@@ -74,7 +74,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
 
     if order == "active":
         draw = draw_active(db, judge_run, budget=budget, seed=seed)
-        store.set_setting(db, "queue_order", "active")
+        set_setting(db, "queue_order", "active")
         if as_json:
             _print_json({"queue_order": "active", "draw": draw.to_dict()})
             return
@@ -83,7 +83,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
                    f"uncertainty model fitted on {draw.fitted_on} labels; seed {draw.seed})")
         click.echo(f"at this judge quality active needs about {draw.label_ratio:.0%} of the labels uniform needs")
         return
-    store.set_setting(db, "queue_order", order)
+    set_setting(db, "queue_order", order)
     if as_json:
         _print_json({"queue_order": order})
     else:

@@ -13,12 +13,13 @@ import sqlite_utils
 
 from .. import accounts, privacy
 from .. import db as store
+from ..core.names import check_name
 from ..errors import IngestError
 from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
 from ..ingest.lines import shown_text
 from ..ingest.readers import BadRecord, detect_format, iter_records
 from ..labels import JUDGMENTS, sync_queue
-from ..labels._common import check_name, event, max_grade
+from ..labels.common import event, max_grade
 from ..labels.queue import recount
 from ..report import ORIGINS
 

@@ -10,6 +10,7 @@ import sqlite_utils
 
 from .. import accounts, llm
 from .. import db as store
+from ..accounts.settings import set_setting
 from ..errors import GateError, JudgeError
 from .runs import get_run, list_runs
 
@@ -44,7 +45,7 @@ def set_gate_settings(db: sqlite_utils.Database, *, by: str | None = None, **val
             raise JudgeError(f"gate {key}={new[key]!r} must be a whole number >= 1")
     if new["statistic"] != "kappa_collapsed":
         raise JudgeError("the gate statistic is kappa_collapsed (kappa at the relevance threshold)")
-    store.set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS}, by=by)
+    set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS}, by=by)
     return new
 
 

@@ -7,8 +7,11 @@ from typing import NamedTuple
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.manage import ensure_annotator
+from ..core.names import ROLES, check_name
+from ..core.times import stamp
 from ..errors import LabelError
-from ._common import ROLES, check_name, ensure_annotator, role_of, stamp
+from .common import role_of
 
 
 class Annotator(NamedTuple):

@@ -64,7 +64,7 @@ def _kappa(reference: list[int], rated: list[int], clusters: list[int], *, level
 
 def _speed(times: list[str], idle_s: float) -> tuple[int, float]:
     """(items after a counted gap, counted seconds) from an annotator's sorted finish times."""
-    from ._common import parse_time
+    from ..core.times import parse_time
 
     moments = [parse_time(t).timestamp() for t in times]
     items, seconds = 0, 0.0

@@ -25,8 +25,10 @@ import sqlite_utils
 
 from .. import accounts, privacy
 from .. import db as store
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import When, check_name, event, query_row, stamp
+from .common import event, query_row
 from .queue import sync_queue
 
 FLAG_ACTIONS = ("edit", "discard", "unflag")

@@ -20,8 +20,9 @@ import sqlite_utils
 
 from .. import accounts
 from .. import db as store
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import When, check_name, stamp
 from .pool import merge, pool_depth
 from .reads import Chunk
 

@@ -40,9 +40,12 @@ from typing import Any, NamedTuple
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.manage import ensure_annotator
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import ItemTakenError, LabelError
 from . import orders
-from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
+from .common import lease_until, query_row
 
 # re-exported: the orders lived here before ``labels.orders``
 from .orders import _UNSCORED, ORDERS, _hash, _score_retriever, _signal_tiers  # noqa: F401

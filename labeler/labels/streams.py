@@ -31,8 +31,10 @@ from typing import Any
 
 import sqlite_utils
 
+from ..core.names import check_name
+from ..core.times import When
 from ..errors import LabelError
-from ._common import When, check_doc, check_grade, check_name, event
+from .common import check_doc, check_grade, event
 from .writes import _drop_grade, _put_grade, _put_status, _Write, _writing, pool_ungraded
 
 _CLIENT = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

@@ -23,18 +23,11 @@ import sqlite_utils
 
 from .. import db as store
 from .. import privacy
+from ..accounts.manage import ensure_annotator
+from ..core.names import STATUSES, check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import (
-    STATUSES,
-    When,
-    check_doc,
-    check_grade,
-    check_name,
-    ensure_annotator,
-    event,
-    query_row,
-    stamp,
-)
+from .common import check_doc, check_grade, event, query_row
 from .pool import pool_depth, query_pool
 from .queue import claim, recount
 
