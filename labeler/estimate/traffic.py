@@ -23,8 +23,8 @@ from .. import db as store
 from .. import metrics as m
 from ..core.cache import LRU, data_token
 from ..errors import JudgeError
-from ..judge.runs import get_run
-from ..labels import golden_labels
+from ..judge.store import get_run
+from ..labels.consolidate import golden_labels
 from ..report.load import resolve_retriever, structure_of
 from .ppi import EstimateError
 

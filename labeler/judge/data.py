@@ -15,7 +15,7 @@ from .. import accounts
 from .. import db as store
 from ..errors import JudgeError
 from .registry import ANSWER_FIELDS, VERDICTS
-from .runs import get_run
+from .store import get_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +103,7 @@ class ComparisonData:
 
 def comparison_data(db: sqlite_utils.Database, run_id: int) -> ComparisonData:
     """Run ``run_id``'s grades next to the consolidated human labels, with the counts left out."""
-    from ..labels import golden_labels
+    from ..labels.consolidate import golden_labels
 
     run = get_run(db, run_id)
     settings = store.get_settings(db)

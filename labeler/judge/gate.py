@@ -12,10 +12,11 @@ from .. import accounts, llm
 from .. import db as store
 from ..accounts.settings import set_setting
 from ..errors import GateError, JudgeError
-from .runs import get_run, list_runs
+from .store import get_run, list_runs
 
 if TYPE_CHECKING:
-    from ..agreement import Agreement, Stat
+    from ..agreement.stats import Stat
+    from .calibration import Agreement
 
 GATE_DEFAULTS: dict[str, Any] = {"statistic": "kappa_collapsed", "min_value": 0.6, "min_ci_low": 0.45,
                                  "min_pairs": 150, "human_overlap": True, "min_human_pairs": 30}
@@ -77,7 +78,7 @@ def gate(db: sqlite_utils.Database, run_id: int, *, agreement: Agreement | None 
     the human-human kappa's CI lower bound (the judge is not clearly worse than the annotators;
     that needs ``min_human_pairs`` overlapped pairs). ``reasons`` explains the decision.
     """
-    from ..agreement import run_agreement
+    from .calibration import run_agreement
 
     settings = gate_settings(db)
     run = get_run(db, run_id)
@@ -165,7 +166,7 @@ def accept_suggestion(db: sqlite_utils.Database, query_pk: int, doc_pk: int, ann
     """``annotator`` takes the judge's suggested grade as their own: a human label with
     ``origin='suggestion'`` (through ``labels.set_grade``: same slot rules and audit event).
     Returns the grade. A label that already had that grade stays ``origin='human'``."""
-    from ..labels import set_grade
+    from ..labels.writes import set_grade
 
     row = db.execute("SELECT grade, run_id FROM suggestions WHERE query_pk = ? AND doc_pk = ?",
                      [query_pk, doc_pk]).fetchone()
