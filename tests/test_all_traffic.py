@@ -14,7 +14,7 @@ import labeler.labels as labels
 from labeler import db as store
 from labeler import judge
 from labeler.cli import cli
-from labeler.estimate import designs
+from labeler.estimate import active
 from labeler.estimate.ppi import EstimateError
 from labeler.estimate.report import all_traffic_report
 from tests.conftest import tiny_records
@@ -202,7 +202,7 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     pks, truth = traffic(db, ingest_tiny)
     label_from_queue(db, truth, 25)  # uniform labels first: the uncertainty model is fitted on them
     run = judge_all(db, server, truth)
-    draw = designs.draw_active(db, run.id, budget=30, seed=5)
+    draw = active.draw_active(db, run.id, budget=30, seed=5)
     assert draw.population == N and draw.fitted_on == 25 and 0 < draw.label_ratio <= 1
     stored = db.execute("SELECT count(*), sum(drawn), sum(inclusion_prob) FROM active_draw_items WHERE draw_id = ?",
                         [draw.id]).fetchone()
@@ -210,7 +210,7 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     pi = [r[0] for r in db.execute("SELECT inclusion_prob FROM active_draw_items WHERE draw_id = ?", [draw.id])]
     assert min(pi) >= 0.05 * np.mean(pi) - 1e-12
     # the same seed draws the same queries
-    again = designs.draw_active(db, run.id, budget=30, seed=5)
+    again = active.draw_active(db, run.id, budget=30, seed=5)
     same = db.execute("SELECT count(*) FROM active_draw_items a JOIN active_draw_items b ON a.query_pk = b.query_pk "
                       "AND a.drawn = b.drawn WHERE a.draw_id = ? AND b.draw_id = ?", [draw.id, again.id]).fetchone()
     assert same[0] == N

@@ -49,10 +49,10 @@ def print_all_traffic(db, judge_run: int | None, specs: list[str] | None, *, ret
 
 def set_order(db, order: str, *, judge_run: int | None, budget: float | None, seed: int, as_json: bool,
               targets: list[str] | None = None) -> None:
-    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.designs.draw_active``);
+    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.active.draw_active``);
     ``stratified`` needs topics and takes the lead's target shares (``labeler.labels.strata``)."""
     from ..accounts.settings import set_setting
-    from ..estimate.designs import draw_active
+    from ..estimate.active import draw_active
     from ..labels import strata
 
     if targets and order != "stratified":

@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
+from .. import db as store
 from .. import metrics as m
 from . import designs as dz
+from .active import draw_items, uncertainty
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
 from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
 
@@ -82,7 +84,7 @@ def _agreement(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.nda
         return {"pairs": 0, "exact": None, "kappa_relevant": None}
     rows = db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND status = 'ok' AND "
                       "grade IS NOT NULL AND query_pk IN (SELECT value FROM json_each(?))",
-                      [judged.run_id, dz.store.dumps([int(p) for p in labeled])]).fetchall()
+                      [judged.run_id, store.dumps([int(p) for p in labeled])]).fetchall()
     if not rows or not len(golden):
         return {"pairs": 0, "exact": None, "kappa_relevant": None}
     j = np.array(rows, dtype=np.int64)
@@ -175,7 +177,7 @@ def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarr
     for s in specs:
         a = _numerators(hv, hr, s)
         jall = judged.numerators(s)
-        u, _ = dz.uncertainty(judged.border, jall, a, rows)  # what an active draw would use for this metric
+        u, _ = uncertainty(judged.border, jall, a, rows)  # what an active draw would use for this metric
         ratio = float(u.mean() ** 2 / np.mean(u ** 2))
         est = ppi_ratio(a, jall[rows], jall[rest], b, bh, bu)
         estimates[s] = est
@@ -220,7 +222,7 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
     if active.size == 0:
         raise EstimateError("no labeled query was drawn by an active draw; `labeler queue --order active` draws one")
     draw_id = int(np.bincount(active).argmax())
-    pks, pi, drawn, u = dz.draw_items(db, draw_id)
+    pks, pi, drawn, u = draw_items(db, draw_id)
     inside = np.isin(pks, judged.pks)
     pks, pi, drawn, u = pks[inside], pi[inside], drawn[inside], u[inside]
     rows_all = np.searchsorted(judged.pks, pks)
