@@ -162,7 +162,7 @@ class Report:
         counts, edges = np.histogram(values[~np.isnan(values)], bins=bins, range=(0.0, 1.0))
         return pd.DataFrame({"start": edges[:-1], "end": edges[1:], "queries": counts})
 
-    def _extra(self, specs: Sequence[str]) -> pd.DataFrame:
+    def extra_values(self, specs: Sequence[str]) -> pd.DataFrame:
         """Per-query values of extra specs on the same run and labels (no CIs), memoized."""
         return self._measured.frame(list(specs), self._mask)[list(dict.fromkeys(specs))].reset_index(drop=True)
 
@@ -312,7 +312,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
         keep &= values <= cut + _TIE
     pq = report.per_query[keep]
     k = m.parse_metric(spec).k or max(1, int(report.per_query["n_retrieved"].max()))
-    depth = report._extra(["mrr", f"recall@{k}"])[keep]
+    depth = report.extra_values(["mrr", f"recall@{k}"])[keep]
     mrr = depth["mrr"].to_numpy(dtype=float)
     with np.errstate(divide="ignore"):
         first = np.where(mrr > 0, np.round(1.0 / mrr), np.inf)
