@@ -10,15 +10,15 @@ from pathlib import Path
 import click
 
 from .. import db as store
-from . import cli
-from .common import CONTEXT_SETTINGS, DEMO_DB, _open, _secrets_toml
+from .common import CONTEXT_SETTINGS, DEMO_DB, open_db, secrets_toml
+from .group import cli
 
 
 def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
     from ..accounts import check_exposure
     from ..app.launch import serve, streamlit_command
 
-    secrets = _secrets_toml()
+    secrets = secrets_toml()
     check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
                    oidc=bool(secrets.get("auth")))
     cmd = streamlit_command(host=host, port=port, headless=headless)
@@ -52,7 +52,7 @@ def app(ctx: click.Context, port: int | None, headless: bool, host: str) -> None
     if not Path(ctx.obj["db_path"]).exists():
         click.echo(f"new database {ctx.obj['db_path']}: add data on the Data page or with labeler ingest logs",
                    err=True)
-    _open(ctx, create=True).conn.close()
+    open_db(ctx, create=True).conn.close()
     _launch(ctx.obj["db_path"], port, headless, host)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import _print_json
+from .common import print_json
 
 
 def print_all_traffic(db, judge_run: int | None, specs: list[str] | None, *, retriever: str | None,
@@ -14,7 +14,7 @@ def print_all_traffic(db, judge_run: int | None, specs: list[str] | None, *, ret
 
     rep = all_traffic_report(db, judge_run, specs, retriever=retriever, design=design, random_only=random_only)
     if as_json:
-        _print_json(rep.to_dict())
+        print_json(rep.to_dict())
         return
     click.echo(f"{rep.retriever}, all traffic: {rep.population} queries judged by run {rep.judge_run}, "
                f"{rep.n_labeled} labeled by humans ({rep.design} design)")
@@ -63,7 +63,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
         set_setting(db, "queue_order", order)
         shares = stored or strata.traffic_shares(db.conn)
         if as_json:
-            _print_json({"queue_order": order, "targets": None if stored is None else
+            print_json({"queue_order": order, "targets": None if stored is None else
                          {str(t): v for t, v in stored.items()},
                          "shares": {str(t): v for t, v in sorted(shares.items())}})
             return
@@ -76,7 +76,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
         draw = draw_active(db, judge_run, budget=budget, seed=seed)
         set_setting(db, "queue_order", "active")
         if as_json:
-            _print_json({"queue_order": "active", "draw": draw.to_dict()})
+            print_json({"queue_order": "active", "draw": draw.to_dict()})
             return
         click.echo(f"active draw {draw.id}: {draw.drawn} of {draw.population} traffic queries drawn to label "
                    f"(expected {draw.budget:g}; inclusion probabilities {draw.min_pi:.3f}-{draw.max_pi:.3f}; "
@@ -85,6 +85,6 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
         return
     set_setting(db, "queue_order", order)
     if as_json:
-        _print_json({"queue_order": order})
+        print_json({"queue_order": order})
     else:
         click.echo(f"queue order: {order}")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from . import cli, stdio
-from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, _open, _print_json, json_option
+from . import stdio
+from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, json_option, open_db, print_json
+from .group import cli
 
 EXPORT_FORMATS = ["jsonl", "trec", "beir", "ragas", "csv"]
 
@@ -51,7 +52,7 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
     if to_stdout and FORMATS[fmt].directory:
         raise click.BadParameter(f"- (standard output) takes one file; the {fmt} format writes a folder: "
                                  "give a folder path", param_hint="'-o'")
-    db = _open(ctx)
+    db = open_db(ctx)
     if judge_run is not None and to_stdout:
         raise click.UsageError("--judge-run cites the estimate in the manifest file; give -o a path, not -")
     if to_stdout:
@@ -62,7 +63,7 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
     else:
         result = export_golden(db, path, fmt, judge_run=judge_run, **filters)
     if as_json:
-        _print_json(result.to_dict(), err=to_stdout)
+        print_json(result.to_dict(), err=to_stdout)
         return
     c = result.counts
     where = f"manifest {result.manifest_path}" if result.manifest_path else f"sha256 {result.manifest['sha256']}"
@@ -103,9 +104,9 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
     """
     from ..export import import_golden
 
-    result = import_golden(_open(ctx, create=True), file, annotator=annotator, lenient=lenient)
+    result = import_golden(open_db(ctx, create=True), file, annotator=annotator, lenient=lenient)
     if as_json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
         return
     line = (f"{result.path}: {result.records} lines: {result.new} new queries, {result.merged} updated, "
             f"{result.unchanged} unchanged, {result.rejected} rejected; labels of {result.annotator}")

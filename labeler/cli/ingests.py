@@ -13,8 +13,9 @@ import click
 
 from ..ingest import ingest_tools
 from ..ingest.readers import FORMATS as FILE_FORMATS
-from . import cli, stdio
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _progress_bar, json_option
+from . import stdio
+from .common import CONTEXT_SETTINGS, LabelerGroup, json_option, open_db, print_json, progress_bar
+from .group import cli
 
 
 @cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -46,11 +47,11 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
                 **kwargs: Any) -> None:
     if files.count(stdio.DASH) > 1:
         raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
-    db = _open(ctx, create=True)
+    db = open_db(ctx, create=True)
     results = []
     for f in files:
         with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
-            update, close = _progress_bar(name or Path(f).name)
+            update, close = progress_bar(name or Path(f).name)
             try:
                 result = fn(db, path, fmt=file_fmt, name=name, progress=update if sys.stderr.isatty() else None,
                             **kwargs)
@@ -64,7 +65,7 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, as_
             for p in result.problems[:20]:
                 click.echo(f"  {p}", err=True)
     if as_json:
-        _print_json(results if len(results) > 1 else results[0])
+        print_json(results if len(results) > 1 else results[0])
 
 
 def redact_option(f: Callable) -> Callable:
@@ -169,9 +170,9 @@ def ingest_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..ingest.undo import list_ingests
 
-    rows = list_ingests(_open(ctx))
+    rows = list_ingests(open_db(ctx))
     if as_json:
-        _print_json([r.to_dict() for r in rows])
+        print_json([r.to_dict() for r in rows])
         return
     if not rows:
         click.echo("no ingests yet: labeler ingest logs FILE")
@@ -199,8 +200,8 @@ def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bo
     """
     from ..ingest.undo import undo_ingest
 
-    result = undo_ingest(_open(ctx), ingest_id, force=force, dry_run=dry_run)
-    _print_json(result.to_dict()) if as_json else click.echo(result.summary())
+    result = undo_ingest(open_db(ctx), ingest_id, force=force, dry_run=dry_run)
+    print_json(result.to_dict()) if as_json else click.echo(result.summary())
 
 
 @cli.group("queries", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -228,5 +229,5 @@ def queries_remove_cmd(ctx: click.Context, query_ids: tuple[str, ...], force: bo
     """
     from ..ingest.undo import remove_queries
 
-    result = remove_queries(_open(ctx), query_ids, force=force)
-    _print_json(result.to_dict()) if as_json else click.echo(result.summary())
+    result = remove_queries(open_db(ctx), query_ids, force=force)
+    print_json(result.to_dict()) if as_json else click.echo(result.summary())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, json_option, open_db, print_json
+from .group import cli
 
 
 def _cut(text: str, width: int) -> str:
@@ -42,11 +42,11 @@ def items_cmd(ctx: click.Context, status: str | None, annotator: str | None, ori
     """
     from ..labels import list_items
 
-    found = list_items(_open(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
+    found = list_items(open_db(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
                        flagged=True if flagged else None, conflict=True if conflict else None, search=text,
                        since=since, until=until, page=page, page_size=limit)
     if as_json:
-        _print_json(found.to_dict())
+        print_json(found.to_dict())
         return
     click.echo(f"{found.total} item(s); page {found.page} of {found.pages}")
     for r in found.rows:

@@ -8,17 +8,17 @@ from typing import Any
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     LabelerGroup,
-    _fmt_value,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
+    fmt_value,
     json_option,
+    open_db,
+    print_json,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 
 
 @cli.group("judge", cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -35,10 +35,10 @@ def _stat_text(name: str, stat: dict[str, Any], ceiling: dict[str, Any] | None =
     if stat["value"] is None:
         line = f"{name:<28} undefined: {stat.get('reason', '')}"
     else:
-        ci = f"[{_fmt_value(stat['ci_low'])}, {_fmt_value(stat['ci_high'])}]" if stat["ci_low"] is not None else ""
-        line = f"{name:<28} {_fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
+        ci = f"[{fmt_value(stat['ci_low'])}, {fmt_value(stat['ci_high'])}]" if stat["ci_low"] is not None else ""
+        line = f"{name:<28} {fmt_value(stat['value']):>7} {ci:<17} n={stat['n']}"
     if ceiling is not None and ceiling.get("value") is not None:
-        line += f"   human-human {_fmt_value(ceiling['value'])}"
+        line += f"   human-human {fmt_value(ceiling['value'])}"
     return line
 
 
@@ -79,9 +79,9 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
 
-    db = _open(ctx)
-    config = LLMConfig.from_env(_secrets_toml(), model=model)
-    update, close = _progress_bar(judge_name)
+    db = open_db(ctx)
+    config = LLMConfig.from_env(secrets_toml(), model=model)
+    update, close = progress_bar(judge_name)
     progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
     try:
         if resume_id is not None:
@@ -102,14 +102,14 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
         run = get_run(db, run.id)
     if run.status == "submitted":
         if as_json:
-            _print_json(run.to_dict())
+            print_json(run.to_dict())
         else:
             click.echo(f"run {run.id}: {run.judge} on {run.items} {run.on_set} items submitted as "
                        f"{len(run.batches)} batch(es): {', '.join(run.batches)}; "
                        f"collect with: labeler llm collect judge:{run.id}")
         return
     if as_json:
-        _print_json(run.to_dict())
+        print_json(run.to_dict())
         return
     if run.estimate is not None:
         e = run.estimate
@@ -155,13 +155,13 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
     from ..agreement import display_name, run_agreement
     from ..judge import gate
 
-    db = _open(ctx)
+    db = open_db(ctx)
     result = run_agreement(db, run_id, n_resamples=resamples, seed=seed, k=k)
     verdict = gate(db, run_id, agreement=result)
     out = result.to_dict()
     out["gate"] = verdict.to_dict()
     if as_json:
-        _print_json(out)
+        print_json(out)
         return
     run = result.run
     click.echo(f"run {run.id}: {run.judge} ({run.rubric}, {run.model}) vs human labels; 95% CIs from "
@@ -197,9 +197,9 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
     """
     from ..agreement import compare_runs, display_name
 
-    result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
+    result = compare_runs(open_db(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
     if as_json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
         return
     a, b = result.a.run, result.b.run
     click.echo(f"run {a.id}: {a.judge} ({a.rubric}, {a.model})  vs  run {b.id}: {b.judge} ({b.rubric}, {b.model}); "
@@ -207,11 +207,11 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
     for name, stat in result.difference.items():
         sa, sb = result.a.statistics[name], result.b.statistics[name]
         d = stat.to_dict()
-        ci = f"[{_fmt_value(d['ci_low'])}, {_fmt_value(d['ci_high'])}]" if d["ci_low"] is not None else ""
-        click.echo(f"{display_name(name):<28} {_fmt_value(sa.value):>7} {_fmt_value(sb.value):>7}   "
-                   f"B-A {_fmt_value(d['value']):>7} {ci}")
-    click.echo(f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
-               f"Cohen's kappa {_fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
+        ci = f"[{fmt_value(d['ci_low'])}, {fmt_value(d['ci_high'])}]" if d["ci_low"] is not None else ""
+        click.echo(f"{display_name(name):<28} {fmt_value(sa.value):>7} {fmt_value(sb.value):>7}   "
+                   f"B-A {fmt_value(d['value']):>7} {ci}")
+    click.echo(f"A vs B exact agreement {fmt_value(result.between['exact_agreement'].value)}, "
+               f"Cohen's kappa {fmt_value(result.between['cohen_kappa'].value)} (n={result.between['cohen_kappa'].n})")
 
 
 @judge_group.command("list", context_settings=CONTEXT_SETTINGS)
@@ -226,9 +226,9 @@ def judge_list_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..judge import list_runs
 
-    runs = list_runs(_open(ctx))
+    runs = list_runs(open_db(ctx))
     if as_json:
-        _print_json([r.to_dict() for r in runs])
+        print_json([r.to_dict() for r in runs])
         return
     if not runs:
         click.echo("no judge runs yet: labeler judge run --judge relevance.v1 --on labeled")

@@ -8,29 +8,29 @@ from typing import Any
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
     json_option,
+    open_db,
+    print_json,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 
 
 def _config() -> Any:
     from ..llm import LLMConfig
 
-    return LLMConfig.from_env(_secrets_toml())
+    return LLMConfig.from_env(secrets_toml())
 
 
 def wait_for(db: Any, config: Any, owner: str, run_id: int, poll_s: float) -> None:
     """Poll a run's batches until all are finished, with a progress bar on request counts."""
     from ..llm import batch
 
-    update, close = _progress_bar(f"{owner} run {run_id} (batch)")
+    update, close = progress_bar(f"{owner} run {run_id} (batch)")
     try:
         batch.wait(db, config, owner=owner, run_id=run_id, poll_s=poll_s,
                    progress=update if sys.stderr.isatty() else None)
@@ -80,10 +80,10 @@ def llm_batches_cmd(ctx: click.Context, offline: bool, as_json: bool) -> None:
     """
     from ..llm import batch
 
-    db = _open(ctx)
+    db = open_db(ctx)
     rows = batch.list_batches(db) if offline else batch.refresh(db, _config())
     if as_json:
-        _print_json([b.to_dict() for b in rows])
+        print_json([b.to_dict() for b in rows])
         return
     if not rows:
         click.echo("no batches yet: labeler judge run --batch, or labeler synth generate --batch")
@@ -124,13 +124,13 @@ def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, dire
         if not number.isdigit() or kind not in ("", "judge", "synth"):
             raise click.BadParameter(f"{run!r}: use judge:ID or synth:ID", param_hint="RUN")
         owner, run_id = kind or "judge", int(number)
-    db = _open(ctx)
+    db = open_db(ctx)
     config = _config()
     if wait_s is not None and owner is not None:
         wait_for(db, config, owner, run_id, wait_s)
     result = batch.collect(db, config, owner=owner, run_id=run_id, direct_rest=direct_rest)
     if as_json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
         return
     click.echo(collect_summary(result))
     for note in result.notes:
@@ -149,5 +149,5 @@ def llm_cancel_cmd(ctx: click.Context, batch_id: str) -> None:
     """
     from ..llm import batch
 
-    b = batch.cancel(_open(ctx), _config(), batch_id)
+    b = batch.cancel(open_db(ctx), _config(), batch_id)
     click.echo(f"{b.batch_id}: {b.state}")

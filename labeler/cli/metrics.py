@@ -9,23 +9,23 @@ from typing import Any
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     ORIGIN_CHOICE,
-    _fmt_value,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
+    fmt_value,
     json_option,
+    open_db,
+    print_json,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 
 
 def _eval_llm_config() -> Any:
     from ..llm import LLMConfig
 
-    return LLMConfig.from_env(_secrets_toml())  # the judge run's own model and temperature are used
+    return LLMConfig.from_env(secrets_toml())  # the judge run's own model and temperature are used
 
 
 @cli.command("eval", context_settings=CONTEXT_SETTINGS)
@@ -93,7 +93,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
     from ..harness import append_step_summary, evaluate, parse_headers
     from ..ingest import parse_mapping
 
-    update, close = _progress_bar("questions")
+    update, close = progress_bar("questions")
     try:
         result = evaluate(
             golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
@@ -107,7 +107,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
     finally:
         close()
     if as_json:
-        _print_json(result.report)
+        print_json(result.report)
     else:
         click.echo(result.markdown, nl=False)
     append_step_summary(result.markdown, os.environ.get("GITHUB_STEP_SUMMARY"))
@@ -182,7 +182,7 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
 
         if compare is not None or per_query or origin or annotator or since or until:
             raise click.UsageError("--all-traffic takes --metric, --retriever, --judge-run, --design, --random-only")
-        print_all_traffic(_open(ctx), judge_run, list(metric_specs) or None, retriever=retriever, design=design,
+        print_all_traffic(open_db(ctx), judge_run, list(metric_specs) or None, retriever=retriever, design=design,
                           random_only=random_only, as_json=as_json)
         return
     if judge_run is not None or design is not None or random_only:
@@ -194,12 +194,12 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
         _compare(ctx, compare, list(metric_specs) or None, ks=ks, origin=origin, annotator=annotator, since=since,
                  until=until, seed=seed, as_json=as_json)
         return
-    report = retrieval_report(_open(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
+    report = retrieval_report(open_db(ctx), list(metric_specs) or None, ks=ks, retriever=retriever, origin=origin,
                               annotator=annotator, since=since, until=until, seed=seed)
     if per_query:
         report.write_per_query(per_query)
     if as_json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
         return
     click.echo(f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
                f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
@@ -226,10 +226,10 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
     if len(pair) != 2 or not all(pair):
         raise click.BadParameter(f"{names!r}: give two retrievers separated by a comma, e.g. production,bm25",
                                  param_hint="'--compare'")
-    c = compare_retrievers(_open(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
+    c = compare_retrievers(open_db(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
                            since=since, until=until, seed=seed)
     if as_json:
-        _print_json(c.to_dict())
+        print_json(c.to_dict())
     else:
         click.echo(f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
                    f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
@@ -243,7 +243,7 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
             click.echo(f"{spec:<14}{v['a']:>10.3f}{v['b']:>10.3f}{v['diff']:>+9.3f}  {ci:<18}{v['p_value']:>7.4f}"
                        f"{v['n']:>6}")
         for r, judged in c.judged.items():
-            click.echo(f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items()))
+            click.echo(f"{r}: " + ", ".join(f"{s} {fmt_value(v)}" for s, v in judged.items()))
         for line in c.warnings:  # --json carries them in "warnings"
             click.echo(f"Warning: {line}", err=True)
 

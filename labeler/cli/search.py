@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, _secrets_toml, json_option
+from .common import CONTEXT_SETTINGS, LabelerGroup, json_option, open_db, print_json, secrets_toml
+from .group import cli
 
 _K = click.option("--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
                   help="How many chunks to return.")
@@ -42,9 +42,9 @@ def search_text_cmd(ctx: click.Context, words: str, k: int, as_json: bool) -> No
     """
     from ..search import search_text
 
-    found = search_text(_open(ctx), words, k)
+    found = search_text(open_db(ctx), words, k)
     if as_json:
-        _print_json([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found])
+        print_json([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found])
         return
     if not found:
         click.echo("no chunk matches these words")
@@ -73,14 +73,14 @@ def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, an
     from ..llm import LLMConfig
     from ..search import labeled_queries, query_pk, search_missed
 
-    db = _open(ctx)
+    db = open_db(ctx)
     targets = [(query_pk(db, q), q) for q in query_ids] if query_ids else \
         [(pk, q) for pk, q in labeled_queries(db, annotator)]
-    config = LLMConfig.from_env(_secrets_toml())
+    config = LLMConfig.from_env(secrets_toml())
     result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None, annotator=annotator)
               for pk, qid in targets}
     if as_json:
-        _print_json({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
+        print_json({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
                      for qid, found in result.items()})
         return
     if not result:
@@ -105,8 +105,8 @@ def search_embed_cmd(ctx: click.Context, as_json: bool) -> None:
     from ..llm import LLMConfig
     from ..search import embed_documents
 
-    count = embed_documents(_open(ctx), LLMConfig.from_env(_secrets_toml()))
+    count = embed_documents(open_db(ctx), LLMConfig.from_env(secrets_toml()))
     if as_json:
-        _print_json({"embedded": count})
+        print_json({"embedded": count})
     else:
         click.echo(f"{count} chunks embedded")

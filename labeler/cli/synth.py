@@ -7,16 +7,16 @@ import sys
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
     json_option,
+    open_db,
+    print_json,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 
 
 @cli.group(cls=LabelerGroup, context_settings=CONTEXT_SETTINGS)
@@ -76,12 +76,12 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
         n=n, per_chunk=per_chunk, seed=seed, question_types=tuple(t.strip() for t in types.split(",") if t.strip()),
         persona=persona, language=language, strategy=strategy, multi_hop=multi_hop,
         duplicate_threshold=duplicate_threshold)
-    config = llm.LLMConfig.from_env(_secrets_toml(), model=model, concurrency=concurrency)
-    db = _open(ctx)
+    config = llm.LLMConfig.from_env(secrets_toml(), model=model, concurrency=concurrency)
+    db = open_db(ctx)
     if dry_run:
         plan = synthesis.plan_generation(db, config, options)
         if as_json:
-            _print_json(plan.to_dict())
+            print_json(plan.to_dict())
             return
         e = plan.estimate
         cost = "unknown cost (no price for this model)" if e.cost is None else \
@@ -101,14 +101,14 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
             click.echo(collect_summary(llm.batch.collect(db, config, owner="synth", run_id=result.run_id)))
             return
         if as_json:
-            _print_json(result.to_dict())
+            print_json(result.to_dict())
         elif result.status == "submitted":
             click.echo(f"synth run {result.run_id} submitted as {len(result.batches)} batch(es): "
                        f"{', '.join(result.batches)}; collect with: labeler llm collect synth:{result.run_id}")
         else:
             click.echo(f"synth run {result.run_id}: everything was cached; stored {len(result.stored)} question(s)")
         return
-    update, close = _progress_bar("generating")
+    update, close = progress_bar("generating")
     try:
         result = synthesis.generate(
             db, config, options,
@@ -117,7 +117,7 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
         close()
     r = result.to_dict()
     if as_json:
-        _print_json(r)
+        print_json(r)
         return
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected_by_reason"].items()))
     m = r["llm"]
@@ -145,9 +145,9 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, as_j
     """
     from ..synth import shift_report
 
-    report = shift_report(_open(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
+    report = shift_report(open_db(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
     if as_json:
-        _print_json(report)
+        print_json(report)
         return
     c, w = report["classifier"], report["wording"]
     click.echo(f"questions          {report['n']['log']} logged, {report['n']['synthetic']} synthetic")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from .. import db as store
-from . import cli
-from .common import CONTEXT_SETTINGS, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, json_option, open_db, print_json
+from .group import cli
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -19,9 +19,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
         labeler stats --json
     """
-    s = store.stats(_open(ctx))
+    s = store.stats(open_db(ctx))
     if as_json:
-        _print_json(s)
+        print_json(s)
         return
     origins = ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
     click.echo(f"documents          {s['documents']} ({s['documents_without_text']} without text)")
@@ -45,13 +45,13 @@ def annotators(ctx: click.Context, as_json: bool) -> None:
     """
     from ..labels import annotator_stats
 
-    db = _open(ctx)
+    db = open_db(ctx)
     rows = annotator_stats(db)
     if as_json:
         from ..labels.coaching import annotator_performance
 
         extra = {r["annotator"]: r for r in annotator_performance(db)}
-        _print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
+        print_json([{**extra.get(r["annotator"], {}), **r} for r in rows])
         return
     if not rows:
         click.echo("no annotators yet (they appear when they sign in to the app)")
@@ -99,14 +99,14 @@ def queue(ctx: click.Context, order: str | None, targets: tuple[str, ...], judge
     if order is not None:
         from .estimate import set_order
 
-        set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json,
+        set_order(open_db(ctx), order, judge_run=judge_run, budget=budget, seed=seed, as_json=as_json,
                   targets=list(targets))
         return
     if targets:
         raise click.UsageError("--target goes with --order stratified")
-    counts = queue_counts(_open(ctx))
+    counts = queue_counts(open_db(ctx))
     if as_json:
-        _print_json(counts)
+        print_json(counts)
         return
     for key, value in counts.items():
         click.echo(f"{key:<15} {value}")

@@ -6,16 +6,16 @@ from typing import Any
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     LabelerGroup,
-    _open,
-    _print_json,
-    _progress_bar,
-    _secrets_toml,
     json_option,
+    open_db,
+    print_json,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 
 
 def _embedding_config(method: str) -> Any:
@@ -26,7 +26,7 @@ def _embedding_config(method: str) -> Any:
     from ..llm import LLMConfig
 
     try:
-        config = LLMConfig.from_env(_secrets_toml())
+        config = LLMConfig.from_env(secrets_toml())
     except LabelerError:
         config = None
     if method == "embeddings" and not (config and config.embedding_model):
@@ -66,9 +66,9 @@ def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, 
     """
     from ..topics import build_topics
 
-    update, close = _progress_bar("questions")
+    update, close = progress_bar("questions")
     try:
-        summary = build_topics(_open(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
+        summary = build_topics(open_db(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
     finally:
         close()
     _show_topics(summary, as_json)
@@ -86,12 +86,12 @@ def topics_show_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     from ..topics import topic_summary
 
-    _show_topics(topic_summary(_open(ctx)), as_json)
+    _show_topics(topic_summary(open_db(ctx)), as_json)
 
 
 def _show_topics(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        _print_json(summary)
+        print_json(summary)
         return
     click.echo(f"model {summary['model']}: {summary['k']} topics ({summary['method']}, seed {summary['seed']}) "
                f"over {summary['questions']} logged questions")
@@ -116,9 +116,9 @@ def coverage_cmd(ctx: click.Context, retriever: str | None, as_json: bool) -> No
     """
     from ..topics import coverage
 
-    report = coverage(_open(ctx), retriever=retriever, config=_embedding_config("auto"))
+    report = coverage(open_db(ctx), retriever=retriever, config=_embedding_config("auto"))
     if as_json:
-        _print_json(report)
+        print_json(report)
         return
     click.echo(f"{report['logged_queries']} logged questions ({report['occurrences']} occurrences), "
                f"{report['labeled']} labeled; traffic not covered by any labeled question: "
@@ -153,9 +153,9 @@ def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int,
     from ..ingest import parse_mapping
     from ..topics import drift
 
-    report = drift(_open(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
+    report = drift(open_db(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
     if as_json:
-        _print_json(report)
+        print_json(report)
         return
     click.echo(f"{report['source']}: {report['questions']} questions ({report['occurrences']:.0f} occurrences); "
                f"far from every topic: {_pct(report['far_share'])}")
@@ -190,7 +190,7 @@ def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, forc
     """
     from ..holdout import set_split, split_counts
 
-    db = _open(ctx)
+    db = open_db(ctx)
     if fraction is None and seed is None:
         counts = split_counts(db)
     elif fraction is None or seed is None:
@@ -198,7 +198,7 @@ def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, forc
     else:
         counts = set_split(db, fraction, seed=seed, force=force)
     if as_json:
-        _print_json(counts)
+        print_json(counts)
         return
     if counts["split"] is None:
         click.echo("no split: every question is dev (set one with labeler split --holdout 0.2 --seed N)")

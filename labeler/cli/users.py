@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _print_json, json_option
+from .common import CONTEXT_SETTINGS, LabelerGroup, json_option, open_db, print_json
+from .group import cli
 
 
 def _read_password(from_stdin: bool, prompt: str = "Password") -> str:
@@ -63,10 +63,10 @@ def users_add(ctx: click.Context, name: str, role: str, email: str | None, passw
     from ..accounts import add_user
 
     password = _read_password(True) if password_stdin else None
-    made = add_user(_open(ctx, create=True), name, role, password=password, email=email)
+    made = add_user(open_db(ctx, create=True), name, role, password=password, email=email)
     link = _link(url, made.token) if made.token else None
     if as_json:
-        _print_json({**made.account._asdict(), "signin_link": link})
+        print_json({**made.account._asdict(), "signin_link": link})
         return
     click.echo(f"added {made.account.name} ({made.account.role})")
     if link:
@@ -86,9 +86,9 @@ def users_list(ctx: click.Context, include_removed: bool, as_json: bool) -> None
     """
     from ..accounts import list_accounts
 
-    rows = list_accounts(_open(ctx), include_removed=include_removed)
+    rows = list_accounts(open_db(ctx), include_removed=include_removed)
     if as_json:
-        _print_json([a._asdict() for a in rows])
+        print_json([a._asdict() for a in rows])
         return
     if not rows:
         click.echo("no accounts yet: labeler users add NAME --role lead")
@@ -114,7 +114,7 @@ def users_passwd(ctx: click.Context, name: str, password_stdin: bool, make_link:
     """
     from ..accounts import new_invite, set_password
 
-    db = _open(ctx)
+    db = open_db(ctx)
     if make_link:
         click.echo(f"one-time sign-in link (shown once): {_link(url, new_invite(db, name))}")
         return
@@ -135,7 +135,7 @@ def users_role(ctx: click.Context, name: str, role: str) -> None:
     """
     from ..accounts import set_role
 
-    a = set_role(_open(ctx), name, role)
+    a = set_role(open_db(ctx), name, role)
     click.echo(f"{a.name} is {a.role}")
 
 
@@ -152,7 +152,7 @@ def users_grant_llm(ctx: click.Context, name: str, revoke: bool) -> None:
     """
     from ..accounts import grant_llm
 
-    a = grant_llm(_open(ctx), name, not revoke)
+    a = grant_llm(open_db(ctx), name, not revoke)
     click.echo(f"{a.name} {'may' if a.may_run_llm else 'may not'} run LLM jobs")
 
 
@@ -168,7 +168,7 @@ def users_remove(ctx: click.Context, name: str) -> None:
     """
     from ..accounts import remove_user
 
-    remove_user(_open(ctx), name)
+    remove_user(open_db(ctx), name)
     click.echo(f"removed {name}; their labels stay")
 
 
@@ -189,9 +189,9 @@ def audit_cmd(ctx: click.Context, annotator: str | None, since: str | None, limi
     """
     from ..audit import audit_log
 
-    events = audit_log(_open(ctx), annotator=annotator, since=since, limit=limit)
+    events = audit_log(open_db(ctx), annotator=annotator, since=since, limit=limit)
     if as_json:
-        _print_json([e.to_dict() for e in events])
+        print_json([e.to_dict() for e in events])
         return
     if not events:
         click.echo("no events")
