@@ -15,13 +15,15 @@ from .. import accounts, privacy
 from .. import db as store
 from ..core.names import check_name
 from ..errors import IngestError
-from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
+from ..ingest.common import FieldError, Problem, ProblemList, check_problems
 from ..ingest.lines import shown_text
+from ..ingest.mapping import LOG_ALIASES
 from ..ingest.readers import BadRecord, detect_format, iter_records
-from ..labels import JUDGMENTS, sync_queue
+from ..ingest.validate import normalize_question
 from ..labels.common import event, max_grade
-from ..labels.queue import recount
-from ..report import ORIGINS
+from ..labels.queue import recount, sync_queue
+from ..labels.writes import JUDGMENTS
+from ..report.specs import ORIGINS
 
 
 @dataclass
