@@ -34,13 +34,13 @@ def add_annotator(db: sqlite_utils.Database, name: str, role: str | None = None,
     if role is not None and role not in ROLES:
         raise LabelError(f"role {role!r} is unknown; use one of: {', '.join(ROLES)}")
     if role is not None:
-        from ..accounts import require  # accounts builds on labels: imported here
+        from ..accounts.manage import require
 
         require(db, by, "lead", "changing roles")
     with store.transaction(db):
         ensure_annotator(db.conn, name, stamp(None))
         if role is not None and role != role_of(db, name):
-            from ..accounts import set_role
+            from ..accounts.manage import set_role
 
             set_role(db, name, role, by=by)  # the one place roles change (last lead kept, audited)
     row = db.execute("SELECT name, role, created_at FROM annotators WHERE name = ?", [name]).fetchone()

@@ -51,7 +51,7 @@ def _submitted_grades(db: sqlite_utils.Database) -> dict[str, dict[tuple[int, in
 
 def _kappa(reference: list[int], rated: list[int], clusters: list[int], *, levels: int, threshold: int,
            min_n: int, n_resamples: int, seed: int) -> dict[str, Any]:
-    from ..agreement import ordinal_agreement
+    from ..agreement.stats import ordinal_agreement
 
     if len(reference) < min_n:
         return {"value": None, "ci_low": None, "ci_high": None, "n": len(reference),

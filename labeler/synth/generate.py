@@ -22,8 +22,8 @@ import sqlite_utils
 
 from .. import accounts, llm, owners
 from .. import db as store
-from ..ingest import normalize_question
-from ..search import CorpusIndex
+from ..ingest.validate import normalize_question
+from ..search.tfidf import CorpusIndex
 from .checks import check_item, find_duplicates
 from .models import MAX_CHUNK_CHARS, GeneratedBatch, GeneratedQuestion, Seed, SynthOptions
 from .seeds import detect_language, select_seeds
