@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import labeler.labels as labels
 from labeler import db as store
 from labeler import judge
+from labeler.accounts.settings import set_setting
 from labeler.cli import cli
 from labeler.estimate import active
 from labeler.estimate.ppi import EstimateError
@@ -156,7 +157,7 @@ def test_refusals(db, ingest_tiny, server, write_log, tmp_path):
         all_traffic_report(db, None)
     label_from_queue(db, truth, 20)
     run = judge_all(db, server, truth)
-    store.set_setting(db, "queue_order", "oldest")
+    set_setting(db, "queue_order", "oldest")
     label_from_queue(db, truth, 5)
     with pytest.raises(EstimateError, match=r"not a probability sample of the traffic \(5 queue order oldest first\).*--random-only"):
         all_traffic_report(db, run.id)
@@ -214,7 +215,7 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     same = db.execute("SELECT count(*) FROM active_draw_items a JOIN active_draw_items b ON a.query_pk = b.query_pk "
                       "AND a.drawn = b.drawn WHERE a.draw_id = ? AND b.draw_id = ?", [draw.id, again.id]).fetchone()
     assert same[0] == N
-    store.set_setting(db, "queue_order", "active")
+    set_setting(db, "queue_order", "active")
     drawn = {r[0] for r in db.execute("SELECT query_pk FROM active_draw_items WHERE draw_id = ? AND drawn = 1",
                                       [again.id])}
     got = label_from_queue(db, truth, N, annotator="bob")
