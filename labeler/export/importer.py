@@ -11,8 +11,9 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, privacy
 from .. import db as store
+from .. import privacy
+from ..accounts.manage import audit, require
 from ..core.names import check_name
 from ..errors import IngestError
 from ..ingest.common import FieldError, Problem, ProblemList, check_problems
@@ -242,7 +243,7 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     local operator). ``redact``: replace personal data and secrets as an ingest does (None: the
     setting ``redact``); problems and rejects are scrubbed the same way.
     """
-    accounts.require(db, by, "lead", "importing a golden set")
+    require(db, by, "lead", "importing a golden set")
     annotator = check_name(annotator)
     path = Path(path)
     shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
@@ -327,5 +328,5 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
                 result.merged += 1
             else:
                 result.unchanged += 1
-        accounts.audit(conn, at, by, "import_golden", annotator, shown)
+        audit(conn, at, by, "import_golden", annotator, shown)
         return _finish(db, path, shown, fmt, result, lenient, rejects)

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
 from .. import metrics as m
+from ..accounts.manage import audit, require
 from ..report.load import data_token
 from ..report.specs import DEFAULT_KS, DEFAULT_METRICS, expand_specs
 from ..version import version
@@ -90,7 +90,7 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
         version_no = db.execute(
             "INSERT INTO exports (format, path, sha256, filters, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             [fmt, path, digest, store.dumps(g.filters), store.dumps(counts), created]).lastrowid
-        accounts.audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
+        audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
     manifest = {
         "manifest_version": MANIFEST_VERSION, "labeler_version": version(), "version": version_no, "format": fmt,
         "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
@@ -117,7 +117,7 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     all-traffic estimate (``all_traffic``, :func:`labeler.estimate.report.all_traffic_report`, with
     labels drawn at random only); the golden set itself stays human-only.
     """
-    accounts.require(db, by, "lead", "exporting the golden set")
+    require(db, by, "lead", "exporting the golden set")
     cited = None
     if judge_run is not None:  # computed first: a refused estimate writes nothing
         from ..estimate.report import all_traffic_report
@@ -171,7 +171,7 @@ def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = 
     writes them to standard output): (data, result). Recorded in ``exports`` with path ``target``;
     no manifest file is written (``result.manifest`` is it). Folder formats raise ExportError.
     Leads only (``by``; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "exporting the golden set")
+    require(db, by, "lead", "exporting the golden set")
     spec = format_named(fmt)
     if spec.directory:
         raise ExportError(f"the {fmt} format writes a folder of files, not one stream: give a folder path")
@@ -224,7 +224,7 @@ def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str =
     itself; folder formats a zip of the folder plus its manifest (fixed timestamps, so the same
     database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``.
     Leads only (``by``; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "exporting the golden set")
+    require(db, by, "lead", "exporting the golden set")
     spec = format_named(fmt)
     stem = archive_name(fmt, name).removesuffix(".zip")
     g, files = _build(db, fmt, stem, origin=origin, min_annotators=min_annotators,

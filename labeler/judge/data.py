@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
+from ..accounts.manage import require
 from ..errors import JudgeError
 from .registry import ANSWER_FIELDS, VERDICTS
 from .store import get_run
@@ -221,7 +221,7 @@ def tag_item(db: sqlite_utils.Database, run_id: int, query_pk: int, doc_pk: int,
     """Tag a judged item: ``judge_wrong``, ``human_wrong`` or ``rubric_ambiguous`` (None removes the tag).
     Tags are set in the disagreement browser, which shows every annotator's grades: leads only
     (``by``, the signed-in account; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "tagging a disagreement")
+    require(db, by, "lead", "tagging a disagreement")
     if tag is not None and tag not in TAGS:
         raise JudgeError(f"tag {tag!r} is unknown; use one of: {', '.join(TAGS)}")
     get_run(db, run_id)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from .. import accounts, llm
 from .. import db as store
+from .. import llm
+from ..accounts.manage import require
 from ..accounts.settings import set_setting
 from ..errors import GateError, JudgeError
 from .store import get_run, list_runs
@@ -33,7 +34,7 @@ def set_gate_settings(db: sqlite_utils.Database, *, by: str | None = None, **val
     """Change the gate: ``min_value``, ``min_ci_low`` (kappa), ``min_pairs``, ``human_overlap``
     (pass when the CI reaches the human-human one), ``min_human_pairs``; returns the new gate.
     Leads only (``by``, the signed-in account; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "changing the calibration gate")
+    require(db, by, "lead", "changing the calibration gate")
     unknown = set(values) - set(GATE_DEFAULTS) - {"statistic"}
     if unknown:
         raise JudgeError(f"unknown gate setting(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_DEFAULTS)}")

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .. import accounts, llm, owners
 from .. import db as store
+from .. import llm, owners
+from ..accounts.manage import require
 from ..errors import JudgeError, LabelerError
 from ..retrievers import default_retriever
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
@@ -240,7 +241,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
         tasks, _ = _tasks(j, items, r.text, scale)
         run.estimate = llm.estimate(db, config, tasks)
         return run
-    accounts.require(db, by, "llm", "running a judge")
+    require(db, by, "llm", "running a judge")
     if not items:
         raise JudgeError(f"no {on} items for {j.name}: "
                          + {"labeled": "label and submit some queries first", "unlabeled": "everything is labeled",
@@ -289,7 +290,7 @@ def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
     LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
-    accounts.require(db, by, "llm", "resuming a judge run")
+    require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
     if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
         raise JudgeError(f"run {run_id} is waiting for its batches: `labeler llm collect judge:{run_id}` "
@@ -327,7 +328,7 @@ def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, 
               cancel: threading.Event | None = None, by: str | None = None) -> Stability:
     """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``); a paid
     job (``by`` as in :func:`run_judge`)."""
-    accounts.require(db, by, "llm", "checking a judge's stability")
+    require(db, by, "llm", "checking a judge's stability")
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise JudgeError(f"k={k!r}: a stability check needs at least 2 reruns")
     run = get_run(db, run_id)

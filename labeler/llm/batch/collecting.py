@@ -20,7 +20,8 @@ import openai
 import pydantic
 import sqlite_utils
 
-from ... import accounts, privacy
+from ... import privacy
+from ...accounts.manage import require
 from ...db import now, transaction
 from ...errors import LLMError
 from ..cache import call_row, redact_answer, store_call, store_many
@@ -76,7 +77,7 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
     """Collect every finished, not yet collected batch (all, or one run's); see the module docstring.
     Collecting again changes nothing. May pay for direct retries and new batches: ``by`` (the
     signed-in account) must be allowed to run LLM jobs (``None`` is the local operator)."""
-    accounts.require(db, by, "llm", "collecting Batch API results")
+    require(db, by, "llm", "collecting Batch API results")
     result = Collected()
     own = client is None
     client = client or client_for(config)

@@ -19,7 +19,8 @@ import openai
 import pydantic
 import sqlite_utils
 
-from ... import accounts, privacy
+from ... import privacy
+from ...accounts.manage import require
 from ...db import dumps, now, transaction
 from ...errors import LLMError
 from ..cache import load_cached, redact_tasks, request_record
@@ -270,7 +271,7 @@ def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, clien
            by: str | None = None) -> BatchInfo:
     """Cancel batch ``batch_id`` (a batch id or labeler's key); its finished lines are still collected.
     ``by`` as in :func:`collect`."""
-    accounts.require(db, by, "llm", "cancelling a batch")
+    require(db, by, "llm", "cancelling a batch")
     rows = stored_batches(db, "batch_id = ? OR key = ?", [batch_id, batch_id])
     if not rows or rows[0].batch_id is None:
         raise LLMError(f"no batch {batch_id!r}; `labeler llm batches` lists them")
