@@ -6,9 +6,10 @@ function still ties the two modules together. The rules are the ones in DESIGN.m
 
 (a) no import circle between modules;
 (b) no module imports another module's private name (``from .x import _helper``), and a private
-    module (``labels/_common.py``) is imported only from inside its own package;
+    module (``pkg/_helpers.py``) is imported only from inside its own package;
 (c) pages (labeler/app/views) import none of sqlite3, sqlite_utils, openai, sklearn;
-(d) an arrow never points up a floor (``FLOORS`` below).
+(d) an arrow never points up a floor (``FLOORS`` below), and core/ imports nothing from labeler but
+    the error family beside it.
 
 Each failure prints the offending chain, for example ``labeler.a -> labeler.b -> labeler.a``.
 Run ``python tests/test_architecture.py`` to print every finding at once.
