@@ -1,6 +1,7 @@
 """labeler: turn RAG production logs into a golden dataset, with honest numbers."""
 
-from .db import connect, get_settings, set_setting, stats
+from .accounts.settings import set_setting
+from .db import connect, get_settings, stats
 from .errors import DatabaseError, IngestError, LabelerError
 from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, ingest_tools, parse_mapping, population
 from .privacy import parse_patterns as parse_redact_patterns

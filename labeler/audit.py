@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 
 import sqlite_utils
 
-from .labels._common import When, check_name, stamp
+from .core.names import check_name
+from .core.times import When, stamp
 
 
 class AuditEvent(NamedTuple):

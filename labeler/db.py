@@ -225,19 +225,23 @@ def get_settings(db: sqlite_utils.Database) -> dict[str, Any]:
     return values
 
 
-def set_setting(db: sqlite_utils.Database, key: str, value: Any, *, by: str | None = None) -> None:
-    """Change a project setting; leads only (``by``, the signed-in account; ``None`` is the local
-    operator). The change is recorded in ``audit_events``."""
-    from .accounts import audit, require
+def put_setting(conn: sqlite3.Connection, key: str, value: Any) -> None:
+    """Store one project setting as JSON, inside the caller's transaction. No permission check: a
+    change made for a person goes through :func:`labeler.accounts.settings.set_setting`."""
+    conn.execute(
+        "INSERT INTO settings (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, dumps(value)],
+    )
 
-    require(db, by, "lead", f"changing the setting {key}")
-    with transaction(db):
-        audit(db.conn, now(), by, "setting", key, dumps(value)[:500])
-        db.execute(
-            "INSERT INTO settings (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [key, dumps(value)],
-        )
+
+def set_setting(db: sqlite_utils.Database, key: str, value: Any, *, by: str | None = None) -> None:
+    """Moved to :func:`labeler.accounts.settings.set_setting` (leads only, audited). This forwarder
+    remains only while ``labeler.privacy`` (being rewritten on the ingest branch) still calls it; it
+    is the one upward arrow from the store, listed in tests/test_architecture.py's PENDING_INGEST."""
+    from .accounts.settings import set_setting as checked_set_setting
+
+    checked_set_setting(db, key, value, by=by)
 
 
 # --- stats ----------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from . import db as store
 from .errors import LabelerError
-from .export import import_golden
-from .ingest import ingest_corpus, ingest_logs
+from .export.importer import import_golden
+from .ingest.corpus import ingest_corpus
+from .ingest.logs import ingest_logs
 
 DEMO_FILES = ("corpus.jsonl", "logs.jsonl", "golden.jsonl")
 

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import sqlite_utils
 
-from . import accounts
 from . import db as store
+from .accounts.manage import audit, local_operator, require
 from .errors import LabelerError
 
 DEV, HOLDOUT = "dev", "holdout"
@@ -50,7 +50,7 @@ def set_split(db: sqlite_utils.Database, fraction: float, *, seed: int, force: b
               by: str | None = None) -> dict[str, Any]:
     """Set the dev/holdout rule (leads only). The same fraction and seed again changes nothing;
     another one, once a split exists, raises HoldoutError unless ``force`` (then audited)."""
-    accounts.require(db, by, "lead", "setting the holdout split")
+    require(db, by, "lead", "setting the holdout split")
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
         raise HoldoutError(f"--holdout {fraction!r}: give the holdout's share, a number between 0 and 1 (e.g. 0.2)")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -66,7 +66,7 @@ def set_split(db: sqlite_utils.Database, fraction: float, *, seed: int, force: b
         db.execute("INSERT INTO holdout_splits (fraction, seed, created_at, by, forced) VALUES (?, ?, ?, ?, ?)",
                    [float(fraction), seed, at, by, int(now is not None)])
         detail = f"holdout {fraction:g} seed {seed}" + (f" (was {now.fraction:g} seed {now.seed}, forced)" if now else "")
-        accounts.audit(db.conn, at, by, "holdout split", "split", detail)
+        audit(db.conn, at, by, "holdout split", "split", detail)
     return split_counts(db)
 
 
@@ -95,7 +95,7 @@ def record_look(db: sqlite_utils.Database, what: str, questions: int, *, by: str
     now = current_split(db)
     with store.transaction(db):
         db.execute("INSERT INTO holdout_looks (at, by, split_id, what, questions) VALUES (?, ?, ?, ?, ?)",
-                   [store.now(), by if by is not None else accounts.local_operator(), now.id if now else None,
+                   [store.now(), by if by is not None else local_operator(), now.id if now else None,
                     what[:500], int(questions)])
     return looks(db)["count"]
 

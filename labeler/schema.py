@@ -7,6 +7,9 @@ their own here; the SQL that reads and writes them lives with the code that owns
 from __future__ import annotations
 
 import json
+import math
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlite_utils
@@ -492,19 +495,65 @@ def m009_ingest_staging(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
+# Frozen copy of labeler.ingest.times.timestamp as m010 ran it (never edit: migrations are history).
+_M010_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_M010_DIGITS = re.compile(r"^-?\d+(\.\d+)?$")
+_M010_UTC_Z = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z")
+_M010_UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (math.inf, 1e-9))
+
+
+def _m010_format(t: datetime) -> str:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _m010_from_epoch(value: float) -> str:
+    scale = next(scale for bound, scale in _M010_UNITS if abs(value) < bound)
+    if scale == 1e-9 and isinstance(value, int):  # integer nanoseconds: no float rounding
+        return _m010_format(_M010_EPOCH + timedelta(microseconds=value // 1000))
+    return _m010_format(_M010_EPOCH + timedelta(seconds=value * scale))
+
+
+def _m010_timestamp(value: Any) -> Any:
+    """``value`` as UTC ISO 8601 with microseconds (None for None or ""); a value that is not a time
+    comes back unchanged."""
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, datetime):
+            return _m010_format(value)
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, int | float):
+            if not math.isfinite(value):
+                raise ValueError
+            return _m010_from_epoch(value)
+        if isinstance(value, str):
+            m = _M010_UTC_Z.fullmatch(value)
+            if m:
+                return f"{m.group(1)}.{(m.group(2) or '').ljust(6, '0')}Z"
+            text = value.strip()
+            if _M010_DIGITS.match(text):
+                return _m010_from_epoch(int(text) if "." not in text else float(text))
+            return _m010_format(datetime.fromisoformat(text))
+        if hasattr(value, "isoformat"):
+            return _m010_format(datetime.fromisoformat(value.isoformat()))
+    except (ValueError, OverflowError):
+        pass
+    return value
+
+
 @migrations()
 def m010_utc_timestamps(db: sqlite_utils.Database) -> None:
     """Logged times were stored as the log wrote them (epoch ms, ``+00:00``, ``Z``) and compared as
     text; they are now UTC ISO 8601 with microseconds (``labeler.ingest.times``), so text order is
-    time order. Values that cannot be read as a time are left as they were."""
-    from .ingest.common import FieldError
-    from .ingest.times import timestamp
+    time order. Values that cannot be read as a time are left as they were. The reading of a time is
+    frozen here as it was when this migration was written (``_m010_timestamp``), so an old database
+    upgrades the same way whatever ``labeler.ingest.times`` does today."""
 
     def fixed(value: Any) -> Any:
-        try:
-            return timestamp(value)
-        except FieldError:
-            return value
+        return _m010_timestamp(value)
 
     for table, key in (("queries", "pk"), ("ingest_occurrences", "ingest_id || ' ' || query_pk")):
         rows = db.execute(f"SELECT {key}, first_seen, last_seen FROM {table} "
@@ -512,29 +561,6 @@ def m010_utc_timestamps(db: sqlite_utils.Database) -> None:
         changes = [(fixed(first), fixed(last), k) for k, first, last in rows
                    if (fixed(first), fixed(last)) != (first, last)]
         db.conn.executemany(f"UPDATE {table} SET first_seen = ?, last_seen = ? WHERE {key} = ?", changes)
-
-
-# --- m013: the pool's re-queue (labeler.labels.pool, labeler.ingest.staging) ---------------------
-
-_SCHEMA_M013_POOL = """
-CREATE TABLE requeued (
-    query_pk INTEGER NOT NULL REFERENCES queries (pk),
-    annotator TEXT NOT NULL,
-    ingest_id INTEGER,
-    created_at TEXT NOT NULL,
-    PRIMARY KEY (query_pk, annotator)
-) WITHOUT ROWID;
-CREATE INDEX requeued_annotator ON requeued (annotator, created_at)
-"""
-
-
-@migrations()
-def m013_pool(db: sqlite_utils.Database) -> None:
-    """Items that go back to an annotator who submitted them because an ingest added chunks to
-    their pool (another retriever's ranking, or new chunks): one row per (query, annotator) until
-    they submit again; the chunks they have not graded are the new ones."""
-    for statement in _statements(_SCHEMA_M013_POOL):
-        db.execute(statement)
 
 
 # --- m012: the corpus search index (labeler.search) --------------------------------------------
@@ -580,33 +606,29 @@ def m012_search_fts(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
-# --- m021: the search index stores Porter stems (labeler.search.fts) ---------------------------
+# --- m013: the pool's re-queue (labeler.labels.pool, labeler.ingest.staging) ---------------------
+
+_SCHEMA_M013_POOL = """
+CREATE TABLE requeued (
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    annotator TEXT NOT NULL,
+    ingest_id INTEGER,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (query_pk, annotator)
+) WITHOUT ROWID;
+CREATE INDEX requeued_annotator ON requeued (annotator, created_at)
+"""
+
 
 @migrations()
-def m021_search_porter(db: sqlite_utils.Database) -> None:
-    """Rebuild the corpus search index with the Porter stemmer (``porter unicode61 remove_diacritics
-    2``): "retrieval", "retrieve" and "retrieved" become one term. On CISI, BM25 and the "possibly
-    missed" fusion find more of the relevant chunks the retrievers missed with stems than with
-    words (see tests/test_search.py). The pending queue is emptied: the rebuild reads every document.
+def m013_pool(db: sqlite_utils.Database) -> None:
+    """Items that go back to an annotator who submitted them because an ingest added chunks to
+    their pool (another retriever's ranking, or new chunks): one row per (query, annotator) until
+    they submit again; the chunks they have not graded are the new ones."""
+    for statement in _statements(_SCHEMA_M013_POOL):
+        db.execute(statement)
 
-    And a chunk's cached embedding goes when its text or title changes or the chunk is deleted:
-    the embedding search would otherwise rank it by the words it no longer has."""
-    db.execute("DROP TABLE IF EXISTS documents_fts_vocab")
-    db.execute("DROP TABLE IF EXISTS documents_fts")
-    db.execute("CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
-               "tokenize='porter unicode61 remove_diacritics 2')")
-    db.execute("CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')")
-    # a word in a chunk's title counts twice a word in its text (ORDER BY rank): on CISI, BM25
-    # and the fusion find a little more of what the retrievers missed
-    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
-    db.execute("INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents "
-               "WHERE text IS NOT NULL")
-    db.execute("DELETE FROM documents_fts_pending")
-    db.execute("CREATE TRIGGER embeddings_stale AFTER UPDATE OF text, title ON documents "
-               "WHEN old.text IS NOT new.text OR old.title IS NOT new.title BEGIN "
-               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
-    db.execute("CREATE TRIGGER embeddings_gone AFTER DELETE ON documents BEGIN "
-               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+
 # --- m014: the lead's desk: items, flags, question edits (labeler.labels.items, .flags) ----------
 
 _SCHEMA_M014_ITEMS_FLAGS = """
@@ -653,103 +675,6 @@ def m014_items_flags(db: sqlite_utils.Database) -> None:
     that removing a query never has to know about them."""
     for statement in _statements(_SCHEMA_M014_ITEMS_FLAGS):
         db.execute(statement)
-
-
-# --- m019: topics (labeler.topics), the locked holdout (labeler.holdout) --------------------------
-
-#: ``topic_models``: the current clustering of the logged questions (one row per build; the
-#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
-#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the
-#: L2-normalised centroids (float32 bytes, k x dims) and the similarity below which a question
-#: counts as far from every topic. ``topics``: each
-#: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
-#: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
-#: delete queries; stale rows are ignored by joining on ``queries``). ``holdout_splits``: every
-#: dev/holdout rule set (fraction, seed), the newest is in force; ``holdout_looks``: each time
-#: someone evaluated on the holdout.
-_M019_TOPICS_HOLDOUT = [
-    "CREATE TABLE topic_models (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, by TEXT, method TEXT NOT NULL, "
-    "k INTEGER NOT NULL, seed INTEGER NOT NULL, n_questions INTEGER NOT NULL, far_threshold REAL NOT NULL, "
-    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, components BLOB, centroids BLOB NOT NULL)",
-    "CREATE TABLE topics (model_id INTEGER NOT NULL REFERENCES topic_models (id), topic INTEGER NOT NULL, "
-    "label TEXT NOT NULL, terms TEXT NOT NULL, medoid_query_pk INTEGER, size INTEGER NOT NULL, "
-    "PRIMARY KEY (model_id, topic)) WITHOUT ROWID",
-    "CREATE TABLE query_topics (query_pk INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, topic INTEGER NOT NULL, "
-    "similarity REAL NOT NULL)",
-    "CREATE INDEX query_topics_topic ON query_topics (model_id, topic)",
-    "CREATE TABLE holdout_splits (id INTEGER PRIMARY KEY, fraction REAL NOT NULL, seed INTEGER NOT NULL, "
-    "created_at TEXT NOT NULL, by TEXT, forced INTEGER NOT NULL DEFAULT 0)",
-    "CREATE TABLE holdout_looks (id INTEGER PRIMARY KEY, at TEXT NOT NULL, by TEXT, split_id INTEGER, "
-    "what TEXT NOT NULL, questions INTEGER NOT NULL)",
-]
-
-
-@migrations()
-def m019_topics_signals_holdout(db: sqlite_utils.Database) -> None:
-    """Topics of the logged questions and the dev/holdout split (see ``_M019_TOPICS_HOLDOUT``).
-    Signals need no table: they are read, normalised, from the queries' ``meta``
-    (``labeler.signals``)."""
-    for statement in _M019_TOPICS_HOLDOUT:
-        db.execute(statement)
-
-
-# --- m018: sampling designs of the queue and all-traffic judge runs (labeler.estimate) ---------------
-
-_SCHEMA_M018_SAMPLING_DESIGNS = """
-CREATE TABLE queue_designs (
-    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
-    design TEXT NOT NULL,
-    inclusion_prob REAL,
-    draw_id INTEGER,
-    seed TEXT,
-    annotator TEXT NOT NULL,
-    handed_at TEXT NOT NULL
-);
-CREATE TABLE active_draws (
-    id INTEGER PRIMARY KEY,
-    judge_run INTEGER NOT NULL REFERENCES judge_runs (id),
-    retriever TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    budget REAL NOT NULL,
-    seed INTEGER NOT NULL,
-    population INTEGER NOT NULL,
-    drawn INTEGER NOT NULL,
-    params TEXT NOT NULL,
-    created_by TEXT,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE active_draw_items (
-    draw_id INTEGER NOT NULL REFERENCES active_draws (id),
-    query_pk INTEGER NOT NULL REFERENCES queries (pk),
-    uncertainty REAL NOT NULL,
-    inclusion_prob REAL NOT NULL,
-    drawn INTEGER NOT NULL,
-    PRIMARY KEY (draw_id, query_pk)
-) WITHOUT ROWID;
-CREATE INDEX active_draw_items_drawn ON active_draw_items (draw_id, drawn, query_pk)
-"""
-
-_ON_SET_CHECK = "CHECK (on_set IN ('labeled', 'unlabeled'))"
-
-
-@migrations()
-def m018_sampling_designs(db: sqlite_utils.Database) -> None:
-    """What the prediction-powered estimates need: ``queue_designs`` records, for every query the
-    queue hands out, the design it was drawn under (the queue order, or ``active``) and its
-    inclusion probability; ``active_draws``/``active_draw_items`` keep each seeded active draw (the
-    probability of every traffic query and whether it was drawn); judge runs may cover ``all``
-    traffic (the CHECK on ``judge_runs.on_set`` gains that value: rows already there satisfy it,
-    so the stored schema text is edited in place, SQLite's documented way to loosen a CHECK)."""
-    for statement in _statements(_SCHEMA_M018_SAMPLING_DESIGNS):
-        db.execute(statement)
-    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'judge_runs'").fetchone()[0]
-    loosened = sql.replace(_ON_SET_CHECK, "CHECK (on_set IN ('labeled', 'unlabeled', 'all'))")
-    if loosened != sql:
-        version = db.execute("PRAGMA schema_version").fetchone()[0]
-        db.execute("PRAGMA writable_schema = ON")
-        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'judge_runs'", [loosened])
-        db.execute(f"PRAGMA schema_version = {int(version) + 1}")
-        db.execute("PRAGMA writable_schema = OFF")
 
 
 # --- m015: undoing an ingest (labeler.ingest.undo) ----------------------------------------------
@@ -815,6 +740,132 @@ def m017_redaction(db: sqlite_utils.Database) -> None:
         db.execute(statement)
     db.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redact_key', ?)",
                [json.dumps(secrets.token_hex(32))])
+
+
+# --- m018: sampling designs of the queue and all-traffic judge runs (labeler.estimate) ---------------
+
+_SCHEMA_M018_SAMPLING_DESIGNS = """
+CREATE TABLE queue_designs (
+    query_pk INTEGER PRIMARY KEY REFERENCES queries (pk),
+    design TEXT NOT NULL,
+    inclusion_prob REAL,
+    draw_id INTEGER,
+    seed TEXT,
+    annotator TEXT NOT NULL,
+    handed_at TEXT NOT NULL
+);
+CREATE TABLE active_draws (
+    id INTEGER PRIMARY KEY,
+    judge_run INTEGER NOT NULL REFERENCES judge_runs (id),
+    retriever TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    budget REAL NOT NULL,
+    seed INTEGER NOT NULL,
+    population INTEGER NOT NULL,
+    drawn INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    created_by TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE active_draw_items (
+    draw_id INTEGER NOT NULL REFERENCES active_draws (id),
+    query_pk INTEGER NOT NULL REFERENCES queries (pk),
+    uncertainty REAL NOT NULL,
+    inclusion_prob REAL NOT NULL,
+    drawn INTEGER NOT NULL,
+    PRIMARY KEY (draw_id, query_pk)
+) WITHOUT ROWID;
+CREATE INDEX active_draw_items_drawn ON active_draw_items (draw_id, drawn, query_pk)
+"""
+
+_ON_SET_CHECK = "CHECK (on_set IN ('labeled', 'unlabeled'))"
+
+
+@migrations()
+def m018_sampling_designs(db: sqlite_utils.Database) -> None:
+    """What the prediction-powered estimates need: ``queue_designs`` records, for every query the
+    queue hands out, the design it was drawn under (the queue order, or ``active``) and its
+    inclusion probability; ``active_draws``/``active_draw_items`` keep each seeded active draw (the
+    probability of every traffic query and whether it was drawn); judge runs may cover ``all``
+    traffic (the CHECK on ``judge_runs.on_set`` gains that value: rows already there satisfy it,
+    so the stored schema text is edited in place, SQLite's documented way to loosen a CHECK)."""
+    for statement in _statements(_SCHEMA_M018_SAMPLING_DESIGNS):
+        db.execute(statement)
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'judge_runs'").fetchone()[0]
+    loosened = sql.replace(_ON_SET_CHECK, "CHECK (on_set IN ('labeled', 'unlabeled', 'all'))")
+    if loosened != sql:
+        version = db.execute("PRAGMA schema_version").fetchone()[0]
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'judge_runs'", [loosened])
+        db.execute(f"PRAGMA schema_version = {int(version) + 1}")
+        db.execute("PRAGMA writable_schema = OFF")
+
+
+# --- m019: topics (labeler.topics), the locked holdout (labeler.holdout) --------------------------
+
+#: ``topic_models``: the current clustering of the logged questions (one row per build; the
+#: newest is the current one), with what assigning new questions needs: the TF-IDF vocabulary, idf
+#: weights and LSA projection (float32 bytes, dims x terms; or the embeddings model), the
+#: L2-normalised centroids (float32 bytes, k x dims) and the similarity below which a question
+#: counts as far from every topic. ``topics``: each
+#: topic's label, top terms and medoid question. ``query_topics``: every query's topic under the
+#: current model and its cosine similarity to the centroid (no foreign key: undoing an ingest may
+#: delete queries; stale rows are ignored by joining on ``queries``). ``holdout_splits``: every
+#: dev/holdout rule set (fraction, seed), the newest is in force; ``holdout_looks``: each time
+#: someone evaluated on the holdout.
+_M019_TOPICS_HOLDOUT = [
+    "CREATE TABLE topic_models (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, by TEXT, method TEXT NOT NULL, "
+    "k INTEGER NOT NULL, seed INTEGER NOT NULL, n_questions INTEGER NOT NULL, far_threshold REAL NOT NULL, "
+    "dims INTEGER NOT NULL, params TEXT NOT NULL, vocabulary TEXT, idf BLOB, components BLOB, centroids BLOB NOT NULL)",
+    "CREATE TABLE topics (model_id INTEGER NOT NULL REFERENCES topic_models (id), topic INTEGER NOT NULL, "
+    "label TEXT NOT NULL, terms TEXT NOT NULL, medoid_query_pk INTEGER, size INTEGER NOT NULL, "
+    "PRIMARY KEY (model_id, topic)) WITHOUT ROWID",
+    "CREATE TABLE query_topics (query_pk INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, topic INTEGER NOT NULL, "
+    "similarity REAL NOT NULL)",
+    "CREATE INDEX query_topics_topic ON query_topics (model_id, topic)",
+    "CREATE TABLE holdout_splits (id INTEGER PRIMARY KEY, fraction REAL NOT NULL, seed INTEGER NOT NULL, "
+    "created_at TEXT NOT NULL, by TEXT, forced INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE holdout_looks (id INTEGER PRIMARY KEY, at TEXT NOT NULL, by TEXT, split_id INTEGER, "
+    "what TEXT NOT NULL, questions INTEGER NOT NULL)",
+]
+
+
+@migrations()
+def m019_topics_signals_holdout(db: sqlite_utils.Database) -> None:
+    """Topics of the logged questions and the dev/holdout split (see ``_M019_TOPICS_HOLDOUT``).
+    Signals need no table: they are read, normalised, from the queries' ``meta``
+    (``labeler.signals``)."""
+    for statement in _M019_TOPICS_HOLDOUT:
+        db.execute(statement)
+
+
+# --- m021: the search index stores Porter stems (labeler.search.fts) ---------------------------
+
+@migrations()
+def m021_search_porter(db: sqlite_utils.Database) -> None:
+    """Rebuild the corpus search index with the Porter stemmer (``porter unicode61 remove_diacritics
+    2``): "retrieval", "retrieve" and "retrieved" become one term. On CISI, BM25 and the "possibly
+    missed" fusion find more of the relevant chunks the retrievers missed with stems than with
+    words (see tests/test_search.py). The pending queue is emptied: the rebuild reads every document.
+
+    And a chunk's cached embedding goes when its text or title changes or the chunk is deleted:
+    the embedding search would otherwise rank it by the words it no longer has."""
+    db.execute("DROP TABLE IF EXISTS documents_fts_vocab")
+    db.execute("DROP TABLE IF EXISTS documents_fts")
+    db.execute("CREATE VIRTUAL TABLE documents_fts USING fts5(title, text, content='documents', content_rowid='pk', "
+               "tokenize='porter unicode61 remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE documents_fts_vocab USING fts5vocab(documents_fts, 'row')")
+    # a word in a chunk's title counts twice a word in its text (ORDER BY rank): on CISI, BM25
+    # and the fusion find a little more of what the retrievers missed
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
+    db.execute("INSERT INTO documents_fts (rowid, title, text) SELECT pk, title, text FROM documents "
+               "WHERE text IS NOT NULL")
+    db.execute("DELETE FROM documents_fts_pending")
+    db.execute("CREATE TRIGGER embeddings_stale AFTER UPDATE OF text, title ON documents "
+               "WHEN old.text IS NOT new.text OR old.title IS NOT new.title BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
+    db.execute("CREATE TRIGGER embeddings_gone AFTER DELETE ON documents BEGIN "
+               "DELETE FROM embeddings WHERE doc_pk = old.pk; END")
 
 
 # --- m022: the stratified queue order (labeler.labels.strata) ------------------------------------

@@ -162,21 +162,3 @@ def signal_counts(db: sqlite_utils.Database) -> dict[str, int]:
         for name in s:
             counts[name] += 1
     return counts
-
-
-def signal_metrics(db: sqlite_utils.Database, *, specs: Any = None, retriever: str | None = None,
-                   seed: int = 0) -> dict[str, Any]:
-    """Metrics of ``retriever`` on the labeled queries split into "unhappy" (see :func:`unhappy`)
-    and "others" (every other labeled query), each with 95% bootstrap CIs (None under 5 measured
-    queries), plus the signal counts."""
-    from .report import retrieval_report
-    from .report.groups import metrics_by_group
-
-    report = retrieval_report(db, specs, retriever=retriever, seed=seed, reuse=True)
-    pks = [int(p) for p in report.per_query["query_pk"].tolist()]
-    groups = signal_groups(db, pks)
-    group_of = {pk: "unhappy" if groups.get(pk) == "unhappy" else "others" for pk in pks}
-    by_group = metrics_by_group(report, group_of)
-    return {"retriever": report.retriever, "specs": report.specs, "counts": signal_counts(db),
-            "groups": {g: by_group.get(g, {"n_queries": 0, "n_measured": 0, "metrics": None})
-                       for g in ("unhappy", "others")}}

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 import labeler.labels as labels
 from labeler import db as store
 from labeler import judge
+from labeler.accounts.settings import set_setting
 from labeler.cli import cli
-from labeler.estimate import designs
+from labeler.estimate import active
 from labeler.estimate.ppi import EstimateError
 from labeler.estimate.report import all_traffic_report
 from tests.conftest import tiny_records
@@ -156,7 +157,7 @@ def test_refusals(db, ingest_tiny, server, write_log, tmp_path):
         all_traffic_report(db, None)
     label_from_queue(db, truth, 20)
     run = judge_all(db, server, truth)
-    store.set_setting(db, "queue_order", "oldest")
+    set_setting(db, "queue_order", "oldest")
     label_from_queue(db, truth, 5)
     with pytest.raises(EstimateError, match=r"not a probability sample of the traffic \(5 queue order oldest first\).*--random-only"):
         all_traffic_report(db, run.id)
@@ -202,7 +203,7 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     pks, truth = traffic(db, ingest_tiny)
     label_from_queue(db, truth, 25)  # uniform labels first: the uncertainty model is fitted on them
     run = judge_all(db, server, truth)
-    draw = designs.draw_active(db, run.id, budget=30, seed=5)
+    draw = active.draw_active(db, run.id, budget=30, seed=5)
     assert draw.population == N and draw.fitted_on == 25 and 0 < draw.label_ratio <= 1
     stored = db.execute("SELECT count(*), sum(drawn), sum(inclusion_prob) FROM active_draw_items WHERE draw_id = ?",
                         [draw.id]).fetchone()
@@ -210,11 +211,11 @@ def test_active_draw_queue_and_estimate(db, ingest_tiny, server):
     pi = [r[0] for r in db.execute("SELECT inclusion_prob FROM active_draw_items WHERE draw_id = ?", [draw.id])]
     assert min(pi) >= 0.05 * np.mean(pi) - 1e-12
     # the same seed draws the same queries
-    again = designs.draw_active(db, run.id, budget=30, seed=5)
+    again = active.draw_active(db, run.id, budget=30, seed=5)
     same = db.execute("SELECT count(*) FROM active_draw_items a JOIN active_draw_items b ON a.query_pk = b.query_pk "
                       "AND a.drawn = b.drawn WHERE a.draw_id = ? AND b.draw_id = ?", [draw.id, again.id]).fetchone()
     assert same[0] == N
-    store.set_setting(db, "queue_order", "active")
+    set_setting(db, "queue_order", "active")
     drawn = {r[0] for r in db.execute("SELECT query_pk FROM active_draw_items WHERE draw_id = ? AND drawn = 1",
                                       [again.id])}
     got = label_from_queue(db, truth, N, annotator="bob")

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 import labeler
 from labeler import db as store
+from labeler.accounts.settings import set_setting
 from labeler.app import state
 from labeler.estimate.report import all_traffic_report
 from tests.conftest import tiny_records
@@ -71,7 +72,7 @@ def test_section_asks_for_a_run_then_shows_the_estimates(traffic_db):
     labels_tile = {m.label: m.value for m in at.metric}
     assert "More labels needed for ±0.05 (all traffic)" in labels_tile
     # a label taken out of random order refuses the estimate with its reason; the checkbox restricts it
-    store.set_setting(db, "queue_order", "oldest")
+    set_setting(db, "queue_order", "oldest")
     label_from_queue(db, truth, 2)
     at.run()
     assert any("not a probability sample" in e.value for e in at.error)

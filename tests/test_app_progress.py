@@ -8,7 +8,7 @@ import json
 
 import labeler
 import labeler.labels as labels
-from labeler import db as store
+from labeler.accounts.settings import set_setting
 from labeler.app import widgets
 from labeler.export import import_golden
 from tests.test_app_label import RECORDS, Widget, app, make_db
@@ -17,7 +17,7 @@ from tests.test_app_label import RECORDS, Widget, app, make_db
 def test_sidebar_counts_items_and_labels_apart_and_the_eta_ignores_an_import(tmp_path, monkeypatch):
     path = make_db(tmp_path, RECORDS)
     db = labeler.connect(path)
-    store.set_setting(db, "overlap_fraction", 1.0)  # every item wants 2 annotators: 4 items, 8 labels
+    set_setting(db, "overlap_fraction", 1.0)  # every item wants 2 annotators: 4 items, 8 labels
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(json.dumps({"query_id": f"q{i}", "question": f"question number {i} about invoices", "relevance": {f"d{i}-0": 3, f"d{i}-1": 0,
                                                                                 f"d{i}-2": 0}}) + "\n"

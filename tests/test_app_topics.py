@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 import labeler
 from labeler.demo import build_demo
 from labeler.ingest import ingest_logs
-from labeler.signals import signal_metrics
+from labeler.report.signals import signal_metrics
 from labeler.topics import build_topics, coverage
 from tests import planted
 from tests.test_app_metrics import APP

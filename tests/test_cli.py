@@ -151,10 +151,10 @@ def test_commands_that_write_data_create_the_database(tmp_path):
 
 
 def test_app_creates_a_missing_database_and_says_so(tmp_path, monkeypatch):
-    import labeler.cli
+    import labeler.cli  # noqa: F401 - loads the command modules
 
     opened = []
-    monkeypatch.setattr(labeler.cli, "_streamlit", lambda db_path, *a, **kw: opened.append(db_path))
+    monkeypatch.setattr(sys.modules["labeler.cli.app"], "serve_app", lambda db_path, *a, **kw: opened.append(db_path))
     r = run("app", "--headless", db=tmp_path / "new.db")
     assert r.exit_code == 0, r.output
     assert r.stderr == f"new database {tmp_path / 'new.db'}: add data on the Data page or with labeler ingest logs\n"

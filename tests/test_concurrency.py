@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labeler import db as store
 from labeler import labels as L
+from labeler.accounts.settings import set_setting
 from tests.conftest import tiny_records
 
 WORKERS = 8
@@ -79,8 +80,8 @@ def _read(path: Path) -> list[dict]:
 def _make_db(db_path: Path, ingest_tiny, n: int) -> None:
     db = store.connect(db_path)
     ingest_tiny(db, records=tiny_records(n, 3))
-    store.set_setting(db, "overlap_fraction", 0.2)
-    store.set_setting(db, "overlap_annotators", 3)
+    set_setting(db, "overlap_fraction", 0.2)
+    set_setting(db, "overlap_annotators", 3)
     L.sync_queue(db)
     db.close()
 

@@ -16,6 +16,7 @@ import pytest
 
 from labeler import db as store
 from labeler import labels as L
+from labeler.accounts.settings import set_setting
 from labeler.errors import ItemTakenError, LabelError
 from labeler.labels.streams import EVENTS_PER_TRANSACTION
 
@@ -37,7 +38,7 @@ def grades(db, pk: int, annotator: str = "alice") -> dict[int, int]:
 
 @pytest.fixture
 def item(db, ingest_tiny):
-    store.set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "overlap_fraction", 0)
     ingest_tiny(db, 2, chunks=4)
     pk = L.next_item(db, "alice", now=at(0))
     return pk, [c.doc_pk for c in L.get_item(db, pk, "alice").chunks]
@@ -183,7 +184,7 @@ def test_events_renew_the_lease(db, item):
 
 
 def test_concurrent_resends_apply_once(file_db, ingest_tiny):
-    store.set_setting(file_db, "overlap_fraction", 0)
+    set_setting(file_db, "overlap_fraction", 0)
     ingest_tiny(file_db, 1, chunks=8)
     pk = L.next_item(file_db, "alice")
     docs = [c.doc_pk for c in L.get_item(file_db, pk, "alice").chunks]
@@ -225,7 +226,7 @@ def outbox(docs: list[int], n: int) -> list[dict]:
 @pytest.fixture
 def file_items(file_db, ingest_tiny):
     """Alice's item and bob's, on a file database."""
-    store.set_setting(file_db, "overlap_fraction", 0)
+    set_setting(file_db, "overlap_fraction", 0)
     ingest_tiny(file_db, 2, chunks=4)
     mine, theirs = L.next_item(file_db, "alice"), L.next_item(file_db, "bob")
     docs = {pk: [c.doc_pk for c in L.get_item(file_db, pk, "alice").chunks] for pk in (mine, theirs)}

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from labeler import accounts
 from labeler import db as store
+from labeler.accounts.settings import set_setting
 from labeler.cli import cli
 from labeler.errors import RoleError
 from labeler.ingest import ingest_corpus, ingest_logs
@@ -285,7 +286,7 @@ def test_a_forced_undo_leaves_no_row_of_a_removed_query_in_any_table(db, write_l
     from labeler.topics import build_topics
 
     ingest_logs(db, write_log(tiny_records(6, prefix="a")))
-    store.set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "overlap_fraction", 0)
     pk = next_item(db, "ann")  # recorded in queue_designs
     set_status(db, pk, "ann", "flagged", reason="unclear question")
     desk.resolve_flag(db, pk, "ann", "unflag", note="fine as is")

@@ -10,6 +10,7 @@ import pytest
 
 from labeler import db as store
 from labeler import labels as L
+from labeler.accounts.settings import set_setting
 from labeler.audit import audit_log
 from labeler.errors import LabelError, RoleError
 
@@ -35,8 +36,8 @@ def build_desk(db, ingest_tiny) -> list[int]:
     L.add_annotator(db, "lena", "lead")
     L.add_annotator(db, "alice")
     L.add_annotator(db, "bob")
-    store.set_setting(db, "overlap_fraction", 1.0)
-    store.set_setting(db, "overlap_annotators", 2)
+    set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_annotators", 2)
     label(db, pks[0], "alice", [3, 0, 2], now=at(1))
     label(db, pks[0], "bob", [0, 0, 2], now=at(2))
     label(db, pks[1], "alice", [1], status="flagged", reason="the question has a typo", now=at(3))
@@ -305,11 +306,11 @@ def test_the_conflict_filter_follows_every_change(file_db, ingest_tiny):
     assert conflicting() == []
     L.set_status(db, desk[3], "bob", "submitted")
     assert conflicting() == [desk[3]]
-    store.set_setting(db, "threshold", 3)  # 0 vs 2: a spread of 2 conflicts whatever the threshold
+    set_setting(db, "threshold", 3)  # 0 vs 2: a spread of 2 conflicts whatever the threshold
     assert conflicting() == [desk[3]]
     L.set_grade(db, desk[3], L.get_item(db, desk[3], "bob").chunks[0].doc_pk, "bob", 1)
     assert conflicting() == []  # 0 vs 1, both under 3
-    store.set_setting(db, "threshold", 1)
+    set_setting(db, "threshold", 1)
     assert conflicting() == [desk[3]]
 
 
@@ -325,8 +326,8 @@ def test_the_conflict_filter_matches_the_golden_sets_rule_on_random_labels(db, i
     rng = random.Random(7)
     pks = ingest_tiny(db, n=40, chunks=3)
     L.add_annotator(db, "lena", "lead")
-    store.set_setting(db, "overlap_fraction", 1.0)
-    store.set_setting(db, "overlap_annotators", 3)
+    set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_annotators", 3)
     statuses = ["submitted"] * 4 + ["in_progress", "skipped", "flagged", "discarded"]
     for pk in pks:
         for who in rng.sample(["alice", "bob", "carol"], rng.randint(1, 3)):
@@ -341,7 +342,7 @@ def test_the_conflict_filter_matches_the_golden_sets_rule_on_random_labels(db, i
             adjudicate(db, pk, L.get_item(db, pk, "lena").chunks[0].doc_pk, rng.randint(0, 3), "lena")
     found = set()
     for threshold in (1, 2, 3):
-        store.set_setting(db, "threshold", threshold)
+        set_setting(db, "threshold", threshold)
         golden = golden_labels(db)
         expected = sorted({int(p) for p in golden.loc[golden["conflict"], "query_pk"]})
         assert conflict_sql(db, threshold) == expected

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import labeler.labels as labels
 from labeler import agreement, judge, llm
 from labeler import db as store
+from labeler.accounts.settings import set_setting
 from labeler.cli import cli
 from labeler.errors import GateError, JudgeError
 from tests.conftest import tiny_records
@@ -38,7 +39,7 @@ def build(db, ingest_tiny, *, n: int = 60, chunks: int = 3, overlap: int = 30, b
     """``n`` queries x ``chunks``; alice grades and submits the first ``submit`` (default all),
     bob the first ``overlap`` (the same grades, or off by one on every 5th pair with ``bob_noise``).
     Returns the query pks and {(question, chunk text): alice's grade} for a perfect judge."""
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     pks = ingest_tiny(db, n, chunks, records=records)
     truth: dict[tuple[str, str], int] = {}
     for i, pk in enumerate(pks[: n if submit is None else submit]):
@@ -110,7 +111,7 @@ def test_rubric_edits_are_new_versions_named_and_hashed(db):
 
 def test_prompt_carries_the_scale_the_rubric_and_the_plain_texts(db, ingest_tiny):
     build(db, ingest_tiny, n=2, overlap=0)
-    store.set_setting(db, "grade_help", ["no", "meh", "good", "best"])
+    set_setting(db, "grade_help", ["no", "meh", "good", "best"])
     items = judge.select_items(db, "relevance.v1")
     j = judge.get_judge("relevance.v1")
     messages = j.messages(items[0], "MY RUBRIC", store.get_settings(db))
@@ -364,7 +365,7 @@ def test_faithfulness_claim_scoring():
 
 def answers(db, ingest_tiny, n: int = 30) -> list[int]:
     """n queries with answers; alice judges them: yes for i % 3 == 0, partly for 1, no for 2."""
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     pks = ingest_tiny(db, n, 2)
     for i, pk in enumerate(pks):
         for c in labels.get_item(db, pk, "alice").chunks:

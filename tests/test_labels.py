@@ -10,6 +10,7 @@ import pytest
 
 from labeler import db as store
 from labeler import labels as L
+from labeler.accounts.settings import set_setting
 from labeler.errors import ItemTakenError, LabelError, RoleError
 from labeler.ingest import ingest_logs
 
@@ -21,7 +22,7 @@ def at(minutes: float) -> datetime:
 
 
 def no_overlap(db) -> None:
-    store.set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "overlap_fraction", 0)
 
 
 def events(db, query_pk: int, field: str | None = None) -> list[tuple]:
@@ -101,7 +102,7 @@ def test_two_annotators_never_share_an_item_without_overlap(db, ingest_tiny):
 
 def test_an_annotator_never_gets_an_item_twice(db, ingest_tiny):
     pks = ingest_tiny(db, 10)
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     done = drain(db, "alice")
     assert sorted(done) == sorted(pks)
     assert sorted(drain(db, "bob")) == sorted(pks)  # everything needs 2: bob gets each once
@@ -110,7 +111,7 @@ def test_an_annotator_never_gets_an_item_twice(db, ingest_tiny):
 
 def test_overlap_share_is_exact_and_seeded(db, ingest_tiny):
     ingest_tiny(db, 50)
-    store.set_setting(db, "overlap_fraction", 0.2)
+    set_setting(db, "overlap_fraction", 0.2)
     done = Counter()
     for name in ("a", "b", "c"):
         done.update(drain(db, name))
@@ -120,12 +121,12 @@ def test_overlap_share_is_exact_and_seeded(db, ingest_tiny):
     # the choice depends only on the seed: a fresh database picks the same queries
     other = store.connect(":memory:")
     ingest_tiny(other, 50)
-    store.set_setting(other, "overlap_fraction", 0.2)
+    set_setting(other, "overlap_fraction", 0.2)
     L.sync_queue(other)
     chosen = [r[0] for r in other.execute(
         "SELECT q.query_id FROM queue u JOIN queries q ON q.pk = u.query_pk WHERE u.needed = 2 ORDER BY 1")]
     assert chosen == sorted(query_ids(db, twice))
-    store.set_setting(other, "queue_seed", 8)
+    set_setting(other, "queue_seed", 8)
     L.sync_queue(other)
     reseeded = [r[0] for r in other.execute(
         "SELECT q.query_id FROM queue u JOIN queries q ON q.pk = u.query_pk WHERE u.needed = 2 ORDER BY 1")]
@@ -145,7 +146,7 @@ def test_overlap_share_stays_exact_as_queries_arrive(db, ingest_tiny):
 
 def test_overlapped_item_goes_to_two_annotators_at_once(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1)
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     assert L.next_item(db, "alice", now=at(0)) == pk
     assert L.next_item(db, "bob", now=at(0)) == pk
     assert L.next_item(db, "carol", now=at(0)) is None
@@ -153,7 +154,7 @@ def test_overlapped_item_goes_to_two_annotators_at_once(db, ingest_tiny):
 
 def _order(db, order: str) -> list[str]:
     no_overlap(db)
-    store.set_setting(db, "queue_order", order)
+    set_setting(db, "queue_order", order)
     return query_ids(db, drain(db, "alice"))
 
 
@@ -179,7 +180,7 @@ def test_order_frequent(db, write_log):
              for q, n in (("once", 1), ("thrice", 3), ("twice", 2)) for i in range(1, n + 1)]
     ingest_logs(db, write_log(lines))
     no_overlap(db)
-    store.set_setting(db, "queue_order", "frequent")
+    set_setting(db, "queue_order", "frequent")
     questions = dict(db.execute("SELECT pk, question FROM queries").fetchall())
     assert [questions[pk] for pk in drain(db, "alice")] == ["thrice", "twice", "once"]
 
@@ -193,7 +194,7 @@ def test_order_random_is_seeded(db, ingest_tiny):
     assert first != sorted(first)
     third = store.connect(":memory:")
     ingest_tiny(third, 30)
-    store.set_setting(third, "queue_seed", 99)
+    set_setting(third, "queue_seed", 99)
     assert _order(third, "random") != first
 
 
@@ -202,16 +203,16 @@ def test_changing_the_order_resorts_what_is_left(db, ingest_tiny):
                 "retrieved": [{"id": f"d{i}", "score": i / 10}]} for i in range(5)]
     ingest_tiny(db, records=records)
     no_overlap(db)
-    store.set_setting(db, "queue_order", "oldest")
+    set_setting(db, "queue_order", "oldest")
     first = L.next_item(db, "alice")
     L.set_status(db, first, "alice", "submitted")
-    store.set_setting(db, "queue_order", "lowest_score")
+    set_setting(db, "queue_order", "lowest_score")
     assert query_ids(db, [first] + drain(db, "alice")) == ["q4", "q0", "q1", "q2", "q3"]
 
 
 def test_unknown_queue_order_says_what_is_allowed(db, ingest_tiny):
     ingest_tiny(db, 1)
-    store.set_setting(db, "queue_order", "alphabetical")
+    set_setting(db, "queue_order", "alphabetical")
     with pytest.raises(LabelError, match="random, oldest, lowest_score, frequent"):
         L.next_item(db, "alice")
 
@@ -238,7 +239,7 @@ def test_writes_and_renew_extend_the_lease(db, ingest_tiny):
 
 def test_lease_minutes_setting(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1)
-    store.set_setting(db, "lease_minutes", 2)
+    set_setting(db, "lease_minutes", 2)
     L.next_item(db, "alice", now=at(0))
     assert L.next_item(db, "bob", now=at(3)) == pk
 
@@ -361,7 +362,7 @@ def test_grades_are_validated_against_the_scale(db, ingest_tiny):
     for bad in (4, -1, 1.5, True, "2"):
         with pytest.raises(LabelError, match="from 0 to 3"):
             L.set_grade(db, pk, doc, "alice", bad)
-    store.set_setting(db, "grade_names", ["no", "yes"])
+    set_setting(db, "grade_names", ["no", "yes"])
     with pytest.raises(LabelError, match="from 0 to 1"):
         L.set_grade(db, pk, doc, "alice", 2)
     assert events(db, pk) == []
@@ -438,7 +439,7 @@ def test_status_semantics(db, ingest_tiny):
 
 def test_get_item_is_blind_to_other_annotators(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1)
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     assert L.next_item(db, "alice") == L.next_item(db, "bob") == pk
     chunks = L.get_item(db, pk, "alice").chunks
     L.set_grade(db, pk, chunks[0].doc_pk, "alice", 3)
@@ -546,8 +547,8 @@ def _golden(db, **filters) -> list[tuple]:
 
 def test_golden_labels_consolidation_rules(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1, chunks=6)
-    store.set_setting(db, "overlap_fraction", 1.0)
-    store.set_setting(db, "overlap_annotators", 3)
+    set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_annotators", 3)
     _label(db, pk, {"a": [1, 0, 2, 3, 0, 3], "b": [2, 3, 3, None, 1, 3], "c": [None, None, None, None, 3, None]})
     g = L.golden_labels(db)
     assert list(g.columns) == ["query_pk", "doc_pk", "grade", "n_annotators", "conflict", "adjudicated"]
@@ -559,7 +560,7 @@ def test_golden_labels_consolidation_rules(db, ingest_tiny):
 
 def test_only_submitted_labels_count_and_discards(db, ingest_tiny):
     solo, shared, pending = ingest_tiny(db, 3, chunks=1)
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     _label(db, solo, {"a": [3]}, status="discarded")
     _label(db, shared, {"a": [0]}, status="discarded")
     _label(db, shared, {"b": [2]})
@@ -589,7 +590,7 @@ def test_golden_filters(db, ingest_tiny):
 
 def test_conflicts_and_adjudication(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1, chunks=3)
-    store.set_setting(db, "overlap_fraction", 1.0)
+    set_setting(db, "overlap_fraction", 1.0)
     L.add_annotator(db, "lead", "lead")
     _label(db, pk, {"a": [0, 2, 3], "b": [3, 3, 3]})
     (item,) = L.conflicts(db)

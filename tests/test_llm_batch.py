@@ -16,6 +16,7 @@ from labeler import judge, llm
 from labeler.cli import cli
 from labeler.errors import LLMError
 from labeler.llm import batch
+from labeler.llm.batch import submitting as batch_submitting
 from tests.fake_openai import FakeOpenAI, prompt_key
 from tests.test_judge import build, make_config, perfect
 
@@ -219,24 +220,24 @@ def test_a_process_killed_between_upload_and_create_never_pays_twice(db, server)
     cfg = config(server)
     client = batch.client_for(cfg)
     # killed after the upload, before its id was stored: the file is found by name and reused
-    [key] = batch._write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
+    [key] = batch_submitting.write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
                                               for t in tasks(3)]), owner="demo", run_id=1, max_lines=10, max_bytes=10**6)
-    data = b"".join(batch._lines(db, key))
+    data = b"".join(batch_submitting.file_lines(db, key))
     client.files.create(file=(f"{key}.jsonl", data), purpose="batch")
     assert batch.recover(db, client) == [key]
     assert server.batch.uploads == 1 and len(server.batch.batches) == 1
     # a partial upload is deleted and the file sent again
-    [key2] = batch._write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
+    [key2] = batch_submitting.write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
                                                for t in tasks(3, "y")]), owner="demo", run_id=2, max_lines=10,
                                 max_bytes=10**6)
-    partial = client.files.create(file=(f"{key2}.jsonl", b"".join(batch._lines(db, key2))[:100]), purpose="batch")
+    partial = client.files.create(file=(f"{key2}.jsonl", b"".join(batch_submitting.file_lines(db, key2))[:100]), purpose="batch")
     batch.recover(db, client)
     assert partial.id in server.batch.deleted and server.batch.uploads == 3 and len(server.batch.batches) == 2
     # killed after creating the batch, before its id was stored: the batch is adopted, not created again
-    [key3] = batch._write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
+    [key3] = batch_submitting.write_parts(db, cfg, iter([(llm.task_hash(cfg, t), llm.cache.request_record(cfg, t, "json_schema"))
                                                for t in tasks(2, "z")]), owner="demo", run_id=3, max_lines=10,
                                 max_bytes=10**6)
-    f = client.files.create(file=(f"{key3}.jsonl", b"".join(batch._lines(db, key3))), purpose="batch")
+    f = client.files.create(file=(f"{key3}.jsonl", b"".join(batch_submitting.file_lines(db, key3))), purpose="batch")
     db.execute("UPDATE llm_batches SET state = 'uploaded', input_file_id = ? WHERE key = ?", [f.id, key3])
     created = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h",
                                     metadata={"labeler_key": key3})

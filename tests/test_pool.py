@@ -10,6 +10,7 @@ import pytest
 
 from labeler import db as store
 from labeler import labels as L
+from labeler.accounts.settings import set_setting
 from labeler.errors import LabelError, RoleError
 from labeler.ingest import ingest_logs
 from labeler.labels.pool import retriever_order
@@ -50,7 +51,7 @@ def expected_pool(query_id: str, rankings: dict[str, list[str]], depth: int) -> 
 
 @pytest.fixture
 def three(db, write_log):
-    store.set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "overlap_fraction", 0)
     ingest_logs(db, write_log([record("q1", r, ids) for r, ids in RANKINGS.items()]))
     return pk_of(db, "q1")
 
@@ -71,7 +72,7 @@ def test_pool_of_three_retrievers_has_each_chunk_once_interleaved(db, three):
 
 
 def test_pool_depth_cuts_each_retriever(db, three):
-    store.set_setting(db, "pool_depth", 2)
+    set_setting(db, "pool_depth", 2)
     ids = pooled_ids(db, three)
     assert ids == expected_pool("q1", {r: v[:2] for r, v in RANKINGS.items()}, 2)
     assert sorted(ids) == ["c1", "c2", "c5", "c7"]  # c3, c4, c6, c8 are below depth 2 everywhere
@@ -91,7 +92,7 @@ def test_pool_is_blind_unless_show_sources(db, three):
     item = L.get_item(db, three, "ann")
     assert item.blind
     assert all(c.rank is None and c.score is None and c.sources == [] for c in item.chunks)
-    store.set_setting(db, "show_sources", True)
+    set_setting(db, "show_sources", True)
     item = L.get_item(db, three, "ann")
     assert not item.blind
     c2 = next(c for c in item.chunks if c.doc_id == "c2")
@@ -141,7 +142,7 @@ def test_submit_needs_every_pool_chunk_graded(db, three):
 
 
 def test_a_grade_counts_for_every_retriever_that_returned_the_chunk(db, write_log):
-    store.set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "overlap_fraction", 0)
     rankings = {"production": ["c1", "c2", "c3"], "bm25": ["c2", "c4", "c1"]}
     ingest_logs(db, write_log([record("q1", r, ids) for r, ids in rankings.items()]))
     pk = L.next_item(db, "ann")
@@ -157,8 +158,8 @@ def test_a_grade_counts_for_every_retriever_that_returned_the_chunk(db, write_lo
 
 
 def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, write_log):
-    store.set_setting(db, "overlap_fraction", 0)
-    store.set_setting(db, "queue_order", "lowest_score")  # equal top scores: by pk, so q1 first
+    set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "queue_order", "lowest_score")  # equal top scores: by pk, so q1 first
     ingest_logs(db, write_log([record("q1", "production", ["c1", "c2", "c3"]),
                                record("q2", "production", ["d1"])]))
     first = L.next_item(db, "ann")
@@ -190,8 +191,8 @@ def test_new_retriever_requeues_a_submitted_item_with_only_the_new_chunks(db, wr
 
 
 def test_requeue_respects_pool_depth_and_skip_keeps_the_submission(db, write_log):
-    store.set_setting(db, "overlap_fraction", 0)
-    store.set_setting(db, "pool_depth", 2)
+    set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "pool_depth", 2)
     ingest_logs(db, write_log([record("q1", "production", ["c1", "c2"])]))
     pk = L.next_item(db, "ann")
     L.set_rest_zero(db, pk, "ann")
@@ -206,8 +207,8 @@ def test_requeue_respects_pool_depth_and_skip_keeps_the_submission(db, write_log
 
 
 def test_lowest_score_order_uses_the_default_retriever(db, write_log):
-    store.set_setting(db, "overlap_fraction", 0)
-    store.set_setting(db, "queue_order", "lowest_score")
+    set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "queue_order", "lowest_score")
     high, low = record("high", "tfidf", ["a"]), record("low", "tfidf", ["b"])
     low["retrieved"][0]["score"] = 0.1
     ingest_logs(db, write_log([high, low]))  # the only retriever is tfidf: it orders the queue

@@ -262,7 +262,7 @@ def test_a_refresh_after_new_labels_equals_a_full_reload(small_file, db_path, mo
     # what was loaded and computed under the older version is dropped, not kept in memory
     token = R.data_token(small_file)
     assert [k[0] for k in load._LOADED.items] == [token]
-    assert all(k[0] == token for k in load._REPORTS.items if isinstance(k[0], tuple))
+    assert all(k[0] == token for k in load.REPORTS.items if isinstance(k[0], tuple))
     monkeypatch.setattr(load, "_load", real_load)
     R.clear_cache()
     reloaded = R.retrieval_report(small_file, specs, reuse=True)

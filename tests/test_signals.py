@@ -8,7 +8,8 @@ import pytest
 import labeler
 import labeler.labels as L
 from labeler.ingest import ingest_logs, parse_mapping
-from labeler.signals import normalise, query_signals, signal_counts, signal_metrics, unhappy
+from labeler.report.signals import signal_metrics
+from labeler.signals import normalise, query_signals, signal_counts, unhappy
 from tests.conftest import tiny_records
 from tests.test_report import label
 

@@ -136,7 +136,7 @@ def test_language_defaults_to_the_setting_then_the_corpus():
 
 
 def test_language_setting_is_used_when_no_option(synth_db, server):
-    from labeler.db import set_setting
+    from labeler.accounts.settings import set_setting
 
     set_setting(synth_db, "synth_language", "Dutch")
     plan = synth.plan_generation(synth_db, config(server), synth.SynthOptions(n=2))

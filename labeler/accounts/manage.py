@@ -18,14 +18,16 @@ import hashlib
 import hmac
 import logging
 import secrets
+import sqlite3
 from datetime import timedelta
 from typing import NamedTuple
 
 import sqlite_utils
 
 from .. import db as store
+from ..core.names import ROLES, check_name
+from ..core.times import When, parse_time, stamp
 from ..errors import LabelerError, LabelError, RoleError
-from ..labels._common import ROLES, When, check_name, parse_time, stamp
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +131,13 @@ def needs_rehash(stored: str | None) -> bool:
     return parts[1:4] != [str(SCRYPT_COST["n"]), str(SCRYPT_COST["r"]), str(SCRYPT_COST["p"])]
 
 
-def _check_password(password: object) -> str:
+def check_password(password: object) -> str:
     if not isinstance(password, str) or len(password) < MIN_PASSWORD:
         raise LabelerError(f"a password needs at least {MIN_PASSWORD} characters")
     return password
 
 
-def _token_hash(token: str) -> str:
+def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -189,6 +191,15 @@ def audit(conn, at: str, by: str | None, action: str, target: str | None, detail
 
 # --- managing accounts ----------------------------------------------------------------------------
 
+def ensure_annotator(conn: sqlite3.Connection, name: str, at: str) -> None:
+    """Register ``name`` on first use; the first annotator of a project without a lead is the lead."""
+    if conn.execute("SELECT 1 FROM annotators WHERE name = ?", [name]).fetchone():
+        return
+    has_lead = conn.execute("SELECT 1 FROM annotators WHERE role = 'lead' LIMIT 1").fetchone()
+    conn.execute("INSERT INTO annotators (name, role, created_at) VALUES (?, ?, ?)",
+                 [name, "annotator" if has_lead else "lead", at])
+
+
 def _lead_count(conn) -> int:
     return conn.execute("SELECT count(*) FROM annotators WHERE role = 'lead' AND removed_at IS NULL").fetchone()[0]
 
@@ -203,7 +214,7 @@ def _new_invite(conn, name: str, at: str, hours: float) -> str:
     token = secrets.token_urlsafe(24)
     expires = stamp(parse_time(at) + timedelta(hours=hours))
     conn.execute("UPDATE annotators SET invite_hash = ?, invite_expires = ? WHERE name = ?",
-                 [_token_hash(token), expires, name])
+                 [token_hash(token), expires, name])
     return token
 
 
@@ -217,7 +228,7 @@ def add_user(db: sqlite_utils.Database, name: str, role: str = "annotator", *, p
     name = check_name(name)
     _check_role(role)
     if password is not None:
-        _check_password(password)
+        check_password(password)
     email = email.strip().lower() if email and email.strip() else None
     at = stamp(now)
     hashed = hash_password(password) if password else None  # before the write lock (scrypt is slow)
@@ -250,7 +261,7 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, by: str
                  now: When = None) -> None:
     """Set ``name``'s password (by themself or a lead); their other sessions end."""
     name = check_name(name)
-    _check_password(password)
+    check_password(password)
     at = stamp(now)
     hashed = hash_password(password)  # before the write lock (scrypt is slow)
     with store.transaction(db):

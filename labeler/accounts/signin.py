@@ -18,20 +18,22 @@ from datetime import timedelta
 import sqlite_utils
 
 from .. import db as store
-from ..labels._common import When, check_name, ensure_annotator, parse_time, stamp
+from ..core.names import check_name
+from ..core.times import When, parse_time, stamp
 from .manage import (
     FREE_FAILURES,
     MAX_DELAY_S,
     SESSION_HOURS,
     Account,
     SignInError,
-    _check_password,
-    _token_hash,
     accounts_enabled,
     audit,
+    check_password,
+    ensure_annotator,
     get_account,
     hash_password,
     needs_rehash,
+    token_hash,
     verify_password,
 )
 
@@ -104,12 +106,12 @@ def check_shared_password(db: sqlite_utils.Database, entered: str, expected: str
 def redeem_invite(db: sqlite_utils.Database, token: str, password: str, *, now: When = None) -> Account:
     """Set the password of the account whose one-time sign-in token this is; the token is used up
     and the account's sessions end (the caller starts the new one)."""
-    _check_password(password)
+    check_password(password)
     at = stamp(now)
     hashed = hash_password(password)  # before the write lock: scrypt takes a while at this cost
     with store.transaction(db):
         row = db.conn.execute("SELECT name FROM annotators WHERE invite_hash = ? AND invite_expires > ? "
-                              "AND removed_at IS NULL", [_token_hash(str(token or "")), at]).fetchone()
+                              "AND removed_at IS NULL", [token_hash(str(token or "")), at]).fetchone()
         if row is None:
             raise SignInError("this sign-in link is unknown, used or expired; ask a lead for a new one")
         db.conn.execute("UPDATE annotators SET password_hash = ?, invite_hash = NULL, invite_expires = NULL "
@@ -123,7 +125,7 @@ def redeem_invite(db: sqlite_utils.Database, token: str, password: str, *, now: 
 def invite_name(db: sqlite_utils.Database, token: str, *, now: When = None) -> str | None:
     """Whose valid one-time sign-in token this is (None when unknown, used or expired)."""
     row = db.execute("SELECT name FROM annotators WHERE invite_hash = ? AND invite_expires > ? "
-                     "AND removed_at IS NULL", [_token_hash(str(token or "")), stamp(now)]).fetchone()
+                     "AND removed_at IS NULL", [token_hash(str(token or "")), stamp(now)]).fetchone()
     return row[0] if row else None
 
 
@@ -196,7 +198,7 @@ def start_session(db: sqlite_utils.Database, name: str, *, hours: float = SESSIO
     with store.transaction(db):
         db.conn.execute("DELETE FROM sessions WHERE expires_at <= ?", [at])
         db.conn.execute("INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                        [_token_hash(token), check_name(name), at,
+                        [token_hash(token), check_name(name), at,
                          stamp(parse_time(at) + timedelta(hours=hours))])
     return token
 
@@ -207,7 +209,7 @@ def session_account(db: sqlite_utils.Database, token: str | None, *, now: When =
         return None
     row = db.execute("SELECT s.name FROM sessions s JOIN annotators a ON a.name = s.name "
                      "WHERE s.token_hash = ? AND s.expires_at > ? AND a.removed_at IS NULL",
-                     [_token_hash(token), stamp(now)]).fetchone()
+                     [token_hash(token), stamp(now)]).fetchone()
     return get_account(db, row[0]) if row else None
 
 
@@ -215,4 +217,4 @@ def end_session(db: sqlite_utils.Database, token: str | None) -> None:
     """Sign a browser out: its session token stops working."""
     if token:
         with store.transaction(db):
-            db.conn.execute("DELETE FROM sessions WHERE token_hash = ?", [_token_hash(token)])
+            db.conn.execute("DELETE FROM sessions WHERE token_hash = ?", [token_hash(token)])

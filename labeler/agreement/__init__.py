@@ -27,7 +27,7 @@ Conventions:
   undefined are left out of its interval (the ``note`` says how many); with more than half of them
   undefined the interval itself is None.
 - The bootstrap resamples pairs, or whole clusters of pairs (``clusters=``): ``run_agreement``
-  resamples queries, since the chunks of one query are graded together and are not independent.
+  (in ``labeler.judge.calibration``) resamples queries, since the chunks of one query are graded together and are not independent.
 - Names: ``DISPLAY_NAMES`` / ``display_name`` give each raw key the name people read ("Cohen's
   kappa", "weighted kappa (linear)", "kappa, relevant vs not"...); JSON keeps the raw keys.
 - Human-human pairs: every pair of annotators who submitted a grade for the same item.
@@ -35,7 +35,7 @@ Conventions:
   identical to the package's alpha over all annotators.
 """
 
-from .runs import Agreement, Comparison, compare_runs, drift, retriever_agreement, run_agreement
+from .retrievers import retriever_agreement
 from .stats import (
     ANSWER_STATISTICS,
     DEFAULT_MIN_N,
@@ -59,3 +59,15 @@ __all__ = [
     "Stat", "compare_runs", "count_tables", "display_name", "drift", "human_pairs", "ordinal_agreement", "ordinal_arrays",
     "paired_difference", "resample_indices", "retriever_agreement", "roc_auc", "run_agreement",
 ]
+
+# A judge run against the humans moved to labeler.judge.calibration (it reads judge runs, a floor
+# above these statistics). The old names still resolve here, loaded only when asked for.
+_MOVED_TO_CALIBRATION = ("Agreement", "Comparison", "compare_runs", "drift", "run_agreement")
+
+
+def __getattr__(name: str):
+    if name in _MOVED_TO_CALIBRATION:
+        from ..judge import calibration
+
+        return getattr(calibration, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -90,7 +90,7 @@ class Stat:
         return out
 
 
-def _stat_dicts(stats: dict[str, Stat]) -> dict[str, dict[str, Any]]:
+def stat_dicts(stats: dict[str, Stat]) -> dict[str, dict[str, Any]]:
     return {name: s.to_dict() for name, s in stats.items()}
 
 
@@ -280,7 +280,7 @@ def _summarise(values: np.ndarray, n: int, reason: str | None, confidence: float
     return Stat(value, float(low), float(high), n, note=note)
 
 
-def _check(confidence: float, n_resamples: int) -> None:
+def check_bootstrap(confidence: float, n_resamples: int) -> None:
     if not 0 < confidence < 1:
         raise JudgeError(f"confidence must be between 0 and 1, e.g. 0.95; got {confidence!r}")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int | np.integer) or n_resamples < 0:
@@ -347,7 +347,7 @@ def ordinal_agreement(reference: Any, rated: Any, *, levels: int, threshold: int
     coincidence matrices of the same resamples as everything else. See the module doc for the
     undefined cases.
     """
-    _check(confidence, n_resamples)
+    check_bootstrap(confidence, n_resamples)
     result = ordinal_arrays(reference, rated, levels=levels, threshold=threshold, n_resamples=n_resamples,
                             seed=seed, pair_weights=pair_weights, clusters=clusters)
     reasons = _reasons(result.table, levels, threshold, min_n, names)
@@ -387,7 +387,7 @@ def roc_auc(positive: Any, score: Any, *, n_resamples: int = 1000, seed: int = 0
             min_n: int = DEFAULT_MIN_N, clusters: Any = None) -> Stat:
     """ROC AUC of ``score`` for the boolean ``positive`` (ties count 1/2, as sklearn's
     ``roc_auc_score``), from per-resample class-by-score count tables."""
-    _check(confidence, n_resamples)
+    check_bootstrap(confidence, n_resamples)
     pos = np.asarray(positive, dtype=bool)
     s = np.asarray(score, dtype=float)
     n = pos.size

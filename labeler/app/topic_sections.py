@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from labeler import signals as signal_lib
 from labeler import topics as topic_lib
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
+from labeler.report import signals as signal_lib
 
 
 def _embedding_config() -> Any:

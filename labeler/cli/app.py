@@ -3,32 +3,28 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from .. import db as store
-from . import cli
-from .common import CONTEXT_SETTINGS, DEMO_DB, _open, _secrets_toml
+from .common import CONTEXT_SETTINGS, DEMO_DB, open_db, secrets_toml
+from .group import cli
 
 
-def _streamlit(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
+def serve_app(db_path: str, port: int | None, headless: bool, host: str = "127.0.0.1") -> None:
+    """Serve the Streamlit app on ``db_path`` until it stops (looked up when a command runs, so a
+    test can replace ``labeler.cli.app``'s module attribute)."""
     from ..accounts import check_exposure
     from ..app.launch import serve, streamlit_command
 
-    secrets = _secrets_toml()
+    secrets = secrets_toml()
     check_exposure(store.connect(db_path), host, password=bool(secrets.get("password")),
                    oidc=bool(secrets.get("auth")))
     cmd = streamlit_command(host=host, port=port, headless=headless)
     env = dict(os.environ, LABELER_DB=str(Path(db_path).resolve()))
     raise SystemExit(serve(cmd, env))
-
-
-def _launch(db_path: str, port: int | None, headless: bool, host: str) -> None:
-    """``_streamlit`` as ``labeler.cli`` holds it when called (tests replace ``labeler.cli._streamlit``)."""
-    sys.modules[__package__]._streamlit(db_path, port, headless, host)
 
 
 def _app_options(f: Callable) -> Callable:
@@ -52,8 +48,8 @@ def app(ctx: click.Context, port: int | None, headless: bool, host: str) -> None
     if not Path(ctx.obj["db_path"]).exists():
         click.echo(f"new database {ctx.obj['db_path']}: add data on the Data page or with labeler ingest logs",
                    err=True)
-    _open(ctx, create=True).conn.close()
-    _launch(ctx.obj["db_path"], port, headless, host)
+    open_db(ctx, create=True).conn.close()
+    serve_app(ctx.obj["db_path"], port, headless, host)
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -77,5 +73,5 @@ def demo(ctx: click.Context, port: int | None, headless: bool, host: str, no_app
     summary = build_demo(db_path)
     click.echo(summary, err=True)
     if not no_app:
-        _launch(db_path, port, headless, host)
+        serve_app(db_path, port, headless, host)
 

@@ -35,7 +35,7 @@ class LabelerGroup(click.Group):
             sys.exit(1)
 
 
-def _open(ctx: click.Context, *, create: bool = False):
+def open_db(ctx: click.Context, *, create: bool = False):
     """The --db database. Only commands that write data of their own (ingest, import, demo, users add,
     app) may create it; for every other command a missing file is an error (``store.connect``),
     so that a mistyped --db is not a new, empty database that reads as zeros. Right after
@@ -54,7 +54,7 @@ def _open(ctx: click.Context, *, create: bool = False):
                             f"({again})") from None
 
 
-def _progress_bar(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def progress_bar(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A click progress bar on stderr, driven by (done, total) byte counts."""
     state: dict[str, Any] = {"bar": None, "done": 0}
 
@@ -72,7 +72,7 @@ def _progress_bar(label: str) -> tuple[Callable[[int, int], None], Callable[[], 
     return update, close
 
 
-def _secrets_toml() -> dict[str, Any]:
+def secrets_toml() -> dict[str, Any]:
     """``.streamlit/secrets.toml`` of the working directory (where the app reads it), if any."""
     import tomllib
 
@@ -85,7 +85,7 @@ def _secrets_toml() -> dict[str, Any]:
         raise LabelerError(f"cannot read {path}: {e}") from None
 
 
-def _fmt_value(value: Any) -> str:
+def fmt_value(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 

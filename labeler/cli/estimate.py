@@ -44,10 +44,10 @@ def all_traffic_output(rep: Any) -> Output:
 
 def set_order(db, order: str, *, judge_run: int | None, budget: float | None, seed: int,
               targets: list[str] | None = None) -> Output:
-    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.designs.draw_active``);
+    """Set the queue order; ``active`` first draws the sample (``labeler.estimate.active.draw_active``);
     ``stratified`` needs topics and takes the lead's target shares (``labeler.labels.strata``)."""
-    from .. import db as store
-    from ..estimate.designs import draw_active
+    from ..accounts.settings import set_setting
+    from ..estimate.active import draw_active
     from ..labels import strata
 
     if targets and order != "stratified":
@@ -55,7 +55,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
     if order == "stratified":
         strata.require_topics(db)
         stored = strata.set_stratified_targets(db, strata.parse_targets(targets or []))
-        store.set_setting(db, "queue_order", order)
+        set_setting(db, "queue_order", order)
         shares = stored or strata.traffic_shares(db.conn)
         how = "the lead's targets" if stored else "traffic"
         return Output({"queue_order": order, "targets": None if stored is None else
@@ -68,7 +68,7 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
 
     if order == "active":
         draw = draw_active(db, judge_run, budget=budget, seed=seed)
-        store.set_setting(db, "queue_order", "active")
+        set_setting(db, "queue_order", "active")
 
         drawn = draw.to_dict()
         return Output({"queue_order": "active", "draw": drawn}, ["queue_order", *drawn],
@@ -78,6 +78,6 @@ def set_order(db, order: str, *, judge_run: int | None, budget: float | None, se
                             f"uncertainty model fitted on {draw.fitted_on} labels; seed {draw.seed})",
                             f"at this judge quality active needs about {draw.label_ratio:.0%} of the labels uniform "
                             "needs"])
-    store.set_setting(db, "queue_order", order)
+    set_setting(db, "queue_order", order)
 
     return Output({"queue_order": order}, ["queue_order"], [{"queue_order": order}], text=[f"queue order: {order}"])

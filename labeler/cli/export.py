@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from . import cli, stdio
-from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, _open
+from . import stdio
+from .common import CONTEXT_SETTINGS, ORIGIN_CHOICE, LabelerGroup, open_db
+from .group import cli
 from .output import Note, Output, output_options
 
 EXPORT_COLUMNS = ["path", "format", "version", "queries", "judged_pairs", "relevant_pairs", "manifest_path", "sha256"]
@@ -55,7 +56,7 @@ def export_cmd(ctx: click.Context, fmt: str, path: str, origin: str | None, min_
     if to_stdout and FORMATS[fmt].directory:
         raise click.BadParameter(f"- (standard output) takes one file; the {fmt} format writes a folder: "
                                  "give a folder path", param_hint="'-o'")
-    db = _open(ctx)
+    db = open_db(ctx)
     if judge_run is not None and to_stdout:
         raise click.UsageError("--judge-run cites the estimate in the manifest file; give -o a path, not -")
     if to_stdout:
@@ -108,7 +109,7 @@ def import_golden_cmd(ctx: click.Context, file: str, annotator: str, lenient: bo
     """
     from ..export import import_golden
 
-    result = import_golden(_open(ctx, create=True), file, annotator=annotator, lenient=lenient)
+    result = import_golden(open_db(ctx, create=True), file, annotator=annotator, lenient=lenient)
     line = (f"{result.path}: {result.records} lines: {result.new} new queries, {result.merged} updated, "
             f"{result.unchanged} unchanged, {result.rejected} rejected; labels of {result.annotator}")
     if result.rejects_path:

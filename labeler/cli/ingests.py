@@ -14,8 +14,9 @@ import click
 from ..errors import LabelerError
 from ..ingest import ingest_tools
 from ..ingest.readers import FORMATS as FILE_FORMATS
-from . import cli, stdio
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar
+from . import stdio
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, progress_bar
+from .group import cli
 from .output import Note, Output, output_options, render
 
 INGEST_COLUMNS = ["path", "kind", "format", "records", "new", "merged", "unchanged", "rejected", "retrievals",
@@ -55,13 +56,13 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, out
                 fn: Callable, **kwargs: Any) -> Output:
     if files.count(stdio.DASH) > 1:
         raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
-    db = _open(ctx, create=True)
+    db = open_db(ctx, create=True)
     results: list[dict[str, Any]] = []
     lines: list[str] = []
     try:
         for f in files:
             with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
-                update, close = _progress_bar(name or Path(f).name)
+                update, close = progress_bar(name or Path(f).name)
                 try:
                     result = fn(db, path, fmt=file_fmt, name=name,
                                 progress=update if sys.stderr.isatty() else None, **kwargs)
@@ -181,7 +182,7 @@ def ingest_list_cmd(ctx: click.Context, output_format: str) -> Output:
     """
     from ..ingest.undo import list_ingests
 
-    rows = [r.to_dict() for r in list_ingests(_open(ctx))]
+    rows = [r.to_dict() for r in list_ingests(open_db(ctx))]
     return Output(rows, LIST_COLUMNS, rows, empty="no ingests yet: labeler ingest logs FILE")
 
 
@@ -203,7 +204,7 @@ def ingest_undo_cmd(ctx: click.Context, ingest_id: int, force: bool, dry_run: bo
     """
     from ..ingest.undo import undo_ingest
 
-    result = undo_ingest(_open(ctx), ingest_id, force=force, dry_run=dry_run)
+    result = undo_ingest(open_db(ctx), ingest_id, force=force, dry_run=dry_run)
     return Output(result.to_dict(), UNDO_COLUMNS, [result.to_dict()], text=[result.summary()])
 
 
@@ -232,5 +233,5 @@ def queries_remove_cmd(ctx: click.Context, query_ids: tuple[str, ...], force: bo
     """
     from ..ingest.undo import remove_queries
 
-    result = remove_queries(_open(ctx), query_ids, force=force)
+    result = remove_queries(open_db(ctx), query_ids, force=force)
     return Output(result.to_dict(), UNDO_COLUMNS, [result.to_dict()], text=[result.summary()])

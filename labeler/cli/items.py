@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, _open
+from .common import CONTEXT_SETTINGS, open_db
+from .group import cli
 from .output import Output, output_options
 
 COLUMNS = ["query_id", "origin", "relevant", "conflict", "discarded", "adjudication_requested", "question",
@@ -41,7 +41,7 @@ def items_cmd(ctx: click.Context, status: str | None, annotator: str | None, ori
     """
     from ..labels import list_items
 
-    found = list_items(_open(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
+    found = list_items(open_db(ctx), status=status, annotator=annotator, origin=origin, retriever=retriever,
                        flagged=True if flagged else None, conflict=True if conflict else None, search=text,
                        since=since, until=until, page=page, page_size=limit)
     document = found.to_dict()

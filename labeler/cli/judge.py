@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _fmt_value, _open, _progress_bar, _secrets_toml
+from .common import CONTEXT_SETTINGS, LabelerGroup, fmt_value, open_db, progress_bar, secrets_toml
+from .group import cli
 from .output import Note, Output, output_options
 
 RUN_COLUMNS = ["id", "created_at", "judge", "rubric", "model", "on_set", "items", "done", "cached", "failed",
@@ -64,9 +64,9 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
 
-    db = _open(ctx)
-    config = LLMConfig.from_env(_secrets_toml(), model=model)
-    update, close = _progress_bar(judge_name)
+    db = open_db(ctx)
+    config = LLMConfig.from_env(secrets_toml(), model=model)
+    update, close = progress_bar(judge_name)
     progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
     try:
         if resume_id is not None:
@@ -140,7 +140,7 @@ def judge_agreement_cmd(ctx: click.Context, run_id: int, resamples: int, seed: i
     from ..agreement import display_name, run_agreement
     from ..judge import gate
 
-    db = _open(ctx)
+    db = open_db(ctx)
     result = run_agreement(db, run_id, n_resamples=resamples, seed=seed, k=k)
     verdict = gate(db, run_id, agreement=result)
     out = result.to_dict()
@@ -184,7 +184,7 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
     """
     from ..agreement import compare_runs, display_name
 
-    result = compare_runs(_open(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
+    result = compare_runs(open_db(ctx), run_a, run_b, n_resamples=resamples, seed=seed)
     rows = []
     for name, stat in result.difference.items():
         d = stat.to_dict()
@@ -196,8 +196,8 @@ def judge_compare_cmd(ctx: click.Context, run_a: int, run_b: int, resamples: int
                   before=[f"run {a.id}: {a.judge} ({a.rubric}, {a.model})  vs  run {b.id}: {b.judge} ({b.rubric}, "
                           f"{b.model}); {result.common} common human-labeled items; a = run {a.id}, b = run {b.id}, "
                           "difference = b - a"],
-                  after=[f"A vs B exact agreement {_fmt_value(result.between['exact_agreement'].value)}, "
-                         f"Cohen's kappa {_fmt_value(result.between['cohen_kappa'].value)} "
+                  after=[f"A vs B exact agreement {fmt_value(result.between['exact_agreement'].value)}, "
+                         f"Cohen's kappa {fmt_value(result.between['cohen_kappa'].value)} "
                          f"(n={result.between['cohen_kappa'].n})"])
 
 
@@ -213,6 +213,6 @@ def judge_list_cmd(ctx: click.Context, output_format: str) -> Output:
     """
     from ..judge import list_runs
 
-    runs = [r.to_dict() for r in list_runs(_open(ctx))]
+    runs = [r.to_dict() for r in list_runs(open_db(ctx))]
     return Output(runs, RUN_COLUMNS, runs,
                   empty="no judge runs yet: labeler judge run --judge relevance.v1 --on labeled")

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, progress_bar, secrets_toml
+from .group import cli
 from .output import Output, output_options
 
 BATCH_COLUMNS = ["batch", "run", "state", "requests", "completed", "failed", "cost", "age", "collected_at"]
@@ -20,14 +20,14 @@ COLLECT_COLUMNS = ["batches", "ok", "failed", "retried", "rebatched", "run_direc
 def _config() -> Any:
     from ..llm import LLMConfig
 
-    return LLMConfig.from_env(_secrets_toml())
+    return LLMConfig.from_env(secrets_toml())
 
 
 def wait_for(db: Any, config: Any, owner: str, run_id: int, poll_s: float) -> None:
     """Poll a run's batches until all are finished, with a progress bar on request counts."""
     from ..llm import batch
 
-    update, close = _progress_bar(f"{owner} run {run_id} (batch)")
+    update, close = progress_bar(f"{owner} run {run_id} (batch)")
     try:
         batch.wait(db, config, owner=owner, run_id=run_id, poll_s=poll_s,
                    progress=update if sys.stderr.isatty() else None)
@@ -77,7 +77,7 @@ def llm_batches_cmd(ctx: click.Context, offline: bool, output_format: str) -> Ou
     """
     from ..llm import batch
 
-    db = _open(ctx)
+    db = open_db(ctx)
     batches = batch.list_batches(db) if offline else batch.refresh(db, _config())
     ages = batch.ages(batches)
     rows = [{**b.to_dict(), "batch": b.batch_id or b.key, "run": f"{b.owner}:{b.run_id}", "age": ages[b.key]}
@@ -115,7 +115,7 @@ def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, dire
         if not number.isdigit() or kind not in ("", "judge", "synth"):
             raise click.BadParameter(f"{run!r}: use judge:ID or synth:ID", param_hint="RUN")
         owner, run_id = kind or "judge", int(number)
-    db = _open(ctx)
+    db = open_db(ctx)
     config = _config()
     if wait_s is not None and owner is not None:
         wait_for(db, config, owner, run_id, wait_s)
@@ -137,5 +137,5 @@ def llm_cancel_cmd(ctx: click.Context, batch_id: str) -> None:
     """
     from ..llm import batch
 
-    b = batch.cancel(_open(ctx), _config(), batch_id)
+    b = batch.cancel(open_db(ctx), _config(), batch_id)
     click.echo(f"{b.batch_id}: {b.state}")

@@ -9,22 +9,22 @@ from typing import Any
 
 import click
 
-from . import cli
 from .common import (
     CONTEXT_SETTINGS,
     ORIGIN_CHOICE,
-    _fmt_value,
-    _open,
-    _progress_bar,
-    _secrets_toml,
+    fmt_value,
+    open_db,
+    progress_bar,
+    secrets_toml,
 )
+from .group import cli
 from .output import Output, output_options
 
 
 def _eval_llm_config() -> Any:
     from ..llm import LLMConfig
 
-    return LLMConfig.from_env(_secrets_toml())  # the judge run's own model and temperature are used
+    return LLMConfig.from_env(secrets_toml())  # the judge run's own model and temperature are used
 
 
 @cli.command("eval", context_settings=CONTEXT_SETTINGS)
@@ -92,7 +92,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
     from ..harness import append_step_summary, evaluate, parse_headers
     from ..ingest import parse_mapping
 
-    update, close = _progress_bar("questions")
+    update, close = progress_bar("questions")
     try:
         result = evaluate(
             golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
@@ -207,7 +207,7 @@ def _labeled(ctx: click.Context, specs: list[str] | None, *, ks: tuple[int, ...]
     """``labeler metrics``: ``labeler.report.retrieval_report``; a row per metric, then judged@k."""
     from ..report import retrieval_report
 
-    report = retrieval_report(_open(ctx), specs, ks=ks, retriever=retriever, origin=origin, annotator=annotator,
+    report = retrieval_report(open_db(ctx), specs, ks=ks, retriever=retriever, origin=origin, annotator=annotator,
                               since=since, until=until, seed=seed)
     if per_query:
         report.write_per_query(per_query)
@@ -233,7 +233,7 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
     if len(pair) != 2 or not all(pair):
         raise click.BadParameter(f"{names!r}: give two retrievers separated by a comma, e.g. production,bm25",
                                  param_hint="'--compare'")
-    c = compare_retrievers(_open(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
+    c = compare_retrievers(open_db(ctx), pair[0], pair[1], specs, ks=ks, origin=origin, annotator=annotator,
                            since=since, until=until, seed=seed)
     rows = [{"metric": spec, c.a: v.get("a"), c.b: v.get("b"), "diff": v.get("diff"), "ci_low": v.get("ci_low"),
              "ci_high": v.get("ci_high"), "p_value": v.get("p_value"), "n": v["n"]} for spec, v in c.metrics.items()]
@@ -242,7 +242,7 @@ def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tup
         before=[f"{c.a} vs {c.b}: {c.n_queries} labeled queries both ran, threshold {c.threshold}; "
                 f"{c.n_without_relevant} without a relevant chunk (left out); 95% bootstrap CI of the "
                 f"difference (seed {c.seed}), paired sign-flip p-value"],
-        after=[f"{r}: " + ", ".join(f"{s} {_fmt_value(v)}" for s, v in judged.items())
+        after=[f"{r}: " + ", ".join(f"{s} {fmt_value(v)}" for s, v in judged.items())
                for r, judged in c.judged.items()],
         notes=[f"Warning: {line}" for line in c.warnings])  # --json carries them in "warnings"
 
@@ -253,5 +253,5 @@ def _all_traffic(ctx: click.Context, specs: list[str] | None, *, retriever: str 
     from ..estimate.report import all_traffic_report
     from .estimate import all_traffic_output
 
-    return all_traffic_output(all_traffic_report(_open(ctx), judge_run, specs, retriever=retriever, design=design,
+    return all_traffic_output(all_traffic_report(open_db(ctx), judge_run, specs, retriever=retriever, design=design,
                                                  random_only=random_only))

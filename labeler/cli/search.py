@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _secrets_toml
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, secrets_toml
+from .group import cli
 from .output import Output, output_options
 
 _K = click.option("--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
@@ -42,7 +42,7 @@ def search_text_cmd(ctx: click.Context, words: str, k: int, output_format: str) 
     """
     from ..search import search_text
 
-    found = search_text(_open(ctx), words, k)
+    found = search_text(open_db(ctx), words, k)
     return Output([{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found], TEXT_COLUMNS,
                   [{"rank": rank, "score": round(h.score, 6), "doc_id": h.doc_id, "text": h.text}
                    for rank, h in enumerate(found, start=1)], empty="no chunk matches these words")
@@ -69,10 +69,10 @@ def search_missed_cmd(ctx: click.Context, query_ids: tuple[str, ...], k: int, an
     from ..llm import LLMConfig
     from ..search import labeled_queries, query_pk, search_missed
 
-    db = _open(ctx)
+    db = open_db(ctx)
     targets = [(query_pk(db, q), q) for q in query_ids] if query_ids else \
         [(pk, q) for pk, q in labeled_queries(db, annotator)]
-    config = LLMConfig.from_env(_secrets_toml())
+    config = LLMConfig.from_env(secrets_toml())
     result = {qid: search_missed(db, pk, k, config=config if config.embedding_model else None, annotator=annotator)
               for pk, qid in targets}
     return Output({qid: [{"doc_id": h.doc_id, "score": round(h.score, 6)} for h in found]
@@ -96,5 +96,5 @@ def search_embed_cmd(ctx: click.Context, output_format: str) -> Output:
     from ..llm import LLMConfig
     from ..search import embed_documents
 
-    count = embed_documents(_open(ctx), LLMConfig.from_env(_secrets_toml()))
+    count = embed_documents(open_db(ctx), LLMConfig.from_env(secrets_toml()))
     return Output({"embedded": count}, ["embedded"], [{"embedded": count}], text=[f"{count} chunks embedded"])

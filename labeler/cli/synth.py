@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, progress_bar, secrets_toml
+from .group import cli
 from .output import Note, Output, output_options
 
 GENERATE_COLUMNS = ["run_id", "stored", "rejected", "already_stored", "failed", "requests", "cached", "cost"]
@@ -72,8 +72,8 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
         n=n, per_chunk=per_chunk, seed=seed, question_types=tuple(t.strip() for t in types.split(",") if t.strip()),
         persona=persona, language=language, strategy=strategy, multi_hop=multi_hop,
         duplicate_threshold=duplicate_threshold)
-    config = llm.LLMConfig.from_env(_secrets_toml(), model=model, concurrency=concurrency)
-    db = _open(ctx)
+    config = llm.LLMConfig.from_env(secrets_toml(), model=model, concurrency=concurrency)
+    db = open_db(ctx)
     if dry_run:
         plan = synthesis.plan_generation(db, config, options)
         e = plan.estimate
@@ -107,7 +107,7 @@ def synth_generate_cmd(ctx: click.Context, n: int, per_chunk: int, seed: int, mo
         return Output(document, SUBMITTED_COLUMNS, [{"run_id": result.run_id, "status": result.status,
                                                      "batches": list(result.batches), "stored": len(result.stored)}],
                       text=text)
-    update, close = _progress_bar("generating")
+    update, close = progress_bar("generating")
     try:
         result = synthesis.generate(
             db, config, options,
@@ -144,7 +144,7 @@ def synth_report_cmd(ctx: click.Context, seed: int, include_rejected: bool, outp
     """
     from ..synth import shift_report
 
-    report = shift_report(_open(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
+    report = shift_report(open_db(ctx), seed=seed, review_states=None if include_rejected else ("pending", "accepted"))
     c, w = report["classifier"], report["wording"]
     text = [f"questions          {report['n']['log']} logged, {report['n']['synthetic']} synthetic",
             f"mean length        {w['log']['words_mean']} vs {w['synthetic']['words_mean']} words"]

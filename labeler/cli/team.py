@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from .. import db as store
-from . import cli
-from .common import CONTEXT_SETTINGS, _open
+from .common import CONTEXT_SETTINGS, open_db
+from .group import cli
 from .output import Output, output_options
 
 
@@ -20,7 +20,7 @@ def stats(ctx: click.Context, output_format: str) -> Output:
 
         labeler stats --json
     """
-    s = store.stats(_open(ctx))
+    s = store.stats(open_db(ctx))
     origins = ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
     rows = [{"name": k, "value": v} for k, v in s.items() if not isinstance(v, dict | list)]
     rows += [{"name": f"queries_{k}", "value": v} for k, v in s["queries_by_origin"].items()]
@@ -47,7 +47,7 @@ def annotators(ctx: click.Context, output_format: str) -> Output:
     """
     from ..labels import annotator_stats
 
-    db = _open(ctx)
+    db = open_db(ctx)
     rows = annotator_stats(db)
     if output_format == "json":  # the coaching numbers cost a pass over every label: only for --json
         from ..labels.coaching import annotator_performance
@@ -99,9 +99,9 @@ def queue(ctx: click.Context, order: str | None, targets: tuple[str, ...], judge
     if order is not None:
         from .estimate import set_order
 
-        return set_order(_open(ctx), order, judge_run=judge_run, budget=budget, seed=seed, targets=list(targets))
+        return set_order(open_db(ctx), order, judge_run=judge_run, budget=budget, seed=seed, targets=list(targets))
     if targets:
         raise click.UsageError("--target goes with --order stratified")
-    counts = queue_counts(_open(ctx))
+    counts = queue_counts(open_db(ctx))
     return Output(counts, ["state", "count"], [{"state": k, "count": v} for k, v in counts.items()])
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open, _progress_bar, _secrets_toml
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, progress_bar, secrets_toml
+from .group import cli
 from .output import Output, output_options
 
 
@@ -19,7 +19,7 @@ def _embedding_config(method: str) -> Any:
     from ..llm import LLMConfig
 
     try:
-        config = LLMConfig.from_env(_secrets_toml())
+        config = LLMConfig.from_env(secrets_toml())
     except LabelerError:
         config = None
     if method == "embeddings" and not (config and config.embedding_model):
@@ -67,9 +67,9 @@ def topics_build_cmd(ctx: click.Context, k: int | None, seed: int, method: str, 
     """
     from ..topics import build_topics
 
-    update, close = _progress_bar("questions")
+    update, close = progress_bar("questions")
     try:
-        summary = build_topics(_open(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
+        summary = build_topics(open_db(ctx), k=k, seed=seed, config=_embedding_config(method), progress=update)
     finally:
         close()
     return _topics_output(summary)
@@ -87,7 +87,7 @@ def topics_show_cmd(ctx: click.Context, output_format: str) -> Output:
     """
     from ..topics import topic_summary
 
-    return _topics_output(topic_summary(_open(ctx)))
+    return _topics_output(topic_summary(open_db(ctx)))
 
 
 def _topics_output(summary: dict[str, Any]) -> Output:
@@ -112,7 +112,7 @@ def coverage_cmd(ctx: click.Context, retriever: str | None, output_format: str) 
     """
     from ..topics import coverage
 
-    report = coverage(_open(ctx), retriever=retriever, config=_embedding_config("auto"))
+    report = coverage(open_db(ctx), retriever=retriever, config=_embedding_config("auto"))
     spec = report["specs"][0] if report["specs"] else None
     rows = []
     for t in report["topics"]:
@@ -143,7 +143,7 @@ def drift_cmd(ctx: click.Context, source: str, maps: tuple[str, ...], seed: int,
     from ..ingest import parse_mapping
     from ..topics import drift
 
-    report = drift(_open(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
+    report = drift(open_db(ctx), source, mapping=parse_mapping(maps), config=_embedding_config("auto"), seed=seed)
     lines = [f"{report['source']}: {report['questions']} questions ({report['occurrences']:.0f} occurrences); "
              f"far from every topic: {_pct(report['far_share'])}"]
     for t in report["topics"]:
@@ -179,7 +179,7 @@ def split_cmd(ctx: click.Context, fraction: float | None, seed: int | None, forc
     """
     from ..holdout import set_split, split_counts
 
-    db = _open(ctx)
+    db = open_db(ctx)
     if fraction is None and seed is None:
         counts = split_counts(db)
     elif fraction is None or seed is None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from . import cli
-from .common import CONTEXT_SETTINGS, LabelerGroup, _open
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db
+from .group import cli
 from .output import Output, output_options
 
 ACCOUNT_COLUMNS = ["name", "role", "state", "email", "may_run_llm", "created_at"]
@@ -68,7 +68,7 @@ def users_add(ctx: click.Context, name: str, role: str, email: str | None, passw
     from ..accounts import add_user
 
     password = _read_password(True) if password_stdin else None
-    made = add_user(_open(ctx, create=True), name, role, password=password, email=email)
+    made = add_user(open_db(ctx, create=True), name, role, password=password, email=email)
     link = _link(url, made.token) if made.token else None
     document = {**made.account._asdict(), "signin_link": link}
     return Output(document, [*made.account._fields, "signin_link"], [document],
@@ -89,7 +89,7 @@ def users_list(ctx: click.Context, include_removed: bool, output_format: str) ->
     """
     from ..accounts import list_accounts
 
-    accounts = list_accounts(_open(ctx), include_removed=include_removed)
+    accounts = list_accounts(open_db(ctx), include_removed=include_removed)
     rows = [{**a._asdict(), "state": _state(a), "may_run_llm": a.may_run_llm or a.role == "lead"} for a in accounts]
     return Output([a._asdict() for a in accounts], ACCOUNT_COLUMNS, rows,
                   empty="no accounts yet: labeler users add NAME --role lead")
@@ -116,7 +116,7 @@ def users_passwd(ctx: click.Context, name: str, password_stdin: bool, make_link:
     """
     from ..accounts import new_invite, set_password
 
-    db = _open(ctx)
+    db = open_db(ctx)
     if make_link:
         click.echo(f"one-time sign-in link (shown once): {_link(url, new_invite(db, name))}")
         return
@@ -137,7 +137,7 @@ def users_role(ctx: click.Context, name: str, role: str) -> None:
     """
     from ..accounts import set_role
 
-    a = set_role(_open(ctx), name, role)
+    a = set_role(open_db(ctx), name, role)
     click.echo(f"{a.name} is {a.role}")
 
 
@@ -154,7 +154,7 @@ def users_grant_llm(ctx: click.Context, name: str, revoke: bool) -> None:
     """
     from ..accounts import grant_llm
 
-    a = grant_llm(_open(ctx), name, not revoke)
+    a = grant_llm(open_db(ctx), name, not revoke)
     click.echo(f"{a.name} {'may' if a.may_run_llm else 'may not'} run LLM jobs")
 
 
@@ -170,7 +170,7 @@ def users_remove(ctx: click.Context, name: str) -> None:
     """
     from ..accounts import remove_user
 
-    remove_user(_open(ctx), name)
+    remove_user(open_db(ctx), name)
     click.echo(f"removed {name}; their labels stay")
 
 
@@ -191,5 +191,5 @@ def audit_cmd(ctx: click.Context, annotator: str | None, since: str | None, limi
     """
     from ..audit import audit_log
 
-    events = [e.to_dict() for e in audit_log(_open(ctx), annotator=annotator, since=since, limit=limit)]
+    events = [e.to_dict() for e in audit_log(open_db(ctx), annotator=annotator, since=since, limit=limit)]
     return Output(events, AUDIT_COLUMNS, events, empty="no events")

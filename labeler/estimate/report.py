@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,45 +23,13 @@ import sqlite_utils
 
 from .. import metrics as m
 from . import designs as dz
+from .active import draw_items, uncertainty
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
+from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
 from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
 
 HALF_WIDTH = 0.05
 DESIGNS = ("uniform", "active", "stratified")
-
-
-@dataclass
-class AllTraffic:
-    """The all-traffic report; :meth:`to_dict` is the ``--json`` document."""
-
-    population: int
-    n_labeled: int
-    judge_run: int
-    design: str
-    retriever: str
-    metrics: dict[str, dict[str, Any]]
-    estimates: dict[str, Estimate]
-    labeled_by_design: dict[str, int]
-    ignored: int
-    handed_out: dict[str, Any]
-    agreement: dict[str, Any]
-    more_labels: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    strata: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"population", "n_labeled", "judge_run", "design", "metrics": {spec: {"estimate",
-        "ci_low", "ci_high", "lambda", "effective_n", "human_only": {"mean", "ci_low", "ci_high"},
-        "judge_only": {"mean"}}}}``, then what else the report knows: the retriever, the labels by
-        design and those left out, skipped/discarded hand-outs, the run's agreement with the humans
-        on the labeled chunks, the labels needed for a +-0.05 interval, and notes; under the
-        stratified design ``strata``: per topic its judged queries, labels and weight."""
-        extra = {"strata": self.strata} if self.design == "stratified" else {}
-        return {**extra, "population": self.population, "n_labeled": self.n_labeled, "judge_run": self.judge_run,
-                "design": self.design, "metrics": self.metrics, "retriever": self.retriever,
-                "labeled_by_design": self.labeled_by_design, "labels_left_out": self.ignored,
-                "handed_out": self.handed_out, "agreement": self.agreement, "more_labels": self.more_labels,
-                "notes": self.notes}
 
 
 def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
@@ -73,33 +40,6 @@ def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
         raise EstimateError(
             f"the labeled queries are not a probability sample of the traffic ({why}); pass --random-only to "
             f"estimate from the {int((~bad).sum())} drawn at random (queue order random, active or stratified)")
-
-
-def _agreement(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, golden: Any) -> dict[str, Any]:
-    """The run's grades against the consolidated human grades (``golden``: query, doc, grade) on the
-    labeled queries' judged chunks."""
-    if labeled.size == 0:
-        return {"pairs": 0, "exact": None, "kappa_relevant": None}
-    rows = db.execute("SELECT query_pk, doc_pk, grade FROM judge_labels WHERE run_id = ? AND status = 'ok' AND "
-                      "grade IS NOT NULL AND query_pk IN (SELECT value FROM json_each(?))",
-                      [judged.run_id, dz.store.dumps([int(p) for p in labeled])]).fetchall()
-    if not rows or not len(golden):
-        return {"pairs": 0, "exact": None, "kappa_relevant": None}
-    j = np.array(rows, dtype=np.int64)
-    gkey = golden["query"].to_numpy(np.int64) * (1 << 32) + golden["doc"].to_numpy(np.int64)
-    jkey = j[:, 0] * (1 << 32) + j[:, 1]
-    order = np.argsort(gkey)
-    pos = np.minimum(np.searchsorted(gkey[order], jkey), gkey.size - 1)
-    hit = gkey[order][pos] == jkey
-    human = golden["grade"].to_numpy(np.int64)[order][pos[hit]]
-    judge = j[hit, 2]
-    if human.size == 0:
-        return {"pairs": 0, "exact": None, "kappa_relevant": None}
-    h, g = human >= judged.threshold, judge >= judged.threshold
-    p_o = float(np.mean(h == g))
-    p_e = float(h.mean() * g.mean() + (1 - h.mean()) * (1 - g.mean()))
-    kappa = None if p_e >= 1 else (p_o - p_e) / (1 - p_e)
-    return {"pairs": int(human.size), "exact": float(np.mean(human == judge)), "kappa_relevant": kappa}
 
 
 def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: Sequence[str] | None = None, *,
@@ -149,17 +89,6 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     return rep
 
 
-def _numerators(values: dict[str, np.ndarray], relevant: np.ndarray, spec: str) -> np.ndarray:
-    return np.where(relevant, np.nan_to_num(values[spec]), 0.0)
-
-
-def _entry(est: Estimate, human: dict[str, Any], judge_mean: float | None) -> dict[str, Any]:
-    return {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,
-            "effective_n": est.effective_n,
-            "human_only": {"mean": human["mean"], "ci_low": human["ci_low"], "ci_high": human["ci_high"]},
-            "judge_only": {"mean": judge_mean}}
-
-
 def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, d: dz.Designs,
              specs: list[str], by_design: dict[str, int], half_width: float, golden: Any) -> AllTraffic:
     used = labeled[d.design == "random"]
@@ -173,13 +102,13 @@ def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarr
     b, bh, bu = hr.astype(float), judged.relevant[rows].astype(float), judged.relevant[rest].astype(float)
     metrics, estimates, more = {}, {}, {}
     for s in specs:
-        a = _numerators(hv, hr, s)
+        a = human_numerators(hv, hr, s)
         jall = judged.numerators(s)
-        u, _ = dz.uncertainty(judged.border, jall, a, rows)  # what an active draw would use for this metric
+        u, _ = uncertainty(judged.border, jall, a, rows)  # what an active draw would use for this metric
         ratio = float(u.mean() ** 2 / np.mean(u ** 2))
         est = ppi_ratio(a, jall[rows], jall[rest], b, bh, bu)
         estimates[s] = est
-        metrics[s] = _entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
+        metrics[s] = metric_entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
         # variance parts at the estimate: the judge's (over N) and the rectifier's (over n)
         den = est.lam * bu.mean() + (b - est.lam * bh).mean()
         sd_imp = float(np.std(est.lam * (jall[rest] - est.estimate * bu)) / den)
@@ -187,8 +116,8 @@ def _uniform(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarr
         more[s] = _more_needed(sd_rect, sd_imp, est, half_width, ratio)
     return AllTraffic(int(judged.pks.size), int(used.size), judged.run_id, "uniform", judged.retriever, metrics,
                       estimates, by_design, int(labeled.size - used.size),
-                      dz.outcomes(db, "random", judged.pks), _agreement(db, judged, labeled, golden), more,
-                      _notes(judged, labeled, used))
+                      dz.outcomes(db, "random", judged.pks), judge_agreement(db, judged, labeled, golden), more,
+                      design_notes(judged, labeled, used))
 
 
 def _more_needed(sd_rect: float, sd_imp: float, est: Estimate, half_width: float, ratio: float) -> dict[str, Any]:
@@ -204,23 +133,13 @@ def _more_needed(sd_rect: float, sd_imp: float, est: Estimate, half_width: float
             "active_total": active, "active_saves": max(0, total - active)}
 
 
-def _notes(judged: JudgedTraffic, labeled: np.ndarray, used: np.ndarray) -> list[str]:
-    notes = []
-    if judged.n_failed:
-        notes.append(f"{judged.n_failed} judged chunk(s) have no grade (failed or pending calls) and count as "
-                     "unjudged; resume the run to grade them")
-    if labeled.size > used.size:
-        notes.append(f"{labeled.size - used.size} labeled querie(s) outside the design are left out")
-    return notes
-
-
 def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarray, d: dz.Designs,
             specs: list[str], by_design: dict[str, int], half_width: float, golden: Any) -> AllTraffic:
     active = d.draw_id[d.design == "active"]
     if active.size == 0:
         raise EstimateError("no labeled query was drawn by an active draw; `labeler queue --order active` draws one")
     draw_id = int(np.bincount(active).argmax())
-    pks, pi, drawn, u = dz.draw_items(db, draw_id)
+    pks, pi, drawn, u = draw_items(db, draw_id)
     inside = np.isin(pks, judged.pks)
     pks, pi, drawn, u = pks[inside], pi[inside], drawn[inside], u[inside]
     rows_all = np.searchsorted(judged.pks, pks)
@@ -232,24 +151,24 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
     jr = judged.relevant[rows_all].astype(float)
     for s in specs:
         a = np.zeros(pks.size)
-        a[xi] = _numerators(hv, hr, s)
+        a[xi] = human_numerators(hv, hr, s)
         b = np.zeros(pks.size)
         b[xi] = hr
         jall = judged.numerators(s)[rows_all]
         est = active_ratio(a, jall, b, jr, pi, xi, covariate=u)
         estimates[s] = est
-        metrics[s] = _entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
+        metrics[s] = metric_entry(est, human_mean(hv[s][hr]), judged.judge_mean(s))
         # the active variance falls about as 1 / (expected labels)
         target = (half_width / Z95) ** 2
         total = int(math.ceil(est.n * est.se ** 2 / target - 1e-9)) if est.se > 0 else est.n
         more[s] = {"half_width": est.half_width, "active_total": total, "more_needed": max(0, total - est.n),
                    "uniform_total": int(math.ceil(total / ratio)) if ratio > 0 else None,
                    "active_saves": max(0, int(math.ceil(total / ratio)) - total) if ratio > 0 else None}
-    notes = _notes(judged, labeled, used)
+    notes = design_notes(judged, labeled, used)
     waiting = int(drawn.sum() - xi.sum())
     if waiting:
         notes.append(f"{waiting} drawn querie(s) have no submitted label yet; until they do, the estimate treats "
                      "them as not drawn (label them: skipping is missing-not-at-random)")
     return AllTraffic(int(pks.size), int(xi.sum()), judged.run_id, "active", judged.retriever, metrics, estimates,
                       by_design, int(labeled.size - used.size), dz.outcomes(db, "active", pks),
-                      _agreement(db, judged, labeled, golden), more, notes)
+                      judge_agreement(db, judged, labeled, golden), more, notes)

@@ -21,7 +21,7 @@ import sqlite_utils
 from ..labels.strata import UNASSIGNED
 from . import designs as dz
 from .ppi import Z95, EstimateError, stratified_ratio
-from .report import AllTraffic, _agreement, _entry, _notes, _numerators
+from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
 from .traffic import JudgedTraffic, human_values
 
 
@@ -73,7 +73,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
     for s in specs:
         a_all = np.zeros(judged.pks.size)
         b_all = np.zeros(judged.pks.size)
-        a_all[rows] = _numerators(hv, hr, s)
+        a_all[rows] = human_numerators(hv, hr, s)
         b_all[rows] = hr
         jall = judged.numerators(s)
         strata = []
@@ -84,7 +84,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
         est, parts = stratified_ratio(strata)
         human, _ = stratified_ratio(strata, lam=0.0)
         estimates[s] = est
-        metrics[s] = _entry(est, {"mean": human.estimate, "ci_low": human.ci_low, "ci_high": human.ci_high},
+        metrics[s] = metric_entry(est, {"mean": human.estimate, "ci_low": human.ci_low, "ci_high": human.ci_high},
                             judged.judge_mean(s))
         room = (half_width / Z95) ** 2 - parts.var_imputed
         total = None if room <= 0 else int(math.ceil(est.n * parts.var_rectifier / room - 1e-9))
@@ -96,6 +96,6 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
                    for h, n, k, w in zip(names, sizes, parts_out.n, parts_out.weights, strict=True)]
     return AllTraffic(int(judged.pks.size), int(used.size), judged.run_id, "stratified", judged.retriever, metrics,
                       estimates, by_design, int(labeled.size - used.size),
-                      dz.outcomes(db, "stratified", judged.pks), _agreement(db, judged, labeled, golden), more,
-                      _notes(judged, labeled, used), strata_rows)
+                      dz.outcomes(db, "stratified", judged.pks), judge_agreement(db, judged, labeled, golden), more,
+                      design_notes(judged, labeled, used), strata_rows)
 

@@ -21,10 +21,11 @@ import sqlite_utils
 
 from .. import db as store
 from .. import metrics as m
+from ..core.cache import LRU, data_token
 from ..errors import JudgeError
-from ..judge.runs import get_run
-from ..labels import golden_labels
-from ..report.load import _LRU, _structure, data_token, resolve_retriever
+from ..judge.store import get_run
+from ..labels.consolidate import golden_labels
+from ..report.load import resolve_retriever, structure_of
 from .ppi import EstimateError
 
 DEFAULT_SPECS = ("recall@5", "recall@10", "P@5", "P@10", "hit@5", "hit@10", "mrr", "ndcg@5", "ndcg@10")
@@ -69,7 +70,7 @@ class JudgedTraffic:
         return self._derived[key]
 
 
-_JUDGED = _LRU(4)
+_JUDGED = LRU(4)
 
 
 def relevance_run(db: sqlite_utils.Database, run_id: int | None):
@@ -103,7 +104,7 @@ def judged_traffic(db: sqlite_utils.Database, run_id: int | None, specs=DEFAULT_
     if token is not None:
         state = db.execute("SELECT status, done, failed, finished_at FROM judge_runs WHERE id = ?",
                            [run.id]).fetchone()
-        key = (token[:2], run.id, tuple(state), _structure(db), retriever, threshold, tuple(specs))
+        key = (token[:2], run.id, tuple(state), structure_of(db), retriever, threshold, tuple(specs))
     return _JUDGED.get(key, lambda: _load_judged(db, run.id, list(specs), retriever, threshold))
 
 

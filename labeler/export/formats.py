@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .. import db as store
-from .golden import ExportError, GoldenSet, _cols, _in_json
+from .golden import ExportError, GoldenSet, column_lists, ids_json
 
 Writer = Callable[[GoldenSet, str], dict[str, bytes]]
 
@@ -61,14 +61,14 @@ def _none(value: Any) -> Any:
 def _write_jsonl(g: GoldenSet, stem: str) -> dict[str, bytes]:
     """The golden set, one query per line (this tool's golden JSONL)."""
     relevance: dict[int, dict[str, int]] = {}
-    for pk, doc, grade in zip(*_cols(g.pairs, "query_pk", "doc_id", "grade"), strict=True):
+    for pk, doc, grade in zip(*column_lists(g.pairs, "query_pk", "doc_id", "grade"), strict=True):
         relevance.setdefault(pk, {})[doc] = int(grade)
     relevant: dict[int, list[str]] = {}
     rel = g.relevant()
-    for pk, doc in zip(*_cols(rel, "query_pk", "doc_id"), strict=True):
+    for pk, doc in zip(*column_lists(rel, "query_pk", "doc_id"), strict=True):
         relevant.setdefault(pk, []).append(doc)
     out = io.StringIO()
-    for pk, qid, question, expected, origin, annotators, conflict, faithful, answers, split in zip(*_cols(
+    for pk, qid, question, expected, origin, annotators, conflict, faithful, answers, split in zip(*column_lists(
             g.queries, "query_pk", "query_id", "question", "expected_answer", "origin", "annotators", "conflict",
             "answer_faithful", "answer_relevant", "split"), strict=True):
         line = {
@@ -112,7 +112,7 @@ def _write_trec(g: GoldenSet, stem: str) -> dict[str, bytes]:
     pairs = g.pairs[g.pairs["query_pk"].isin(with_rel)]
     _check_ids(pairs["query_id"], "query_id", "TREC", r"\s")
     _check_ids(pairs["doc_id"], "doc_id", "TREC", r"\s")
-    qrels = "".join(f"{q} 0 {d} {gr}\n" for q, d, gr in zip(*_cols(pairs, "query_id", "doc_id", "grade"), strict=True))
+    qrels = "".join(f"{q} 0 {d} {gr}\n" for q, d, gr in zip(*column_lists(pairs, "query_id", "doc_id", "grade"), strict=True))
     files = {f"{stem}/qrels.txt": qrels.encode()}
     for retriever in g.run_names:
         whole, ran = g.run_of(retriever)
@@ -124,7 +124,7 @@ def _write_trec(g: GoldenSet, stem: str) -> dict[str, bytes]:
         # is the position counted from the bottom: distinct and descending in the logged rank order.
         depth = run.groupby("query_pk")["rank"].transform("max") if len(run) else run["rank"]
         lines = [f"{q} Q0 {d} {int(r)} {int(top) + 1 - int(r)} {tag}\n"
-                 for q, d, r, top in zip(*_cols(run, "query_id", "doc_id", "rank"), depth.tolist(), strict=True)]
+                 for q, d, r, top in zip(*column_lists(run, "query_id", "doc_id", "rank"), depth.tolist(), strict=True)]
         files[f"{stem}/{name}"] = "".join(lines).encode()
     return files
 
@@ -140,11 +140,11 @@ def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
     and BEIR's nDCG on it is ours."""
     _check_ids(g.pairs["query_id"], "query_id", "BEIR", r"[\t\r\n]")
     _check_ids(g.pairs["doc_id"], "doc_id", "BEIR", r"[\t\r\n]")
-    judged = _in_json(g.pairs["doc_pk"])
+    judged = ids_json(g.pairs["doc_pk"])
     docs = g.db.execute(f"SELECT doc_id, title, text FROM documents d WHERE (text IS NOT NULL AND {store.visible('d')}) "
                         "OR pk IN (SELECT value FROM json_each(?)) ORDER BY doc_id", [judged]).fetchall()
     corpus = "".join(_json_line({"_id": d, "title": t or "", "text": x or ""}) for d, t, x in docs)
-    queries = "".join(_json_line({"_id": q, "text": t}) for q, t in zip(*_cols(g.queries, "query_id", "question"),
+    queries = "".join(_json_line({"_id": q, "text": t}) for q, t in zip(*column_lists(g.queries, "query_id", "question"),
                                                                         strict=True))
     # queries without a relevant chunk are left out of both files, as of labeler's means (BEIR's
     # loader keeps only the queries that have qrels, and pytrec_eval would score them 0)
@@ -154,7 +154,7 @@ def _write_beir(g: GoldenSet, stem: str) -> dict[str, bytes]:
 
     def tsv(pairs: pd.DataFrame) -> bytes:
         return (header + "".join(f"{q}\t{d}\t{gr}\n" for q, d, gr in zip(
-            *_cols(pairs, "query_id", "doc_id", "grade"), strict=True))).encode()
+            *column_lists(pairs, "query_id", "doc_id", "grade"), strict=True))).encode()
 
     return {f"{stem}/corpus.jsonl": corpus.encode(), f"{stem}/queries.jsonl": queries.encode(),
             f"{stem}/qrels/test.tsv": tsv(g.pairs[relevant]), f"{stem}/qrels/test.graded.tsv": tsv(graded)}
@@ -170,13 +170,13 @@ def _write_ragas(g: GoldenSet, stem: str) -> dict[str, bytes]:
     rel = g.relevant()
     texts = g.texts(list(rel["doc_pk"]) + list(g.run["doc_pk"]))
     retrieved: dict[int, list[tuple[str, str]]] = {}
-    for pk, doc_pk, doc in zip(*_cols(g.run, "query_pk", "doc_pk", "doc_id"), strict=True):
+    for pk, doc_pk, doc in zip(*column_lists(g.run, "query_pk", "doc_pk", "doc_id"), strict=True):
         retrieved.setdefault(pk, []).append((doc, texts.get(doc_pk, (None, None))[1] or ""))
     reference: dict[int, list[tuple[str, str]]] = {}
-    for pk, doc_pk, doc in zip(*_cols(rel, "query_pk", "doc_pk", "doc_id"), strict=True):
+    for pk, doc_pk, doc in zip(*column_lists(rel, "query_pk", "doc_pk", "doc_id"), strict=True):
         reference.setdefault(pk, []).append((doc, texts.get(doc_pk, (None, None))[1] or ""))
     out = io.StringIO()
-    for pk, question, answer, expected in zip(*_cols(g.queries, "query_pk", "question", "answer", "expected_answer"),
+    for pk, question, answer, expected in zip(*column_lists(g.queries, "query_pk", "question", "answer", "expected_answer"),
                                               strict=True):
         got, ref = retrieved.get(pk, []), reference.get(pk, [])
         out.write(_json_line({"user_input": question, "retrieved_contexts": [t for _, t in got],
@@ -207,9 +207,9 @@ def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
 
     Text cells (query_id, question, doc_id, origin) go through :func:`spreadsheet_safe`."""
     safe = spreadsheet_safe
-    question = dict(zip(*_cols(g.queries, "query_pk", "question"), strict=True))
-    origin = dict(zip(*_cols(g.queries, "query_pk", "origin"), strict=True))
-    split = dict(zip(*_cols(g.queries, "query_pk", "split"), strict=True))
+    question = dict(zip(*column_lists(g.queries, "query_pk", "question"), strict=True))
+    origin = dict(zip(*column_lists(g.queries, "query_pk", "origin"), strict=True))
+    split = dict(zip(*column_lists(g.queries, "query_pk", "split"), strict=True))
     pairs = g.pairs.assign(unranked=g.pairs["rank"].isna()).sort_values(
         ["query_id", "unranked", "rank", "doc_id"], kind="stable")
     out = io.StringIO()
@@ -220,7 +220,7 @@ def _write_csv(g: GoldenSet, stem: str) -> dict[str, bytes]:
         [safe(qid), safe(question[pk]), safe(doc), grade, int(grade >= g.threshold), "" if rank != rank else int(rank),
          "" if score is None or score != score else repr(float(score)), n, int(conflict), int(adjudicated),
          safe(origin[pk]), *([split[pk]] if with_split else [])]
-        for pk, qid, doc, grade, rank, score, n, conflict, adjudicated in zip(*_cols(
+        for pk, qid, doc, grade, rank, score, n, conflict, adjudicated in zip(*column_lists(
             pairs, "query_pk", "query_id", "doc_id", "grade", "rank", "score", "n_annotators", "conflict",
             "adjudicated"), strict=True))
     return {stem: out.getvalue().encode()}
@@ -233,7 +233,7 @@ register_format("ragas", _write_ragas, runs="one")
 register_format("csv", _write_csv, runs="one")
 
 
-def _format(fmt: str) -> ExportFormat:
+def format_named(fmt: str) -> ExportFormat:
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of: {', '.join(FORMATS)}")
     return FORMATS[fmt]

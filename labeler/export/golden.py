@@ -13,8 +13,9 @@ import sqlite_utils
 from .. import db as store
 from ..errors import LabelerError
 from ..holdout import split_column
-from ..labels import golden_labels
-from ..report import ORIGINS, logged_queries
+from ..labels.consolidate import golden_labels
+from ..report.load import logged_queries
+from ..report.specs import ORIGINS
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
 
 
@@ -22,7 +23,7 @@ class ExportError(LabelerError):
     """An export that cannot be written (unknown format, bad path or filter, ids a format cannot hold)."""
 
 
-def _cols(df: pd.DataFrame, *names: str) -> list[list[Any]]:
+def column_lists(df: pd.DataFrame, *names: str) -> list[list[Any]]:
     """Columns as Python lists: iterating pandas' Arrow-backed strings one by one is slow."""
     return [df[n].tolist() for n in names]
 
@@ -94,7 +95,7 @@ def _counts(queries: pd.DataFrame, pairs: pd.DataFrame, threshold: int, ran: set
     }
 
 
-def _in_json(values: Iterable[int]) -> str:
+def ids_json(values: Iterable[int]) -> str:
     return json.dumps(sorted({int(v) for v in values}))
 
 
@@ -115,8 +116,8 @@ def _read_run(db: sqlite_utils.Database, queries: pd.DataFrame, retriever: str |
         "SELECT r.query_pk, r.rank, r.doc_pk, d.doc_id, r.score FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
         f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
         "ORDER BY r.query_pk, r.rank",
-        [_in_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
-    qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
+        [ids_json(keep), retriever]).fetchall(), columns=["query_pk", "rank", "doc_pk", "doc_id", "score"])
+    qid = dict(zip(*column_lists(queries, "query_pk", "query_id"), strict=True))
     run.insert(1, "query_id", run["query_pk"].map(qid))
     run = run.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
     ran = set() if retriever is None else set(logged_queries(db, retriever, keep).tolist())
@@ -153,12 +154,12 @@ def _chosen(db: sqlite_utils.Database, origin: str | None, min_annotators: int,
             "AND (?1 IS NULL OR origin = ?1)", [origin])}
     meta = db.execute(
         "SELECT pk, query_id, question, origin, answer, review_state, meta FROM queries "
-        "WHERE pk IN (SELECT value FROM json_each(?))", [_in_json(pks)]).fetchall()
+        "WHERE pk IN (SELECT value FROM json_each(?))", [ids_json(pks)]).fetchall()
     submitted: dict[int, list[tuple]] = {}
     for row in db.execute(
             "SELECT query_pk, annotator, expected_answer, answer_faithful, answer_relevant, submitted_at "
             "FROM query_labels WHERE status = 'submitted' AND query_pk IN (SELECT value FROM json_each(?))",
-            [_in_json(pks)]):
+            [ids_json(pks)]):
         submitted.setdefault(row[0], []).append(row)
     rows = []
     for pk, query_id, question, q_origin, answer, review_state, q_meta in meta:
@@ -215,9 +216,9 @@ def golden_set(db: sqlite_utils.Database, *, origin: str | None = None, min_anno
     keep = set(queries["query_pk"].tolist())
     pairs = golden[golden["query_pk"].isin(keep)].copy()
     doc_ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
-                              [_in_json(pairs["doc_pk"])]).fetchall())
+                              [ids_json(pairs["doc_pk"])]).fetchall())
     run, ran = _read_run(db, queries, retriever)
-    qid = dict(zip(*_cols(queries, "query_pk", "query_id"), strict=True))
+    qid = dict(zip(*column_lists(queries, "query_pk", "query_id"), strict=True))
     pairs["query_id"] = pairs["query_pk"].map(qid)
     pairs["doc_id"] = pairs["doc_pk"].map(doc_ids)
     pairs = pairs.merge(run[["query_pk", "doc_pk", "rank", "score"]], on=["query_pk", "doc_pk"], how="left")

@@ -11,16 +11,20 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, privacy
 from .. import db as store
+from .. import privacy
+from ..accounts.manage import audit, require
+from ..core.names import check_name
 from ..errors import IngestError
-from ..ingest import LOG_ALIASES, FieldError, Problem, ProblemList, check_problems, normalize_question
+from ..ingest.common import FieldError, Problem, ProblemList, check_problems
 from ..ingest.lines import shown_text
+from ..ingest.mapping import LOG_ALIASES
 from ..ingest.readers import BadRecord, detect_format, iter_records
-from ..labels import JUDGMENTS, sync_queue
-from ..labels._common import check_name, event, max_grade
-from ..labels.queue import recount
-from ..report import ORIGINS
+from ..ingest.validate import normalize_question
+from ..labels.common import event, max_grade
+from ..labels.queue import recount, sync_queue
+from ..labels.writes import JUDGMENTS
+from ..report.specs import ORIGINS
 
 
 @dataclass
@@ -239,7 +243,7 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
     local operator). ``redact``: replace personal data and secrets as an ingest does (None: the
     setting ``redact``); problems and rejects are scrubbed the same way.
     """
-    accounts.require(db, by, "lead", "importing a golden set")
+    require(db, by, "lead", "importing a golden set")
     annotator = check_name(annotator)
     path = Path(path)
     shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
@@ -324,5 +328,5 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
                 result.merged += 1
             else:
                 result.unchanged += 1
-        accounts.audit(conn, at, by, "import_golden", annotator, shown)
+        audit(conn, at, by, "import_golden", annotator, shown)
         return _finish(db, path, shown, fmt, result, lenient, rejects)

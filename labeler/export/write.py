@@ -19,12 +19,13 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
 from .. import metrics as m
-from ..report import DEFAULT_KS, DEFAULT_METRICS, data_token, expand_specs
+from ..accounts.manage import audit, require
+from ..report.load import data_token
+from ..report.specs import DEFAULT_KS, DEFAULT_METRICS, expand_specs
 from ..version import version
-from .formats import _format
+from .formats import format_named
 from .golden import ExportError, GoldenSet, golden_counts, golden_set
 
 MANIFEST_VERSION = 1
@@ -73,7 +74,7 @@ def _sha(data: bytes) -> str:
 
 
 def _build(db: sqlite_utils.Database, fmt: str, stem: str, **filters: Any) -> tuple[GoldenSet, dict[str, bytes]]:
-    spec = _format(fmt)
+    spec = format_named(fmt)
     g = golden_set(db, required=spec.runs == "one", **filters)
     return g, spec.write(g, stem)
 
@@ -89,13 +90,13 @@ def _record(db: sqlite_utils.Database, fmt: str, path: str, g: GoldenSet, files:
         version_no = db.execute(
             "INSERT INTO exports (format, path, sha256, filters, counts, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             [fmt, path, digest, store.dumps(g.filters), store.dumps(counts), created]).lastrowid
-        accounts.audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
+        audit(db.conn, created, by, "export", path, f"{fmt} version {version_no}")
     manifest = {
         "manifest_version": MANIFEST_VERSION, "labeler_version": version(), "version": version_no, "format": fmt,
         "created_at": created, "sha256": digest, "files": hashes, "filters": g.filters, "threshold": g.threshold,
         "grade_names": store.get_setting(db, "grade_names"), "counts": counts, "metrics": _metrics(g),
     }
-    if _format(fmt).runs == "each":  # the metrics of every run file written
+    if format_named(fmt).runs == "each":  # the metrics of every run file written
         manifest["run_metrics"] = {r: _metrics(g, r) for r in g.run_names}
     return version_no, manifest
 
@@ -116,13 +117,13 @@ def export_golden(db: sqlite_utils.Database, path: str | Path, fmt: str = "jsonl
     all-traffic estimate (``all_traffic``, :func:`labeler.estimate.report.all_traffic_report`, with
     labels drawn at random only); the golden set itself stays human-only.
     """
-    accounts.require(db, by, "lead", "exporting the golden set")
+    require(db, by, "lead", "exporting the golden set")
     cited = None
     if judge_run is not None:  # computed first: a refused estimate writes nothing
         from ..estimate.report import all_traffic_report
 
         cited = all_traffic_report(db, judge_run, retriever=retriever, random_only=True).to_dict()
-    spec = _format(fmt)
+    spec = format_named(fmt)
     path = Path(path)
     if not path.parent.exists():
         raise ExportError(f"cannot write {path}: folder {path.parent} does not exist (create it first)")
@@ -170,8 +171,8 @@ def export_data(db: sqlite_utils.Database, fmt: str = "jsonl", *, target: str = 
     writes them to standard output): (data, result). Recorded in ``exports`` with path ``target``;
     no manifest file is written (``result.manifest`` is it). Folder formats raise ExportError.
     Leads only (``by``; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "exporting the golden set")
-    spec = _format(fmt)
+    require(db, by, "lead", "exporting the golden set")
+    spec = format_named(fmt)
     if spec.directory:
         raise ExportError(f"the {fmt} format writes a folder of files, not one stream: give a folder path")
     g, files = _build(db, fmt, target, origin=origin, min_annotators=min_annotators,
@@ -210,7 +211,7 @@ def export_counts(db: sqlite_utils.Database, *, origin: str | None = None, min_a
 def archive_name(fmt: str, name: str = "golden") -> str:
     """The download's file name: ``golden.jsonl``, ``golden-ragas.jsonl``, ``golden.csv``, or a zip
     (``golden-trec.zip``) for folder formats."""
-    spec = _format(fmt)
+    spec = format_named(fmt)
     if spec.directory:
         return f"{name}-{fmt}.zip"
     return {"jsonl": f"{name}.jsonl", "ragas": f"{name}-ragas.jsonl", "csv": f"{name}.csv"}.get(fmt, f"{name}.{fmt}")
@@ -223,8 +224,8 @@ def export_archive(db: sqlite_utils.Database, fmt: str = "jsonl", *, name: str =
     itself; folder formats a zip of the folder plus its manifest (fixed timestamps, so the same
     database gives the same zip). Recorded in ``exports`` with path ``download:<file name>``.
     Leads only (``by``; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "exporting the golden set")
-    spec = _format(fmt)
+    require(db, by, "lead", "exporting the golden set")
+    spec = format_named(fmt)
     stem = archive_name(fmt, name).removesuffix(".zip")
     g, files = _build(db, fmt, stem, origin=origin, min_annotators=min_annotators,
                       include_unreviewed_synthetic=include_unreviewed_synthetic, retriever=retriever)

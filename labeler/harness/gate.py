@@ -21,7 +21,7 @@ import pandas as pd
 
 from .. import metrics as m
 from ..errors import LabelerError
-from ..ingest import normalize_question
+from ..ingest.validate import normalize_question
 from .golden import GoldenSet
 from .pipeline import Answer
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LabelerError
-from ..ingest import LOG_ALIASES, Problem, normalize_question
+from ..ingest.common import Problem
+from ..ingest.mapping import LOG_ALIASES
 from ..ingest.readers import BadRecord, iter_records
+from ..ingest.validate import normalize_question
 
 DEFAULT_THRESHOLD = 2
 TOP_GRADE = 3  # an id in relevant_ids without a relevance map gets the top grade (manifest grade_names, else 0-3)

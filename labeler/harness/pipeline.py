@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LabelerError
-from ..ingest import CHUNK_ALIASES, LOG_ALIASES, canonical, validate_log
-from ..ingest.validate import unwrap_chunk
+from ..ingest.mapping import CHUNK_ALIASES, LOG_ALIASES, canonical
+from ..ingest.validate import unwrap_chunk, validate_log
 
 
 class Output(tuple):

@@ -85,7 +85,7 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str |
     found by query id, else by normalized question. A question the database does not hold, or holds
     without a logged ``retriever`` list, is ``skipped`` (not scored), so a first baseline reflects what
     production actually did."""
-    from ..ingest import normalize_question
+    from ..ingest.validate import normalize_question
 
     retriever = default_retriever(db, retriever)
     ids = sorted({q.query_id for q in golden.queries if q.query_id is not None})
@@ -391,7 +391,7 @@ def _judge_answers(db: Any, run_ids: Sequence[int], config: Any, golden: GoldenS
     columns of ``per_q`` and their means with CIs to ``aggregates``; return what the report says
     about each judge (run, rubric, model, calibration agreement, gate)."""
     from .. import judge, llm
-    from ..agreement import run_agreement
+    from ..judge.calibration import run_agreement
 
     if db is None:
         raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ..judge.runs import get_run
+from ..judge.store import get_run
 
 ABOUT = ("production traffic: the logged retriever over every logged query the judge run graded, corrected "
          "by the human labels drawn at random; not the evaluated pipeline, and not part of the golden set")

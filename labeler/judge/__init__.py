@@ -12,6 +12,7 @@ rubric hash, model, temperature) whose calibration run on labeled pairs passes t
 become **suggestions**, which become labels only when a human accepts them (``origin='suggestion'``).
 """
 
+from .calibration import Agreement, Comparison, compare_runs, drift, run_agreement
 from .data import (
     TAGS,
     ComparisonData,
@@ -65,18 +66,21 @@ from .registry import (
 from .runs import (
     ON_SETS,
     AnswerVerdicts,
-    JudgeRun,
     Stability,
-    get_run,
     judge_answers,
-    list_runs,
     resume_run,
     run_judge,
     select_items,
     stability,
 )
+from .store import JudgeRun, get_run, list_runs
 
 __all__ = [
+    "Agreement",
+    "Comparison",
+    "compare_runs",
+    "drift",
+    "run_agreement",
     "ANSWER_FIELDS", "ANSWER_RELEVANCE_PROMPT_V1", "ANSWER_RELEVANCE_RUBRIC_V1", "FAITHFULNESS_PROMPT_V1",
     "FAITHFULNESS_RUBRIC_V1", "GATE_DEFAULTS", "JUDGES", "KINDS", "ON_SETS", "RELEVANCE_PROMPT_V1",
     "RELEVANCE_RUBRIC_V1", "TAGS", "VERDICTS", "AnswerRelevanceJudgment", "Claim", "ComparisonData", "Disagreement",

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
+from ..accounts.manage import require
 from ..errors import JudgeError
 from .registry import ANSWER_FIELDS, VERDICTS
-from .runs import get_run
+from .store import get_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +103,7 @@ class ComparisonData:
 
 def comparison_data(db: sqlite_utils.Database, run_id: int) -> ComparisonData:
     """Run ``run_id``'s grades next to the consolidated human labels, with the counts left out."""
-    from ..labels import golden_labels
+    from ..labels.consolidate import golden_labels
 
     run = get_run(db, run_id)
     settings = store.get_settings(db)
@@ -221,7 +221,7 @@ def tag_item(db: sqlite_utils.Database, run_id: int, query_pk: int, doc_pk: int,
     """Tag a judged item: ``judge_wrong``, ``human_wrong`` or ``rubric_ambiguous`` (None removes the tag).
     Tags are set in the disagreement browser, which shows every annotator's grades: leads only
     (``by``, the signed-in account; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "tagging a disagreement")
+    require(db, by, "lead", "tagging a disagreement")
     if tag is not None and tag not in TAGS:
         raise JudgeError(f"tag {tag!r} is unknown; use one of: {', '.join(TAGS)}")
     get_run(db, run_id)

@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from .. import accounts, llm
 from .. import db as store
+from .. import llm
+from ..accounts.manage import require
+from ..accounts.settings import set_setting
 from ..errors import GateError, JudgeError
-from .runs import get_run, list_runs
+from .store import get_run, list_runs
 
 if TYPE_CHECKING:
-    from ..agreement import Agreement, Stat
+    from ..agreement.stats import Stat
+    from .calibration import Agreement
 
 GATE_DEFAULTS: dict[str, Any] = {"statistic": "kappa_collapsed", "min_value": 0.6, "min_ci_low": 0.45,
                                  "min_pairs": 150, "human_overlap": True, "min_human_pairs": 30}
@@ -31,7 +34,7 @@ def set_gate_settings(db: sqlite_utils.Database, *, by: str | None = None, **val
     """Change the gate: ``min_value``, ``min_ci_low`` (kappa), ``min_pairs``, ``human_overlap``
     (pass when the CI reaches the human-human one), ``min_human_pairs``; returns the new gate.
     Leads only (``by``, the signed-in account; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "changing the calibration gate")
+    require(db, by, "lead", "changing the calibration gate")
     unknown = set(values) - set(GATE_DEFAULTS) - {"statistic"}
     if unknown:
         raise JudgeError(f"unknown gate setting(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_DEFAULTS)}")
@@ -44,7 +47,7 @@ def set_gate_settings(db: sqlite_utils.Database, *, by: str | None = None, **val
             raise JudgeError(f"gate {key}={new[key]!r} must be a whole number >= 1")
     if new["statistic"] != "kappa_collapsed":
         raise JudgeError("the gate statistic is kappa_collapsed (kappa at the relevance threshold)")
-    store.set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS}, by=by)
+    set_setting(db, "judge_gate", {k: new[k] for k in GATE_DEFAULTS}, by=by)
     return new
 
 
@@ -76,7 +79,7 @@ def gate(db: sqlite_utils.Database, run_id: int, *, agreement: Agreement | None 
     the human-human kappa's CI lower bound (the judge is not clearly worse than the annotators;
     that needs ``min_human_pairs`` overlapped pairs). ``reasons`` explains the decision.
     """
-    from ..agreement import run_agreement
+    from .calibration import run_agreement
 
     settings = gate_settings(db)
     run = get_run(db, run_id)
@@ -164,7 +167,7 @@ def accept_suggestion(db: sqlite_utils.Database, query_pk: int, doc_pk: int, ann
     """``annotator`` takes the judge's suggested grade as their own: a human label with
     ``origin='suggestion'`` (through ``labels.set_grade``: same slot rules and audit event).
     Returns the grade. A label that already had that grade stays ``origin='human'``."""
-    from ..labels import set_grade
+    from ..labels.writes import set_grade
 
     row = db.execute("SELECT grade, run_id FROM suggestions WHERE query_pk = ? AND doc_pk = ?",
                      [query_pk, doc_pk]).fetchone()

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import pydantic
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
+from ..accounts.manage import require
 from ..errors import JudgeError
 
 KINDS = ("relevance", "faithfulness", "answer_relevance")
@@ -272,7 +272,7 @@ def save_rubric(db: sqlite_utils.Database, judge: str, text: str, *, author: str
     """Save an edited rubric as a new version and return it (an existing version with the same text
     is returned instead: versions are unique by content hash). Leads only (``by``, the signed-in
     account; ``None`` is the local operator)."""
-    accounts.require(db, by, "lead", "saving a rubric")
+    require(db, by, "lead", "saving a rubric")
     if not isinstance(text, str) or not text.strip():
         raise JudgeError("a rubric cannot be empty; write the grading instructions")
     h = _hash(text)

@@ -7,55 +7,21 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import sqlite_utils
 
-from .. import accounts, llm, owners
 from .. import db as store
+from .. import llm, owners
+from ..accounts.manage import require
 from ..errors import JudgeError, LabelerError
 from ..retrievers import default_retriever
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
+from .store import JudgeRun, get_run
 
 ON_SETS = ("labeled", "unlabeled", "all")
-
-
-@dataclass
-class JudgeRun:
-    """A judge run as stored (``id`` None for a dry run, which carries only ``estimate``)."""
-
-    id: int | None
-    judge: str
-    kind: str
-    rubric: str
-    rubric_hash: str
-    model: str
-    temperature: float | None
-    on_set: str
-    status: str
-    items: int = 0
-    done: int = 0
-    cached: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = None
-    created_at: str | None = None
-    finished_at: str | None = None
-    calibration_run: int | None = None
-    error: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    estimate: llm.Estimate | None = None
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    batches: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["failures"] = [list(f) for f in self.failures[:20]]
-        return out
 
 
 # --- which items --------------------------------------------------------------------------------------------
@@ -161,39 +127,6 @@ def _tasks(judge: Judge, items: list[JudgeItem], rubric: str, settings: dict[str
         else:
             tasks.append(llm.Task(item.key, judge.messages(item, rubric, settings), schema, dict(params)))
     return tasks, skipped
-
-
-def _run_from_row(row: dict[str, Any]) -> JudgeRun:
-    names = {f.name for f in dataclasses.fields(JudgeRun)}
-    values = {k: v for k, v in row.items() if k in names}
-    values["params"] = store.loads(row["params"]) or {}
-    if values["status"] == "running" and values["params"].get("engine") == "batch":
-        values["status"] = "submitted"  # waiting for its batches: `labeler llm collect` finishes it
-    elif values["status"] == "running" and not owners.alive(row.get("owner")):
-        values["status"] = "interrupted"  # its process was killed: `--resume` finishes it
-    return JudgeRun(**values)
-
-
-_RUN_COLUMNS = ("id, judge, kind, rubric, rubric_hash, model, temperature, on_set, status, items, done, cached, "
-                "failed, cancelled, prompt_tokens, completion_tokens, cost, created_at, finished_at, "
-                "calibration_run, error, params, owner")
-
-
-def get_run(db: sqlite_utils.Database, run_id: int) -> JudgeRun:
-    """The stored run ``run_id``; JudgeError naming the fix when it does not exist."""
-    cur = db.execute(f"SELECT {_RUN_COLUMNS} FROM judge_runs WHERE id = ?", [run_id])
-    row = cur.fetchone()
-    if row is None:
-        raise JudgeError(f"judge run {run_id!r} does not exist; `labeler judge list` shows the runs")
-    return _run_from_row(dict(zip([c[0] for c in cur.description], row, strict=True)))
-
-
-def list_runs(db: sqlite_utils.Database, *, kind: str | None = None) -> list[JudgeRun]:
-    """Every judge run, newest first (``kind`` filters)."""
-    cur = db.execute(f"SELECT {_RUN_COLUMNS} FROM judge_runs WHERE ?1 IS NULL OR kind = ?1 ORDER BY id DESC",
-                     [kind])
-    names = [c[0] for c in cur.description]
-    return [_run_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
 
 
 def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, judge: Judge, rubric: str,
@@ -308,7 +241,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
         tasks, _ = _tasks(j, items, r.text, scale)
         run.estimate = llm.estimate(db, config, tasks)
         return run
-    accounts.require(db, by, "llm", "running a judge")
+    require(db, by, "llm", "running a judge")
     if not items:
         raise JudgeError(f"no {on} items for {j.name}: "
                          + {"labeled": "label and submit some queries first", "unlabeled": "everything is labeled",
@@ -357,7 +290,7 @@ def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
     LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
-    accounts.require(db, by, "llm", "resuming a judge run")
+    require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
     if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
         raise JudgeError(f"run {run_id} is waiting for its batches: `labeler llm collect judge:{run_id}` "
@@ -395,7 +328,7 @@ def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, 
               cancel: threading.Event | None = None, by: str | None = None) -> Stability:
     """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``); a paid
     job (``by`` as in :func:`run_judge`)."""
-    accounts.require(db, by, "llm", "checking a judge's stability")
+    require(db, by, "llm", "checking a judge's stability")
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise JudgeError(f"k={k!r}: a stability check needs at least 2 reruns")
     run = get_run(db, run_id)

@@ -7,8 +7,11 @@ from typing import NamedTuple
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.manage import ensure_annotator
+from ..core.names import ROLES, check_name
+from ..core.times import stamp
 from ..errors import LabelError
-from ._common import ROLES, check_name, ensure_annotator, role_of, stamp
+from .common import role_of
 
 
 class Annotator(NamedTuple):
@@ -31,13 +34,13 @@ def add_annotator(db: sqlite_utils.Database, name: str, role: str | None = None,
     if role is not None and role not in ROLES:
         raise LabelError(f"role {role!r} is unknown; use one of: {', '.join(ROLES)}")
     if role is not None:
-        from ..accounts import require  # accounts builds on labels: imported here
+        from ..accounts.manage import require
 
         require(db, by, "lead", "changing roles")
     with store.transaction(db):
         ensure_annotator(db.conn, name, stamp(None))
         if role is not None and role != role_of(db, name):
-            from ..accounts import set_role
+            from ..accounts.manage import set_role
 
             set_role(db, name, role, by=by)  # the one place roles change (last lead kept, audited)
     row = db.execute("SELECT name, role, created_at FROM annotators WHERE name = ?", [name]).fetchone()

@@ -51,7 +51,7 @@ def _submitted_grades(db: sqlite_utils.Database) -> dict[str, dict[tuple[int, in
 
 def _kappa(reference: list[int], rated: list[int], clusters: list[int], *, levels: int, threshold: int,
            min_n: int, n_resamples: int, seed: int) -> dict[str, Any]:
-    from ..agreement import ordinal_agreement
+    from ..agreement.stats import ordinal_agreement
 
     if len(reference) < min_n:
         return {"value": None, "ci_low": None, "ci_high": None, "n": len(reference),
@@ -64,7 +64,7 @@ def _kappa(reference: list[int], rated: list[int], clusters: list[int], *, level
 
 def _speed(times: list[str], idle_s: float) -> tuple[int, float]:
     """(items after a counted gap, counted seconds) from an annotator's sorted finish times."""
-    from ._common import parse_time
+    from ..core.times import parse_time
 
     moments = [parse_time(t).timestamp() for t in times]
     items, seconds = 0, 0.0

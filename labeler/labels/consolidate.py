@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from .. import db as store
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import LabelError, RoleError
-from ._common import When, check_doc, check_grade, check_name, event, query_row, stamp
+from .common import check_doc, check_grade, event, query_row
 
 if TYPE_CHECKING:
     import pandas as pd

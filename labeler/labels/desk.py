@@ -23,17 +23,20 @@ from dataclasses import dataclass
 
 import sqlite_utils
 
-from .. import accounts, privacy
 from .. import db as store
+from .. import privacy
+from ..accounts.manage import local_operator, require
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import When, check_name, event, query_row, stamp
+from .common import event, query_row
 from .queue import sync_queue
 
 FLAG_ACTIONS = ("edit", "discard", "unflag")
 
 
 def _lead(by: str | None) -> str:
-    return by if by is not None else accounts.local_operator()
+    return by if by is not None else local_operator()
 
 
 def _text(db: sqlite_utils.Database, value: str | None, what: str, *, required: bool = False) -> str | None:
@@ -71,7 +74,7 @@ def requeue_item(db: sqlite_utils.Database, query_pk: int, annotators: list[str]
                  by: str | None = None, now: When = None) -> list[str]:
     """Send the item back to ``annotators`` (default: everyone who has a label on it); return
     their names. Each must have a label row on the item (they opened it)."""
-    accounts.require(db, by, "lead", "re-queueing an item")
+    require(db, by, "lead", "re-queueing an item")
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
@@ -94,7 +97,7 @@ def request_adjudication(db: sqlite_utils.Database, query_pk: int, *, note: str 
                          by: str | None = None, now: When = None) -> bool:
     """Put the item on the Adjudication page (with every graded chunk, conflicting or not); False
     when it was there already."""
-    accounts.require(db, by, "lead", "sending an item to adjudication")
+    require(db, by, "lead", "sending an item to adjudication")
     note = _text(db, note, "the note")
     at = stamp(now)
     with store.transaction(db):
@@ -125,7 +128,7 @@ def _discard(conn, query_pk: int, reason: str, at: str, lead: str) -> dict[str, 
 def discard_item(db: sqlite_utils.Database, query_pk: int, reason: str, *, by: str | None = None,
                  now: When = None) -> None:
     """Discard the whole item with ``reason`` (required): see the module doc."""
-    accounts.require(db, by, "lead", "discarding an item")
+    require(db, by, "lead", "discarding an item")
     reason = _text(db, reason, "the reason to discard", required=True)
     at = stamp(now)
     with store.transaction(db):
@@ -137,7 +140,7 @@ def discard_item(db: sqlite_utils.Database, query_pk: int, reason: str, *, by: s
 def restore_item(db: sqlite_utils.Database, query_pk: int, *, by: str | None = None,
                  now: When = None) -> dict[str, str]:
     """Undo a lead's discard (see the module doc); return each annotator's status now."""
-    accounts.require(db, by, "lead", "restoring a discarded item")
+    require(db, by, "lead", "restoring a discarded item")
     at = stamp(now)
     with store.transaction(db):
         conn = db.conn
@@ -194,7 +197,7 @@ def edit_question(db: sqlite_utils.Database, query_pk: int, question: str, *, no
                   by: str | None = None, now: When = None) -> str:
     """Replace the question's text (a typo, a leaked secret, an unclear phrasing); return the old
     text, which stays in ``question_history``. Annotators' labels stay."""
-    accounts.require(db, by, "lead", "editing a question")
+    require(db, by, "lead", "editing a question")
     question = _text(db, question, "the question", required=True)
     note = _text(db, note, "the note")
     at = stamp(now)
@@ -241,13 +244,13 @@ class FlagEntry:
 
 def flag_count(db: sqlite_utils.Database, *, by: str | None = None) -> int:
     """How many (item, annotator) flags wait for the lead."""
-    accounts.require(db, by, "lead", "reading the flag inbox")
+    require(db, by, "lead", "reading the flag inbox")
     return db.execute("SELECT count(*) FROM query_labels WHERE status = 'flagged'").fetchone()[0]
 
 
 def flagged_items(db: sqlite_utils.Database, *, by: str | None = None, limit: int = 500) -> list[FlagEntry]:
     """The flags waiting for the lead, oldest first: item, who flagged it, why and when."""
-    accounts.require(db, by, "lead", "reading the flag inbox")
+    require(db, by, "lead", "reading the flag inbox")
     return [FlagEntry(*r) for r in db.execute(
         "SELECT l.query_pk, q.query_id, q.question, l.annotator, l.flag_reason, coalesce(l.status_at, l.updated_at) "
         "FROM query_labels l JOIN queries q ON q.pk = l.query_pk WHERE l.status = 'flagged' "
@@ -265,7 +268,7 @@ def resolve_flag(db: sqlite_utils.Database, query_pk: int, annotator: str, actio
     - ``unflag``: send the item back to the annotator with ``note`` (required), which they see
       when it comes back.
     """
-    accounts.require(db, by, "lead", "resolving a flag")
+    require(db, by, "lead", "resolving a flag")
     if action not in FLAG_ACTIONS:
         raise LabelError(f"action {action!r} is unknown; use one of: {', '.join(FLAG_ACTIONS)}")
     annotator = check_name(annotator)

@@ -18,10 +18,11 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts
 from .. import db as store
+from ..accounts.manage import require
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import When, check_name, stamp
 from .pool import merge, pool_depth
 from .reads import Chunk
 
@@ -165,7 +166,7 @@ def list_items(db: sqlite_utils.Database, *, status: str | None = None, annotato
     (inclusive) and ``until`` (exclusive) on when the question was first seen in the logs
     (queries without a logged time match no date range).
     """
-    accounts.require(db, by, "lead", "listing the items")
+    require(db, by, "lead", "listing the items")
     for name, value, low, high in (("page", page, 1, None), ("page_size", page_size, 1, MAX_PAGE_SIZE)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
             raise LabelError(f"{name}={value!r} must be a whole number from {low}" + (f" to {high}" if high else
@@ -384,7 +385,7 @@ class ItemDetail:
 
 def item_detail(db: sqlite_utils.Database, query_pk: int, *, by: str | None = None) -> ItemDetail:
     """The item (query pk) with every annotator's grades side by side; leads only (``by``)."""
-    accounts.require(db, by, "lead", "opening an item with everyone's grades")
+    require(db, by, "lead", "opening an item with everyone's grades")
     rows = item_rows(db, [query_pk]) if isinstance(query_pk, int) and not isinstance(query_pk, bool) else []
     if not rows:
         raise LabelError(f"query pk {query_pk!r} does not exist; pick an item from the Items page or "

@@ -6,10 +6,10 @@ and records a hand-out. The queue mechanics (slots, leases, overlap, sync) are i
   (occurrences, descending), ``signals_first`` (unhappy questions first, then other signal-bearing
   ones, then the rest, see ``labeler.signals``; random within each tier), ``active`` (the
   newest active draw's drawn queries in a seeded random order, and nothing else:
-  ``labeler.estimate.designs``), ``stratified`` (topics filled in proportion to their traffic or
+  ``labeler.estimate.active``), ``stratified`` (topics filled in proportion to their traffic or
   a lead's targets, random within each topic: ``labeler.labels.strata``); ties by query pk.
 - **Design**: every hand-out is recorded with the design it was drawn under and its inclusion
-  probability (``labeler.estimate.designs.record_handout``), so the all-traffic estimates know
+  probability (``labeler.labels.designs.record_handout``), so the all-traffic estimates know
   which labels form a probability sample.
 """
 
@@ -20,18 +20,17 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..estimate import designs
 from ..retrievers import RetrieverError, default_retriever, logged_retrievers
-from . import strata
+from . import designs, strata
 
 ORDERS = ("random", "oldest", "lowest_score", "frequent", "signals_first", "active", "stratified")
-_UNSCORED = 1e308
+UNSCORED = 1e308
 
 # a query's sort key from (pk, query_id, first seen, occurrences, top score, origin)
 SortKey = Callable[[int, str, Any, int, Any, str], Any]
 
 
-def _hash(seed: Any, stream: str, query_id: str) -> int:
+def seeded_hash(seed: Any, stream: str, query_id: str) -> int:
     digest = hashlib.blake2b(f"{seed}\x1f{stream}\x1f{query_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 
@@ -49,38 +48,38 @@ def sort_keys(conn: sqlite3.Connection, order: str, seed: Any) -> tuple[str, lis
     unless the order needs it) and the function giving a query's sort key under ``order`` (reads only)."""
     score_sql = ("(SELECT r.score FROM retrievals r WHERE r.query_pk = q.pk AND r.retriever = ?1 "
                  "ORDER BY r.rank LIMIT 1)" if order == "lowest_score" else "NULL")
-    tiers = _signal_tiers(conn) if order == "signals_first" else {}
+    tiers = signal_tiers(conn) if order == "signals_first" else {}
     drawn = designs.active_keys(conn) if order == "active" else {}
     topic = strata.query_strata(conn) if order == "stratified" else {}
-    args = [_score_retriever(conn)] if order == "lowest_score" else []
+    args = [score_retriever(conn)] if order == "lowest_score" else []
 
     def key(pk: int, query_id: str, seen: Any, occurrences: int, score: Any, origin: str) -> Any:
         if order == "random":
-            return _hash(seed, "order", query_id)
+            return seeded_hash(seed, "order", query_id)
         if order == "oldest":
             return seen or ""
         if order == "lowest_score":
-            return _UNSCORED if score is None else score
+            return UNSCORED if score is None else score
         if order == "signals_first":
-            return (tiers.get(pk, 2) << 61) + (_hash(seed, "order", query_id) >> 2)
+            return (tiers.get(pk, 2) << 61) + (seeded_hash(seed, "order", query_id) >> 2)
         if order == "active":
-            return drawn.get(pk, _UNSCORED)  # not drawn: last, and next_item does not hand it out
+            return drawn.get(pk, UNSCORED)  # not drawn: last, and next_item does not hand it out
         if order == "stratified":
             return strata.sort_key(topic.get(pk, strata.UNASSIGNED) if origin == "log" else None,
-                                   _hash(seed, "order", query_id))
+                                   seeded_hash(seed, "order", query_id))
         return -occurrences
 
     return score_sql, args, key
 
 
-def _signal_tiers(conn: sqlite3.Connection) -> dict[int, int]:
+def signal_tiers(conn: sqlite3.Connection) -> dict[int, int]:
     """{query pk: 0 unhappy, 1 other signal} for ``signals_first`` (queries without one are tier 2)."""
     from ..signals import signal_groups
 
     return {pk: 0 if g == "unhappy" else 1 for pk, g in signal_groups(conn).items()}  # type: ignore[arg-type]
 
 
-def _score_retriever(conn: sqlite3.Connection) -> str | None:
+def score_retriever(conn: sqlite3.Connection) -> str | None:
     """Whose top score orders ``lowest_score``: the default retriever (``labeler.retrievers``), or,
     when several logged rankings and none is the default, the first by name."""
     names = logged_retrievers(conn)
@@ -107,6 +106,6 @@ def pick(conn: sqlite3.Connection, annotator: str, settings: dict[str, Any], ord
 
 def record_handout(conn: sqlite3.Connection, query_pk: int, annotator: str, settings: dict[str, Any],
                    at: str, order: str, stratum: int | None) -> None:
-    """Record the design ``query_pk`` was handed out under (``labeler.estimate.designs``)."""
+    """Record the design ``query_pk`` was handed out under (``labeler.labels.designs``)."""
     designs.record_handout(conn, query_pk, annotator, settings, at, stratum=stratum,
                            topic_model=strata.model_id(conn) if order == "stratified" else None)

@@ -25,6 +25,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.settings import set_setting
 from ..errors import LabelError
 
 DEFAULT_POOL_DEPTH = 10
@@ -162,4 +163,4 @@ def set_pool_settings(db: sqlite_utils.Database, *, pool_depth: int | None = Non
         raise LabelError(f"show sources {show_sources!r} must be true or false")
     for key, value in (("pool_depth", pool_depth), ("show_sources", show_sources)):
         if value is not None:
-            store.set_setting(db, key, value, by=by)
+            set_setting(db, key, value, by=by)

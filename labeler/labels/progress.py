@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ._common import When, parse_time, stamp
+from ..core.times import When, parse_time, stamp
 from .queue import sync_queue
 
 

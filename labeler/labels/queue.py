@@ -40,12 +40,15 @@ from typing import Any, NamedTuple
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.manage import ensure_annotator
+from ..core.names import check_name
+from ..core.times import When, stamp
 from ..errors import ItemTakenError, LabelError
 from . import orders
-from ._common import When, check_name, ensure_annotator, lease_until, query_row, stamp
+from .common import lease_until, query_row
 
 # re-exported: the orders lived here before ``labels.orders``
-from .orders import _UNSCORED, ORDERS, _hash, _score_retriever, _signal_tiers  # noqa: F401
+from .orders import ORDERS, UNSCORED, score_retriever, seeded_hash, signal_tiers  # noqa: F401
 
 
 class QueueSync(NamedTuple):
@@ -158,7 +161,7 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
         old = have.get(pk)
         # reuse_order: only under ``random``, whose key depends on the seed and query id alone
         key = old[0] if reuse_order and old else sort_key(pk, query_id, seen, occurrences, score, origin)
-        wanted[pk] = (key, old[1] if reuse_overlap and old else _hash(seed, "overlap", query_id))
+        wanted[pk] = (key, old[1] if reuse_overlap and old else seeded_hash(seed, "overlap", query_id))
     added = [(pk, k, ok) for pk, (k, ok) in wanted.items() if pk not in have]
     rekey = [(k, ok, pk) for pk, (k, ok) in wanted.items()
              if pk in have and (have[pk][0], have[pk][1]) != (k, ok)]

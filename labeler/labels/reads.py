@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import sqlite_utils
 
 from .. import db as store
+from ..core.names import check_name
 from ..errors import LabelError
-from ._common import check_name
 from .pool import Source, merge, pool_depth
 
 _POOL_SQL = ("SELECT r.retriever, r.rank, r.doc_pk, d.doc_id, r.score, d.title, d.text FROM retrievals r "

@@ -27,6 +27,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
+from ..accounts.settings import set_setting
 from ..errors import LabelError
 
 UNASSIGNED = -2  # no topic yet (arrived after the topic build)
@@ -157,7 +158,7 @@ def set_stratified_targets(db: sqlite_utils.Database, targets: Mapping[Any, floa
     goes back to the traffic shares.
     Leads only (``by``). Returns what was stored."""
     if not targets:
-        store.set_setting(db, "stratified_targets", None, by=by)
+        set_setting(db, "stratified_targets", None, by=by)
         return None
     found = require_topics(db)
     known = {int(t) for (t,) in db.execute("SELECT topic FROM topics WHERE model_id = ?", [found])} | {UNASSIGNED, -1}
@@ -176,7 +177,7 @@ def set_stratified_targets(db: sqlite_utils.Database, targets: Mapping[Any, floa
     if not total > 0:
         raise LabelError("the target shares add up to 0; give at least one topic a share above 0")
     stored = {t: s / total for t, s in sorted(clean.items())}
-    store.set_setting(db, "stratified_targets", {str(t): s for t, s in stored.items()}, by=by)
+    set_setting(db, "stratified_targets", {str(t): s for t, s in stored.items()}, by=by)
     return stored
 
 

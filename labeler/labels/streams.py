@@ -31,9 +31,11 @@ from typing import Any
 
 import sqlite_utils
 
+from ..core.names import check_name
+from ..core.times import When
 from ..errors import LabelError
-from ._common import When, check_doc, check_grade, check_name, event
-from .writes import _drop_grade, _put_grade, _put_status, _Write, _writing, pool_ungraded
+from .common import check_doc, check_grade, event
+from .writes import LabelWrite, drop_grade, label_write, pool_ungraded, put_grade, put_status
 
 _CLIENT = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # Bounds of one write transaction of a stream: a 50k-event outbox (a long offline session, "rest
@@ -99,19 +101,19 @@ def _acked(conn: Any, query_pk: int, annotator: str, client_id: str) -> int:
     return row[0] if row else 0
 
 
-def _ungraded(w: _Write, query_pk: int) -> int | None:
+def _ungraded(w: LabelWrite, query_pk: int) -> int | None:
     """Pool position of the first pool chunk the annotator has not graded, or None."""
     missing = pool_ungraded(w.conn, query_pk, w.annotator, w.settings)
     return missing[0][0] if missing else None
 
 
-def _apply(w: _Write, query_pk: int, e: GradeEvent) -> None:
+def _apply(w: LabelWrite, query_pk: int, e: GradeEvent) -> None:
     """Apply one event; LabelError (before anything is written) when it cannot be applied."""
     if e.submit:
         rank = _ungraded(w, query_pk)
         if rank is not None:
             raise LabelError(f"cannot submit: chunk #{rank} has no grade yet")
-        _put_status(w, query_pk, "submitted", None)
+        put_status(w, query_pk, "submitted", None)
         return
     check_doc(w.conn, e.doc_pk)
     if e.accept:
@@ -120,15 +122,15 @@ def _apply(w: _Write, query_pk: int, e: GradeEvent) -> None:
         if row is None:
             raise LabelError(f"the judge has no suggestion for chunk pk {e.doc_pk}")
         grade, run_id = check_grade(row[0], w.settings), row[1]
-        if _put_grade(w, query_pk, e.doc_pk, grade) != grade:
+        if put_grade(w, query_pk, e.doc_pk, grade) != grade:
             w.conn.execute("UPDATE relevance_labels SET origin = 'suggestion' WHERE query_pk = ? AND doc_pk = ? "
                            "AND annotator = ?", [query_pk, e.doc_pk, w.annotator])
             event(w.conn, w.at, w.annotator, query_pk, e.doc_pk, "origin", "human",
                   f"suggestion of judge run {run_id}")
     elif e.grade is None:
-        _drop_grade(w, query_pk, e.doc_pk)
+        drop_grade(w, query_pk, e.doc_pk)
     else:
-        _put_grade(w, query_pk, e.doc_pk, check_grade(e.grade, w.settings))
+        put_grade(w, query_pk, e.doc_pk, check_grade(e.grade, w.settings))
 
 
 def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str, client_id: str,
@@ -180,7 +182,7 @@ def _apply_some(db: sqlite_utils.Database, query_pk: int, annotator: str, client
     rejected: list[tuple[int, str]] = []
     submitted = bounded = False
     waiting = 0
-    with _writing(db, query_pk, annotator, now) as w:
+    with label_write(db, query_pk, annotator, now) as w:
         started = time.perf_counter()
         # read again under the write lock: another thread of the same session may have applied some
         stored = acked = _acked(w.conn, query_pk, annotator, client_id)

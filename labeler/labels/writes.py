@@ -23,18 +23,11 @@ import sqlite_utils
 
 from .. import db as store
 from .. import privacy
+from ..accounts.manage import ensure_annotator
+from ..core.names import STATUSES, check_name
+from ..core.times import When, stamp
 from ..errors import LabelError
-from ._common import (
-    STATUSES,
-    When,
-    check_doc,
-    check_grade,
-    check_name,
-    ensure_annotator,
-    event,
-    query_row,
-    stamp,
-)
+from .common import check_doc, check_grade, event, query_row
 from .pool import pool_depth, query_pool
 from .queue import claim, recount
 
@@ -44,7 +37,7 @@ JUDGMENTS = ("yes", "partly", "no")
 
 
 @dataclass
-class _Write:
+class LabelWrite:
     conn: sqlite3.Connection
     annotator: str
     at: str
@@ -52,8 +45,8 @@ class _Write:
 
 
 @contextlib.contextmanager
-def _writing(db: sqlite_utils.Database, query_pk: int, annotator: str, now: When,
-             *, strict: bool = True) -> Iterator[_Write]:
+def label_write(db: sqlite_utils.Database, query_pk: int, annotator: str, now: When,
+             *, strict: bool = True) -> Iterator[LabelWrite]:
     annotator = check_name(annotator)
     at = stamp(now)
     settings = store.get_settings(db)
@@ -64,18 +57,18 @@ def _writing(db: sqlite_utils.Database, query_pk: int, annotator: str, now: When
         claim(conn, query_pk, annotator, at, settings, strict=strict)
         conn.execute("INSERT INTO query_labels (query_pk, annotator, created_at, updated_at) "
                      "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", [query_pk, annotator, at, at])
-        yield _Write(conn, annotator, at, settings)
+        yield LabelWrite(conn, annotator, at, settings)
         conn.execute("UPDATE query_labels SET updated_at = ? WHERE query_pk = ? AND annotator = ?",
                      [at, query_pk, annotator])
 
 
-def _grade(w: _Write, query_pk: int, doc_pk: int) -> int | None:
+def _grade(w: LabelWrite, query_pk: int, doc_pk: int) -> int | None:
     row = w.conn.execute("SELECT grade FROM relevance_labels WHERE query_pk = ? AND doc_pk = ? "
                          "AND annotator = ?", [query_pk, doc_pk, w.annotator]).fetchone()
     return row[0] if row else None
 
 
-def _put_grade(w: _Write, query_pk: int, doc_pk: int, grade: int) -> int | None:
+def put_grade(w: LabelWrite, query_pk: int, doc_pk: int, grade: int) -> int | None:
     old = _grade(w, query_pk, doc_pk)
     if old != grade:
         w.conn.execute(
@@ -94,19 +87,19 @@ def set_grade(db: sqlite_utils.Database, query_pk: int, doc_pk: int, annotator: 
     The chunk need not be one the retriever returned: grading any corpus chunk is how a relevant
     chunk the retriever missed is added to the item.
     """
-    with _writing(db, query_pk, annotator, now) as w:
+    with label_write(db, query_pk, annotator, now) as w:
         check_doc(w.conn, doc_pk)
-        return _put_grade(w, query_pk, doc_pk, check_grade(grade, w.settings))
+        return put_grade(w, query_pk, doc_pk, check_grade(grade, w.settings))
 
 
 def clear_grade(db: sqlite_utils.Database, query_pk: int, doc_pk: int, annotator: str,
                 *, now: When = None) -> int | None:
     """Remove ``annotator``'s grade of the chunk (the event keeps the old value); return it."""
-    with _writing(db, query_pk, annotator, now) as w:
-        return _drop_grade(w, query_pk, doc_pk)
+    with label_write(db, query_pk, annotator, now) as w:
+        return drop_grade(w, query_pk, doc_pk)
 
 
-def _drop_grade(w: _Write, query_pk: int, doc_pk: int) -> int | None:
+def drop_grade(w: LabelWrite, query_pk: int, doc_pk: int) -> int | None:
     old = _grade(w, query_pk, doc_pk)
     if old is not None:
         w.conn.execute("DELETE FROM relevance_labels WHERE query_pk = ? AND doc_pk = ? AND annotator = ?",
@@ -120,10 +113,10 @@ def set_rest_zero(db: sqlite_utils.Database, query_pk: int, annotator: str, retr
     """Grade 0 every chunk of the item's pool (what ``get_item`` shows: every retriever's top
     ``pool_depth``) that ``annotator`` has not graded; return how many. ``retriever``: only that
     retriever's chunks."""
-    with _writing(db, query_pk, annotator, now) as w:
+    with label_write(db, query_pk, annotator, now) as w:
         ungraded = pool_ungraded(w.conn, query_pk, w.annotator, w.settings, retriever=retriever)
         for _, doc_pk in ungraded:
-            _put_grade(w, query_pk, doc_pk, 0)
+            put_grade(w, query_pk, doc_pk, 0)
         return len(ungraded)
 
 
@@ -149,7 +142,7 @@ def _field_value(name: str, value: Any) -> str | None:
     return value
 
 
-def _put_fields(w: _Write, query_pk: int, values: dict[str, str | None]) -> list[str]:
+def _put_fields(w: LabelWrite, query_pk: int, values: dict[str, str | None]) -> list[str]:
     cols = ", ".join(values)
     old = w.conn.execute(f"SELECT {cols} FROM query_labels WHERE query_pk = ? AND annotator = ?",
                          [query_pk, w.annotator]).fetchone()
@@ -172,7 +165,7 @@ def set_query_fields(db: sqlite_utils.Database, query_pk: int, annotator: str, *
     None).
     """
     values = privacy.redact_typed(db, {name: _field_value(name, value) for name, value in fields.items()})
-    with _writing(db, query_pk, annotator, now) as w:
+    with label_write(db, query_pk, annotator, now) as w:
         return _put_fields(w, query_pk, values) if values else []
 
 
@@ -181,7 +174,7 @@ def add_seconds(db: sqlite_utils.Database, query_pk: int, annotator: str, second
     """Add time spent on the item (e.g. since the last write); return the total for the item."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < 86400:
         raise LabelError(f"seconds={seconds!r} must be a number from 0 to 86400")
-    with _writing(db, query_pk, annotator, now, strict=False) as w:
+    with label_write(db, query_pk, annotator, now, strict=False) as w:
         old = w.conn.execute("SELECT seconds FROM query_labels WHERE query_pk = ? AND annotator = ?",
                              [query_pk, w.annotator]).fetchone()[0]
         if seconds:
@@ -207,11 +200,11 @@ def set_status(db: sqlite_utils.Database, query_pk: int, annotator: str, status:
     if status not in STATUSES:
         raise LabelError(f"status {status!r} is unknown; use one of: {', '.join(STATUSES)}")
     reason = privacy.redact_typed(db, {"reason": _field_value("notes", reason)})["reason"]
-    with _writing(db, query_pk, annotator, now, strict=status != "skipped") as w:
-        return _put_status(w, query_pk, status, reason)
+    with label_write(db, query_pk, annotator, now, strict=status != "skipped") as w:
+        return put_status(w, query_pk, status, reason)
 
 
-def _put_status(w: _Write, query_pk: int, status: str, reason: str | None) -> str | None:
+def put_status(w: LabelWrite, query_pk: int, status: str, reason: str | None) -> str | None:
     conn = w.conn
     # an item that came back after an ingest added chunks is finished again by any status; skipping
     # it only sets the new chunks aside: the submitted grades stay submitted

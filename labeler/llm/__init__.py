@@ -12,7 +12,7 @@ The API key lives only in memory: never in the database, a request record, a log
 
 The package by job: ``client`` (configuration, prices, request records, structured output, the
 cache key), ``cache`` (the ``llm_calls`` cache and ledger, the estimate), ``direct`` (the direct
-runner), ``batch`` and ``batch_collect`` (the OpenAI Batch API runner: submit, collect, cancel),
+runner), ``batch`` (the OpenAI Batch API runner, a package: store, submitting, collecting),
 ``embeddings``.
 """
 

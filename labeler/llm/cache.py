@@ -19,7 +19,7 @@ import sqlite_utils
 
 from .. import privacy
 from ..db import dumps, now, transaction
-from .client import Estimate, LLMConfig, Task, _model_schema, json_schema_for, request_params, task_hash
+from .client import Estimate, LLMConfig, Task, json_schema_for, model_schema, request_params, task_hash
 
 
 def redact_tasks(redactor: privacy.Redactor | None, tasks: Iterable[Task]) -> Iterator[Task]:
@@ -61,7 +61,7 @@ def _redacted_json(redactor: privacy.Redactor, value: Any) -> Any:
     return redactor.record().value(value)
 
 
-def _load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]:
+def load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for start in range(0, len(hashes), 500):
         chunk = hashes[start:start + 500]
@@ -72,7 +72,7 @@ def _load_cached(db: sqlite_utils.Database, hashes: list[str]) -> dict[str, str]
     return found
 
 
-def _store(db: sqlite_utils.Database, row: dict[str, Any]) -> None:
+def store_call(db: sqlite_utils.Database, row: dict[str, Any]) -> None:
     """Upsert one result. Tokens, cost and requests add up over attempts (the ledger); a failure
     never overwrites a success that another process stored meanwhile."""
     with transaction(db):
@@ -106,7 +106,7 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
     tasks = list(redact_tasks(privacy.redactor_for(db) if db is not None else None, tasks))
     for task in tasks:
         units.setdefault(task_hash(config, task), task)
-    cached = set(_load_cached(db, list(units))) if db is not None else set()
+    cached = set(load_cached(db, list(units))) if db is not None else set()
     input_tokens = output_tokens = output_max = 0
     for h, task in units.items():
         if h in cached:
@@ -128,7 +128,7 @@ def estimate(db: sqlite_utils.Database | None, config: LLMConfig, tasks: Iterabl
 
 
 def store_many(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> None:
-    """``_store`` for many rows of distinct hashes at once (the caller holds a transaction): one
+    """``store_call`` for many rows of distinct hashes at once (the caller holds a transaction): one
     read of the rows already there, one write."""
     if not rows:
         return
@@ -142,7 +142,7 @@ def store_many(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> None:
     fresh = []
     for row in rows:
         if row["hash"] in old:
-            _store(db, row)  # rare: an earlier attempt is there; add up the ledger row by row
+            store_call(db, row)  # rare: an earlier attempt is there; add up the ledger row by row
         else:
             fresh.append(row)
     if fresh:
@@ -154,7 +154,7 @@ def store_many(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> None:
 def request_record(config: LLMConfig, task: Task, mode: str, repair: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``llm_calls.request`` records of a request: model, messages, parameters, schema, mode."""
     request = {"model": config.model, "messages": task.messages, "params": request_params(config, task),
-               "schema_name": task.schema.__name__, "schema": json.loads(_model_schema(task.schema)), "mode": mode}
+               "schema_name": task.schema.__name__, "schema": json.loads(model_schema(task.schema)), "mode": mode}
     if repair:
         request["repair"] = repair
     return request

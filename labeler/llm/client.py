@@ -56,8 +56,8 @@ REPAIR_PROMPT_V1 = (
 
 # Structured-output modes, best first; a server that rejects one gets the next for the rest of the run.
 MODES = ("json_schema", "json_object", "prompt")
-_RETRY_STATUS = {408, 409, 429}
-_RESERVED_PARAMS = frozenset({"messages", "model", "response_format", "stream", "stream_options", "n",
+RETRY_STATUS = {408, 409, 429}
+RESERVED_PARAMS = frozenset({"messages", "model", "response_format", "stream", "stream_options", "n",
                               "tools", "tool_choice", "extra_headers", "extra_query", "extra_body", "timeout"})
 
 
@@ -255,18 +255,18 @@ class Estimate:
 # --- requests, schemas and hashes ------------------------------------------------------------
 
 @functools.lru_cache(maxsize=256)
-def _model_schema(model: type[pydantic.BaseModel]) -> str:
+def model_schema(model: type[pydantic.BaseModel]) -> str:
     return dumps(model.model_json_schema())
 
 
 def json_schema_for(model: type[pydantic.BaseModel]) -> dict[str, Any]:
     """The model's JSON schema made "strict" as OpenAI requires: every object closed
     (``additionalProperties: false``), every property required, ``$ref`` with siblings inlined."""
-    schema = json.loads(_model_schema(model))
-    return _strict(schema, schema)
+    schema = json.loads(model_schema(model))
+    return strict_schema(schema, schema)
 
 
-def _strict(node: Any, root: dict[str, Any]) -> Any:
+def strict_schema(node: Any, root: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     if "$ref" in node and len(node) > 1:
@@ -277,13 +277,13 @@ def _strict(node: Any, root: dict[str, Any]) -> Any:
     out = dict(node)
     for key in ("$defs", "definitions", "properties"):
         if isinstance(out.get(key), dict):
-            out[key] = {name: _strict(sub, root) for name, sub in out[key].items()}
+            out[key] = {name: strict_schema(sub, root) for name, sub in out[key].items()}
     for key in ("items", "additionalProperties", "not"):
         if isinstance(out.get(key), dict):
-            out[key] = _strict(out[key], root)
+            out[key] = strict_schema(out[key], root)
     for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
         if isinstance(out.get(key), list):
-            out[key] = [_strict(sub, root) for sub in out[key]]
+            out[key] = [strict_schema(sub, root) for sub in out[key]]
     if out.get("type") == "object" or "properties" in out:
         out.setdefault("additionalProperties", False)
         out["required"] = list(out.get("properties", {}))
@@ -292,7 +292,7 @@ def _strict(node: Any, root: dict[str, Any]) -> Any:
     return out
 
 
-def _schema_name(model: type[pydantic.BaseModel] | str) -> str:
+def schema_name_of(model: type[pydantic.BaseModel] | str) -> str:
     name = model if isinstance(model, str) else model.__name__
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "answer"
 
@@ -321,7 +321,7 @@ def task_hash(config: LLMConfig, task: Task) -> str:
     parameters that are equal (``temperature`` 0 and 0.0) give the same hash."""
     params = {k: _hashed(v) for k, v in request_params(config, task).items()}
     payload = {"model": config.model, "messages": task.messages, "params": params,
-               "schema_name": task.schema.__name__, "schema": json.loads(_model_schema(task.schema))}
+               "schema_name": task.schema.__name__, "schema": json.loads(model_schema(task.schema))}
     return hashlib.sha256(dumps(payload).encode()).hexdigest()
 
 
@@ -347,7 +347,7 @@ def _strip_fences(text: str) -> str:
     return match.group(1) if match else text
 
 
-def _short(error: pydantic.ValidationError | Exception, limit: int = 400) -> str:
+def short_error(error: pydantic.ValidationError | Exception, limit: int = 400) -> str:
     if isinstance(error, pydantic.ValidationError):
         text = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
                          for e in error.errors(include_url=False))
@@ -356,22 +356,22 @@ def _short(error: pydantic.ValidationError | Exception, limit: int = 400) -> str
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _api_message(error: openai.APIStatusError) -> str:
+def api_message(error: openai.APIStatusError) -> str:
     body = error.body
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         body = body["error"]
     message = body.get("message") if isinstance(body, dict) else None
-    return _short(Exception(message or error.message), 300)
+    return short_error(Exception(message or error.message), 300)
 
 
 @functools.cache
 def _create_params() -> frozenset[str]:
     from openai.resources.chat import AsyncCompletions
 
-    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - _RESERVED_PARAMS - {"self"}
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - RESERVED_PARAMS - {"self"}
 
 
-class _Failed(Exception):
+class CallFailed(Exception):
     """An item ends as failed with this reason (after storing what was spent)."""
 
 
@@ -389,7 +389,7 @@ def request_body(config: LLMConfig, task: Task, messages: list[dict[str, Any]], 
     if mode == "json_schema":
         body["messages"] = messages
         body["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": _schema_name(task.schema), "schema": schema, "strict": True}}
+            "name": schema_name_of(task.schema), "schema": schema, "strict": True}}
     else:
         body["messages"] = _with_schema_prompt(messages, schema)
         if mode == "json_object":
@@ -399,7 +399,7 @@ def request_body(config: LLMConfig, task: Task, messages: list[dict[str, Any]], 
 
 def completion_content(completion: Any) -> tuple[str, bool]:
     """The answer text of a chat completion (the client's object, or its JSON as a dict, as a batch
-    output line holds it) and whether it was cut at ``max_tokens``; raises ``_Failed`` on a
+    output line holds it) and whether it was cut at ``max_tokens``; raises ``CallFailed`` on a
     refusal, a content filter or an empty answer."""
     if isinstance(completion, dict):
         choices = completion.get("choices") or []
@@ -413,13 +413,13 @@ def completion_content(completion: Any) -> tuple[str, bool]:
         content, refusal = (message.content, getattr(message, "refusal", None)) if message else (None, None)
         finish = choice.finish_reason if choice else None
     if not choices:
-        raise _Failed("empty response: no choices")
+        raise CallFailed("empty response: no choices")
     if refusal:
-        raise _Failed(f"refusal: {_short(Exception(refusal), 300)}")
+        raise CallFailed(f"refusal: {short_error(Exception(refusal), 300)}")
     if finish == "content_filter":
-        raise _Failed("refusal: blocked by the server's content filter")
+        raise CallFailed("refusal: blocked by the server's content filter")
     if not isinstance(content, str) or not content.strip():
-        raise _Failed("refusal: empty response")
+        raise CallFailed("refusal: empty response")
     return content, finish == "length"
 
 
@@ -431,7 +431,7 @@ def validate_content(task: Task | type[pydantic.BaseModel], content: str,
     try:
         return schema.model_validate_json(_strip_fences(content)), None
     except pydantic.ValidationError as e:
-        return None, ("truncated output (finish_reason=length); " if truncated else "") + _short(e)
+        return None, ("truncated output (finish_reason=length); " if truncated else "") + short_error(e)
 
 
 def repair_messages(task: Task, content: str, error: str) -> list[dict[str, Any]]:

@@ -24,28 +24,28 @@ import sqlite_utils
 from .. import privacy
 from ..errors import DatabaseError, LabelerError, LLMError
 from .cache import (
-    _load_cached,
-    _store,
     call_row,
     failure_reasons,
+    load_cached,
     redact_answer,
     redact_tasks,
     request_record,
+    store_call,
 )
 from .client import (
-    _RESERVED_PARAMS,
-    _RETRY_STATUS,
     MODES,
+    RESERVED_PARAMS,
+    RETRY_STATUS,
+    CallFailed,
     LLMConfig,
     Progress,
     RunSummary,
     Task,
-    _api_message,
-    _Failed,
-    _short,
+    api_message,
     completion_content,
     repair_messages,
     request_body,
+    short_error,
     task_hash,
     validate_content,
 )
@@ -108,7 +108,7 @@ class _Run:
                 units[h].keys.append(task.key)
             else:
                 units[h] = _Unit(h, task, [task.key])
-        cached = _load_cached(self.db, list(units))
+        cached = load_cached(self.db, list(units))
         pending = []
         for h, unit in units.items():
             model = self._validate_cached(unit, cached.get(h))
@@ -169,14 +169,14 @@ class _Run:
             try:
                 model = await self._answer(client, unit)
                 error = None
-            except _Failed as e:
+            except CallFailed as e:
                 error = str(e)
             except LLMError as e:
                 self.fatal = self.fatal or e
                 error = str(e)
             except Exception as e:  # a bug or an unexpected client error: record it, never drop the item
                 log.exception("LLM request %s failed unexpectedly", unit.hash[:12])
-                error = f"unexpected error: {type(e).__name__}: {_short(e)}"
+                error = f"unexpected error: {type(e).__name__}: {short_error(e)}"
             try:
                 self._record(unit, model, error)
             except sqlite3.Error as e:  # cannot store: stop sending (unstored answers would be paid twice)
@@ -189,7 +189,7 @@ class _Run:
         model, why = redact_answer(self.redactor, task.schema, model)
         error = why or error
         if unit.requests:
-            _store(self.db, call_row(
+            store_call(self.db, call_row(
     unit.hash, config, request_record(config, task, unit.mode, unit.repair), model=model, error=error,
                 raw=unit.raw, prompt_tokens=unit.prompt_tokens, completion_tokens=unit.completion_tokens,
                 requests=unit.requests, cost=cost, redactor=self.redactor))
@@ -212,7 +212,7 @@ class _Run:
                 self.notify(key, "failed")
 
     async def _answer(self, client: openai.AsyncOpenAI, unit: _Unit) -> pydantic.BaseModel:
-        """Request, validate, and on invalid output repair once. Raises _Failed with the reason."""
+        """Request, validate, and on invalid output repair once. Raises CallFailed with the reason."""
         task = unit.task
         if unit.prior is not None:  # a batch's answer that did not validate: go straight to the repair
             content, truncated = unit.prior
@@ -226,13 +226,13 @@ class _Run:
         completion = await self._request(client, unit, repair_messages(task, content, first_error))
         model, why = validate_content(task, *completion_content(completion))
         if model is None:
-            raise _Failed(f"invalid output after one repair attempt: {why}")
+            raise CallFailed(f"invalid output after one repair attempt: {why}")
         return model
 
     def _downgrade(self, mode: str, error: openai.APIStatusError) -> None:
         if self.mode == mode:  # concurrent rejections downgrade once
             self.mode = MODES[MODES.index(mode) + 1]
-            note = f"server rejected response_format {mode} ({_api_message(error)}); using {self.mode}"
+            note = f"server rejected response_format {mode} ({api_message(error)}); using {self.mode}"
             log.warning(note)
             self.summary.notes.append(note)
 
@@ -247,28 +247,28 @@ class _Run:
             try:
                 completion = await client.chat.completions.create(**request_body(config, unit.task, messages, mode))
             except openai.BadRequestError as e:
-                text = (_api_message(e) + " " + str(e.param or "")).lower()
+                text = (api_message(e) + " " + str(e.param or "")).lower()
                 if mode != MODES[-1] and re.search(r"response_format|json_schema|json_object|schema|structured", text):
                     self._downgrade(mode, e)
                     continue
-                raise _Failed(f"bad request (HTTP 400): {_api_message(e)}") from None
+                raise CallFailed(f"bad request (HTTP 400): {api_message(e)}") from None
             except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-                raise LLMError(f"the LLM server refused the API key (HTTP {e.status_code}: {_api_message(e)}); "
+                raise LLMError(f"the LLM server refused the API key (HTTP {e.status_code}: {api_message(e)}); "
                                "check OPENAI_API_KEY") from None
             except openai.NotFoundError as e:
                 raise LLMError(f"the LLM server does not know model {config.model!r} or URL "
-                               f"{config.base_url or 'https://api.openai.com/v1'} (HTTP 404: {_api_message(e)}); "
+                               f"{config.base_url or 'https://api.openai.com/v1'} (HTTP 404: {api_message(e)}); "
                                "check --model and OPENAI_BASE_URL") from None
             except openai.APIStatusError as e:
-                if e.status_code not in _RETRY_STATUS and e.status_code < 500:
-                    raise _Failed(f"HTTP {e.status_code}: {_api_message(e)}") from None
+                if e.status_code not in RETRY_STATUS and e.status_code < 500:
+                    raise CallFailed(f"HTTP {e.status_code}: {api_message(e)}") from None
                 kind = "rate limited" if e.status_code == 429 else "server error"
-                reason = f"{kind} (HTTP {e.status_code}): {_api_message(e)}"
+                reason = f"{kind} (HTTP {e.status_code}): {api_message(e)}"
                 wait = self._retry_after(e)
             except openai.APITimeoutError:
                 reason, wait = f"timeout after {config.timeout_s:g} s", None
             except openai.APIConnectionError as e:
-                reason, wait = f"connection error: {_short(e.__cause__ or e, 200)}", None
+                reason, wait = f"connection error: {short_error(e.__cause__ or e, 200)}", None
             else:
                 usage = completion.usage
                 unit.prompt_tokens += usage.prompt_tokens if usage else 0
@@ -277,13 +277,13 @@ class _Run:
                 return completion
             attempt += 1
             if attempt > config.max_retries:
-                raise _Failed(f"{reason} (gave up after {attempt} attempts)")
+                raise CallFailed(f"{reason} (gave up after {attempt} attempts)")
             if wait is None:  # full jitter: uniform in [0, min(cap, base * 2^attempt))
                 wait = self.rng.uniform(0, min(config.backoff_max_s, config.backoff_base_s * 2 ** (attempt - 1)))
             log.info("LLM request %s: %s; retry %d/%d in %.2f s", unit.hash[:12], reason, attempt,
                      config.max_retries, wait)
             if await self._sleep(wait):
-                raise _Failed(f"cancelled while waiting to retry after: {reason}")
+                raise CallFailed(f"cancelled while waiting to retry after: {reason}")
 
     def _retry_after(self, error: openai.APIStatusError) -> float | None:
         headers = error.response.headers
@@ -329,7 +329,7 @@ def run_tasks(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task
     for task in tasks:
         if task.key in seen:
             raise LLMError(f"duplicate task key {task.key!r}: every task needs its own key")
-        if reserved := sorted(_RESERVED_PARAMS & set(task.params)):
+        if reserved := sorted(RESERVED_PARAMS & set(task.params)):
             raise LLMError(f"task {task.key!r} sets {', '.join(reserved)} in params: labeler.llm "
                            "sets these itself (set the model in LLMConfig)")
         seen.add(task.key)

@@ -12,7 +12,7 @@ import sqlite_utils
 
 from ..db import now, transaction
 from ..errors import LLMError
-from .client import LLMConfig, _api_message
+from .client import LLMConfig, api_message
 
 
 def _embedding_key(model: str, text: str) -> str:
@@ -57,7 +57,7 @@ def embed(db: sqlite_utils.Database, config: LLMConfig, texts: list[str], *,
                 try:
                     response = client.embeddings.create(model=model, input=[texts[i] for i in batch])
                 except openai.APIStatusError as e:
-                    raise LLMError(f"embeddings request failed: {_api_message(e)}") from None
+                    raise LLMError(f"embeddings request failed: {api_message(e)}") from None
                 except openai.APIError as e:
                     raise LLMError(f"embeddings request failed: {e}") from None
                 vectors = [d.embedding for d in sorted(response.data, key=lambda d: d.index)]

@@ -13,8 +13,8 @@ import sqlite_utils
 
 from .. import db as store
 from .. import metrics as m
-from ..labels._common import When
-from .load import _check_origin, _loaded_inputs, _read_run, data_token, logged_queries, resolve_retriever
+from ..core.times import When
+from .load import check_origin, data_token, loaded_inputs, logged_queries, read_run, resolve_retriever
 from .specs import DEFAULT_KS, JUDGED_MINIMUM, ReportError, expand_specs, judged_warning
 
 
@@ -68,14 +68,14 @@ def compare_retrievers(db: sqlite_utils.Database, a: str, b: str, specs: Sequenc
     specs = expand_specs(specs, ks)
     if a == b:
         raise ReportError(f"compare two different retrievers; got {a!r} twice")
-    origin = _check_origin(origin)
+    origin = check_origin(origin)
     a = resolve_retriever(db, a, reuse=reuse)
     b = resolve_retriever(db, b, reuse=reuse)
     threshold = int(store.get_setting(db, "threshold"))
-    loaded = _loaded_inputs(db, data_token(db) if reuse else None, a, annotator, since, until)
+    loaded = loaded_inputs(db, data_token(db) if reuse else None, a, annotator, since, until)
     if b not in loaded.runs:
         pks = loaded.queries["query_pk"].to_numpy()
-        loaded.runs[b] = (_read_run(db, b, pks), logged_queries(db, b, pks))
+        loaded.runs[b] = (read_run(db, b, pks), logged_queries(db, b, pks))
     cutoffs = sorted({m.parse_metric(s).k for s in specs} - {None}) or [10]
     judged_specs = [f"judged@{k}" for k in cutoffs]
     wanted = list(dict.fromkeys([*specs, *judged_specs]))

@@ -16,15 +16,15 @@ import sqlite_utils
 
 from .. import db as store
 from .. import metrics as m
-from ..labels._common import When, stamp
+from ..core.times import When, stamp
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .load import (
-    _REPORTS,
-    _answer_judgments,
-    _check_origin,
-    _json_ints,
-    _loaded_inputs,
+    REPORTS,
+    answer_judgments,
+    check_origin,
     data_token,
+    json_ints,
+    loaded_inputs,
     resolve_retriever,
     retrievers,
 )
@@ -162,7 +162,7 @@ class Report:
         counts, edges = np.histogram(values[~np.isnan(values)], bins=bins, range=(0.0, 1.0))
         return pd.DataFrame({"start": edges[:-1], "end": edges[1:], "queries": counts})
 
-    def _extra(self, specs: Sequence[str]) -> pd.DataFrame:
+    def extra_values(self, specs: Sequence[str]) -> pd.DataFrame:
         """Per-query values of extra specs on the same run and labels (no CIs), memoized."""
         return self._measured.frame(list(specs), self._mask)[list(dict.fromkeys(specs))].reset_index(drop=True)
 
@@ -229,7 +229,7 @@ def retrieval_report(
     reuses it while nothing was committed to the file (the app); the result is the same.
     """
     specs = expand_specs(specs, ks)
-    origin = _check_origin(origin)
+    origin = check_origin(origin)
     retriever = resolve_retriever(db, retriever, reuse=reuse)
     threshold = int(store.get_setting(db, "threshold"))
     token = data_token(db) if reuse else None
@@ -239,7 +239,7 @@ def retrieval_report(
                                       *sorted(filters.items()))
 
     def build() -> Report:
-        loaded = _loaded_inputs(db, token, retriever, annotator, since, until)
+        loaded = loaded_inputs(db, token, retriever, annotator, since, until)
         queries, ran = loaded.queries, loaded.runs[retriever][1]
         measured = loaded.measure(retriever, threshold)
         if origin is not None:
@@ -258,7 +258,7 @@ def retrieval_report(
         metrics = measured.aggregate(list(specs), origin, seed=seed, n_resamples=n_resamples)
         judged = {s: {"mean": float(values[s].mean()) if values[s].notna().any() else None,
                       "n": int(values[s].notna().sum())} for s in judged_specs}
-        answers = _answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
+        answers = answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
                                     until=until)
         n_ran = int(np.isin(queries["query_pk"].to_numpy(np.int64), ran).sum())
         return Report(n_queries=len(values), n_without_relevant=m.n_without_relevant(values), threshold=threshold,
@@ -266,7 +266,7 @@ def retrieval_report(
                       filters=filters, n_resamples=n_resamples, seed=seed, answers=answers,
                       n_not_run=labeled - n_ran, _measured=measured, _mask=mask)
 
-    return _REPORTS.get(key, build)
+    return REPORTS.get(key, build)
 
 
 PAGE_FAMILIES = ("recall", "ndcg", "mrr")  # what the Metrics page opens with
@@ -312,7 +312,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
         keep &= values <= cut + _TIE
     pq = report.per_query[keep]
     k = m.parse_metric(spec).k or max(1, int(report.per_query["n_retrieved"].max()))
-    depth = report._extra(["mrr", f"recall@{k}"])[keep]
+    depth = report.extra_values(["mrr", f"recall@{k}"])[keep]
     mrr = depth["mrr"].to_numpy(dtype=float)
     with np.errstate(divide="ignore"):
         first = np.where(mrr > 0, np.round(1.0 / mrr), np.inf)
@@ -324,7 +324,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
     pos = order.index.get_indexer(rows)
     pq = pq.iloc[pos]
     questions = dict(db.execute("SELECT pk, question FROM queries WHERE pk IN (SELECT value FROM json_each(?))",
-                                [_json_ints(pq["query_pk"])]).fetchall())
+                                [json_ints(pq["query_pk"])]).fetchall())
     return pd.DataFrame({"query_pk": pq["query_pk"].to_numpy(), "query_id": pq["query_id"].to_numpy(),
                          "origin": pq["origin"].to_numpy(), "question": [questions.get(int(p)) for p in pq["query_pk"]],
                          "value": pq[spec].to_numpy(dtype=float),

@@ -21,15 +21,28 @@ exactly on the threshold (no number of labels settles that).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .specs import Z95
 
-if TYPE_CHECKING:
-    from .core import Report
+
+class ReportLike(Protocol):
+    """What the diagnosis reads of a retrieval report (``labeler.report.core.Report`` has it)."""
+
+    n_queries: int
+    n_without_relevant: int
+    n_resamples: int
+    seed: int
+    answers: dict[str, int]
+
+    def aggregate(self, specs: Sequence[str], confidence: float = 0.95) -> dict[str, dict]: ...
+
+    def extra_values(self, specs: Sequence[str]) -> Any: ...
+
 
 #: What each reading of a check is called on the page and in JSON.
 READINGS = ("passes", "fails", "undecided", "unknown")
@@ -185,13 +198,13 @@ def faithfulness_stats(answers: dict[str, int], *, seed: int, n_resamples: int,
     return {"mean": mean, "ci_low": float(low), "ci_high": float(high), "n": n}, scores
 
 
-def diagnose(report: Report, thresholds: Thresholds | None = None) -> Diagnosis:
+def diagnose(report: ReportLike, thresholds: Thresholds | None = None) -> Diagnosis:
     """The diagnosis of ``report`` (see the module doc for the rule)."""
     t = thresholds or Thresholds()
     specs = [f"recall@{t.k}", "mrr", f"ndcg@{t.k}"]
     n = report.n_queries - report.n_without_relevant
     stats = report.aggregate(specs)
-    per_query = report._extra(specs) if report.n_queries else None
+    per_query = report.extra_values(specs) if report.n_queries else None
     checks = []
     for spec, family, cut in zip(specs, ("recall", "mrr", "ndcg"), (t.recall, t.mrr, t.ndcg), strict=True):
         values = np.empty(0) if per_query is None else per_query[spec].dropna().to_numpy(float)

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import sqlite3
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,23 +15,24 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from ..labels import golden_labels
-from ..labels._common import When, stamp
+from ..core.cache import LRU, data_token
+from ..core.times import When, stamp
+from ..labels.consolidate import golden_labels
 from ..retrievers import default_retriever, logged_retrievers
 from .specs import ORIGINS, ReportError
 from .state import Measured
 
 
-def _json_ints(values: Iterable[int]) -> str:
+def json_ints(values: Iterable[int]) -> str:
     return json.dumps([int(v) for v in values])
 
 
-def _read_run(db: sqlite_utils.Database, retriever: str, query_pks: np.ndarray) -> pd.DataFrame:
+def read_run(db: sqlite_utils.Database, retriever: str, query_pks: np.ndarray) -> pd.DataFrame:
     """The ranking ``retriever`` logged for the given queries: columns query, doc, rank (int64)."""
     cursor = db.execute(
         "SELECT r.query_pk, r.doc_pk, r.rank FROM retrievals r "
         f"WHERE r.query_pk IN (SELECT value FROM json_each(?)) AND r.retriever = ? AND {store.visible('r')} "
-        "ORDER BY r.query_pk, r.rank", [_json_ints(query_pks), retriever])
+        "ORDER BY r.query_pk, r.rank", [json_ints(query_pks), retriever])
     flat = np.fromiter(itertools.chain.from_iterable(cursor), dtype=np.int64).reshape(-1, 3)
     return pd.DataFrame({"query": flat[:, 0], "doc": flat[:, 1], "rank": flat[:, 2]})
 
@@ -44,7 +41,7 @@ def logged_queries(db: sqlite_utils.Database, retriever: str, query_pks: Iterabl
     """The given queries that ``retriever`` ran: it logged a ranking for them (an ingested list,
     possibly empty, or retrieval rows). The others (e.g. imported questions production never saw)
     are left out of its metrics rather than scored 0. Sorted pks."""
-    wanted = _json_ints(query_pks)
+    wanted = json_ints(query_pks)
     found = {r[0] for r in db.execute(
         "SELECT query_pk FROM query_versions r WHERE retriever = ? AND query_pk IN (SELECT value FROM json_each(?)) "
         f"AND {store.visible('r')} UNION SELECT DISTINCT query_pk FROM retrievals r "
@@ -56,7 +53,7 @@ def logged_queries(db: sqlite_utils.Database, retriever: str, query_pks: Iterabl
 def _read_queries(db: sqlite_utils.Database, query_pks: np.ndarray) -> pd.DataFrame:
     rows = db.execute(
         "SELECT pk, query_id, origin, review_state FROM queries WHERE pk IN (SELECT value FROM json_each(?)) "
-        "ORDER BY pk", [_json_ints(query_pks)]).fetchall()
+        "ORDER BY pk", [json_ints(query_pks)]).fetchall()
     frame = pd.DataFrame(rows, columns=["query_pk", "query_id", "origin", "review_state"])
     # plain object columns: patched with numpy, no Arrow conversions
     return frame.astype({"query_id": object, "origin": object, "review_state": object})
@@ -70,8 +67,8 @@ def retrievers(db: sqlite_utils.Database, *, reuse: bool = False) -> list[str]:
     key = None
     if token is not None:
         synth = db.execute("SELECT count(*), max(id) FROM synth_runs").fetchone()
-        key = (token[0], token[1], _structure(db), tuple(synth), "retrievers")
-    return list(_REPORTS.get(key, lambda: tuple(logged_retrievers(db))))
+        key = (token[0], token[1], structure_of(db), tuple(synth), "retrievers")
+    return list(REPORTS.get(key, lambda: tuple(logged_retrievers(db))))
 
 
 def resolve_retriever(db: sqlite_utils.Database, retriever: str | None = None, *, reuse: bool = False) -> str:
@@ -83,13 +80,13 @@ def resolve_retriever(db: sqlite_utils.Database, retriever: str | None = None, *
     return default_retriever(db, retriever, known=retrievers(db, reuse=reuse))
 
 
-def _check_origin(origin: str | None) -> str | None:
+def check_origin(origin: str | None) -> str | None:
     if origin is not None and origin not in ORIGINS:
         raise ReportError(f"origin {origin!r} is unknown; use one of: {', '.join(ORIGINS)}")
     return origin
 
 
-def _answer_judgments(db: sqlite_utils.Database, column: str, *, origin: str | None, annotator: str | None,
+def answer_judgments(db: sqlite_utils.Database, column: str, *, origin: str | None, annotator: str | None,
                       since: When, until: When) -> dict[str, int]:
     """Counts of yes/partly/no in ``column`` of submitted query labels, with the report's filters."""
     if column not in ("answer_faithful", "answer_relevant"):
@@ -112,92 +109,14 @@ def _answer_judgments(db: sqlite_utils.Database, column: str, *, origin: str | N
 
 # --- reuse of loaded inputs while the database is unchanged ---------------------------------------
 
-class _Watch:
-    """``PRAGMA data_version`` of a private read-only connection per database file: it changes
-    whenever any other connection (any thread or process) commits, so data loaded under one value
-    is exactly current while the value stays the same."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.conns: dict[str, tuple[tuple[int, int], sqlite3.Connection]] = {}
-
-    def token(self, db: sqlite_utils.Database) -> tuple | None:
-        path = next((r[2] for r in db.execute("PRAGMA database_list") if r[1] == "main"), "")
-        if not path:
-            return None  # an in-memory database: nothing to watch, nothing is reused
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        identity = (st.st_dev, st.st_ino)
-        with self.lock:
-            known = self.conns.get(path)
-            if known is None or known[0] != identity:  # a new file at the same path
-                if known is not None:
-                    known[1].close()
-                conn = sqlite3.connect(f"{Path(path).as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                       isolation_level=None)
-                self.conns[path] = known = (identity, conn)
-            version = known[1].execute("PRAGMA data_version").fetchone()[0]
-        return (path, identity, version)
-
-
-class _LRU:
-    """A small least-recently-used cache whose ``get`` computes a missing value once: a second
-    caller asking for a key being computed waits for that result instead of computing it again."""
-
-    def __init__(self, size: int) -> None:
-        self.size, self.lock, self.items = size, threading.Lock(), OrderedDict()
-        self.pending: dict[Any, threading.RLock] = {}
-
-    def get(self, key: Any, make: Callable[[], Any]) -> Any:
-        if key is None:
-            return make()
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-            flight = self.pending.setdefault(key, threading.RLock())
-        with flight:
-            with self.lock:
-                if key in self.items:  # computed by the caller we waited for
-                    self.items.move_to_end(key)
-                    return self.items[key]
-            try:
-                value = make()
-                with self.lock:
-                    self.items[key] = value
-                    while len(self.items) > self.size:
-                        self.items.popitem(last=False)
-            finally:
-                with self.lock:
-                    self.pending.pop(key, None)
-        return value
-
-    def clear(self) -> None:
-        with self.lock:
-            self.items.clear()
-
-    def evict(self, stale: Callable[[Any], bool]) -> None:
-        with self.lock:
-            for key in [k for k in self.items if stale(k)]:
-                del self.items[key]
-
-
-_WATCH = _Watch()
-_LOADED = _LRU(4)
-_REPORTS = _LRU(16)
-
-
-def data_token(db: sqlite_utils.Database) -> tuple | None:
-    """A value that changes whenever anything is committed to the database file (None in memory)."""
-    return _WATCH.token(db)
+_LOADED = LRU(4)
+REPORTS = LRU(16)  # whole reports by their inputs' key (report.core builds them)
 
 
 def clear_cache() -> None:
     """Forget every reused input and report (the next call reads the database again)."""
     _LOADED.clear()
-    _REPORTS.clear()
+    REPORTS.clear()
     with _PREVIOUS_LOCK:
         _PREVIOUS.clear()
 
@@ -255,7 +174,7 @@ def _replace_queries(frame: pd.DataFrame, changed: np.ndarray, fresh: pd.DataFra
 MAX_PATCHED = 5000
 
 
-def _structure(db: sqlite_utils.Database) -> tuple:
+def structure_of(db: sqlite_utils.Database) -> tuple:
     """Changes that label_events do not record but that change a report: ingests and settings."""
     return (tuple(db.execute("SELECT count(*), max(id) FROM ingests WHERE state = 'done'").fetchone()),
             tuple(tuple(r) for r in db.execute("SELECT key, value FROM settings ORDER BY key")))
@@ -282,7 +201,7 @@ def _golden_part(db: sqlite_utils.Database, annotator: str | None, since: When, 
 
 def _load(db: sqlite_utils.Database, annotator: str | None, since: When, until: When) -> _Loaded:
     # read the watermark first: an event committed meanwhile is simply applied again next time
-    watermark, structure = _watermark(db), _structure(db)
+    watermark, structure = _watermark(db), structure_of(db)
     qrels, queries = _golden_part(db, annotator, since, until)
     return _Loaded(qrels, queries, watermark=watermark, structure=structure)
 
@@ -293,7 +212,7 @@ def _refresh(db: sqlite_utils.Database, old: _Loaded, annotator: str | None, sin
     a status, an adjudication, a review, an import: every labeler write that changes a golden label
     logs one); None when a full reload is needed (an ingest, a settings change, or many changes).
     A label edited with raw SQL, bypassing labeler, is not seen until the next full reload."""
-    watermark, structure = _watermark(db), _structure(db)
+    watermark, structure = _watermark(db), structure_of(db)
     if structure != old.structure or watermark < old.watermark:
         return None
     changed = np.array(sorted({r[0] for r in db.execute(
@@ -306,7 +225,7 @@ def _refresh(db: sqlite_utils.Database, old: _Loaded, annotator: str | None, sin
                   watermark=watermark, structure=structure)
     counted = queries["query_pk"].to_numpy(np.int64)
     for retriever, (run, ran) in old.runs.items():
-        fresh = _read_run(db, retriever, counted)
+        fresh = read_run(db, retriever, counted)
         new.runs[retriever] = (
             _replace_queries(run, changed, fresh, ["query", "rank"]),
             np.union1d(ran[~np.isin(ran, changed)], logged_queries(db, retriever, counted)).astype(np.int64))
@@ -326,7 +245,7 @@ def _forget_older(token: tuple) -> None:
         return isinstance(first, tuple) and first[:2] == token[:2] and first != token
 
     _LOADED.evict(stale)
-    _REPORTS.evict(stale)
+    REPORTS.evict(stale)
 
 
 _PREVIOUS: dict[tuple, tuple[Any, _Loaded]] = {}  # (file, filters) -> the last token and what it loaded
@@ -335,12 +254,12 @@ _PREVIOUS_LOCK = threading.Lock()
 
 def _inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
             since: When, until: When) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray]:
-    loaded = _loaded_inputs(db, token, retriever, annotator, since, until)
+    loaded = loaded_inputs(db, token, retriever, annotator, since, until)
     run, ran = loaded.runs[retriever]
     return loaded.qrels, run, loaded.queries, ran
 
 
-def _loaded_inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
+def loaded_inputs(db: sqlite_utils.Database, token: tuple | None, retriever: str, annotator: str | None,
                    since: When, until: When) -> _Loaded:
     """The loaded golden set for these filters, with ``retriever``'s run, reused or refreshed."""
     filters = (annotator, None if since is None else stamp(since), None if until is None else stamp(until))
@@ -363,5 +282,5 @@ def _loaded_inputs(db: sqlite_utils.Database, token: tuple | None, retriever: st
     loaded = _LOADED.get(key, make)
     if retriever not in loaded.runs:
         pks = loaded.queries["query_pk"].to_numpy()
-        loaded.runs[retriever] = (_read_run(db, retriever, pks), logged_queries(db, retriever, pks))
+        loaded.runs[retriever] = (read_run(db, retriever, pks), logged_queries(db, retriever, pks))
     return loaded

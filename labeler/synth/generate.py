@@ -20,10 +20,11 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, llm, owners
 from .. import db as store
-from ..ingest import normalize_question
-from ..search import CorpusIndex
+from .. import llm, owners
+from ..accounts.manage import require
+from ..ingest.validate import normalize_question
+from ..search.tfidf import CorpusIndex
 from .checks import check_item, find_duplicates
 from .models import MAX_CHUNK_CHARS, GeneratedBatch, GeneratedQuestion, Seed, SynthOptions
 from .seeds import detect_language, select_seeds
@@ -207,7 +208,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
     status ``submitted`` (``result.batches`` the batch ids); ``labeler llm collect`` checks and
     stores the questions when the batches are done.
     """
-    accounts.require(db, by, "llm", "generating synthetic questions")
+    require(db, by, "llm", "generating synthetic questions")
     index = index if index is not None else CorpusIndex(db)
     plan = plan_generation(db, config, options, index=index)
     run_id = _start_run(db, plan)

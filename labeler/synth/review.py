@@ -199,7 +199,7 @@ def review(db: sqlite_utils.Database, query_pk: int, decision: str, *, reviewer:
                        "ON CONFLICT (query_pk) DO UPDATE SET decision = excluded.decision, "
                        "reviewer = excluded.reviewer, reviewed_at = excluded.reviewed_at",
                        [query_pk, label, reviewer, at])
-    from ..labels import sync_queue
+    from ..labels.queue import sync_queue
 
     sync_queue(db)  # the accepted set changed: the queue's change check sees it, no force needed
     return get_question(db, query_pk)

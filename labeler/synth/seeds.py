@@ -11,7 +11,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import SynthError
-from ..search import CorpusIndex
+from ..search.tfidf import CorpusIndex
 from .models import STRATEGIES, Seed
 
 # --- language ---------------------------------------------------------------------------------

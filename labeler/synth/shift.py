@@ -152,7 +152,7 @@ def retrieval_by_origin(db: sqlite_utils.Database, metrics: tuple[str, ...] = DE
     """Per origin (log, synthetic): ``report.retrieval_report`` of ``retriever`` over the human golden
     labels (synthetic questions only once accepted): labeled queries, queries without a relevant
     chunk, and each metric's mean, 95% bootstrap CI and n."""
-    from ..report import retrieval_report
+    from ..report.core import retrieval_report
 
     out: dict[str, Any] = {"retriever": retriever, "metrics": list(metrics)}
     for origin in ("log", "synthetic"):

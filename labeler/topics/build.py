@@ -27,8 +27,8 @@ from sklearn.cluster import KMeans
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
-from .. import accounts
 from .. import db as store
+from ..accounts.manage import audit, require
 from .choose import CRITERION, choose_k, ward_centroids
 from .ctfidf import ctfidf_terms
 from .space import EmbeddingSpace, TfidfSpace, TopicsError, fit_lsa, fit_tfidf, similarities
@@ -91,7 +91,7 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
     of topics (None: chosen from the data, see ``choose``). ``config``: a ``labeler.llm.LLMConfig`` whose
     ``embedding_model`` is used instead of TF-IDF when set. Leads only (``by``). Returns the
     summary that :func:`topic_summary` returns."""
-    accounts.require(db, by, "lead", "building topics")
+    require(db, by, "lead", "building topics")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
         raise TopicsError(f"k must be a whole number >= 2, e.g. 10; got {k!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -148,7 +148,7 @@ def build_topics(db: sqlite_utils.Database, *, k: int | None = None, seed: int =
              None if stored["vocabulary"] is None else json.dumps(stored["vocabulary"]), stored["idf"],
              stored["components"], centroids.astype(np.float32).tobytes()])
         model_id = cur.lastrowid
-        accounts.audit(db.conn, created, by, "topics build", f"model {model_id}", f"k={chosen} seed={seed}")
+        audit(db.conn, created, by, "topics build", f"model {model_id}", f"k={chosen} seed={seed}")
     model = TopicModel(model_id, space.method, chosen, seed, len(pks), far, created, params, centroids, space)
     _assign_all(db, model, progress=progress)
     _write_topics(db, model, top_terms)

@@ -29,7 +29,7 @@ def coverage(db: sqlite_utils.Database, *, specs: Sequence[str] = COVERAGE_SPECS
     default) on its labeled queries with 95% bootstrap CIs (``labeler.report.metrics_by_group``;
     None below 5 measured queries). ``uncovered_share``: the traffic share of topics without a
     single labeled question. Queries that arrived after the build are assigned first."""
-    from ..report import retrieval_report
+    from ..report.core import retrieval_report
     from ..report.groups import metrics_by_group
 
     model = current_model(db, config=config)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import labeler  # noqa: E402
 import labeler.labels as labels  # noqa: E402
-from labeler import db as store  # noqa: E402
+from labeler.accounts.settings import set_setting  # noqa: E402
 from labeler.errors import LabelerError  # noqa: E402
 
 
@@ -48,8 +48,8 @@ def build(path: Path, chunks: int) -> tuple[int, list[int], int, list[int]]:
                             "timestamp": "2026-01-02T00:00:00Z",
                             "retrieved": [{"id": f"b{i}", "text": f"chunk {i}"} for i in range(8)]}) + "\n")
     db = labeler.connect(path)
-    store.set_setting(db, "overlap_fraction", 0)
-    store.set_setting(db, "queue_order", "oldest")
+    set_setting(db, "overlap_fraction", 0)
+    set_setting(db, "queue_order", "oldest")
     labeler.ingest_logs(db, log)
     first, second = labels.next_item(db, "alice"), labels.next_item(db, "bob")
     items = {pk: [r[0] for r in db.execute("SELECT doc_pk FROM retrievals WHERE query_pk = ? ORDER BY rank", [pk])]

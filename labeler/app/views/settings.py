@@ -11,7 +11,7 @@ import labeler.labels as labels
 from labeler import accounts
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
-from labeler.estimate import designs as estimate
+from labeler.estimate import active as estimate
 from labeler.labels import strata
 
 db = state.get_db()

@@ -20,13 +20,23 @@ import openai
 import pydantic
 import sqlite_utils
 
-from .. import accounts, privacy
-from ..db import now, transaction
-from ..errors import LLMError
-from .batch import BatchInfo, _api_message, _owner, _set, client_for, refresh, submit
-from .cache import _store, call_row, redact_answer, store_many
-from .client import LLMConfig, Task, _Failed, _short, completion_content, validate_content
-from .direct import run_tasks
+from ... import privacy
+from ...accounts.manage import require
+from ...db import now, transaction
+from ...errors import LLMError
+from ..cache import call_row, redact_answer, store_call, store_many
+from ..client import (
+    CallFailed,
+    LLMConfig,
+    Task,
+    api_message,
+    completion_content,
+    short_error,
+    validate_content,
+)
+from ..direct import run_tasks
+from .store import BatchInfo, owner_of, set_batch
+from .submitting import client_for, refresh, submit
 
 _CHUNK = 2_000  # lines stored per transaction
 #: How long a collect holds a batch without renewing the hold (it renews at every step): another
@@ -67,7 +77,7 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
     """Collect every finished, not yet collected batch (all, or one run's); see the module docstring.
     Collecting again changes nothing. May pay for direct retries and new batches: ``by`` (the
     signed-in account) must be allowed to run LLM jobs (``None`` is the local operator)."""
-    accounts.require(db, by, "llm", "collecting Batch API results")
+    require(db, by, "llm", "collecting Batch API results")
     result = Collected()
     own = client is None
     client = client or client_for(config)
@@ -96,7 +106,7 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
                           [kind, run]).fetchone() is None:
                 stored = db.execute("SELECT config FROM llm_batches WHERE owner = ? AND run_id = ? LIMIT 1",
                                     [kind, run]).fetchone()[0]
-                _owner(kind).finish(db, _run_config(config, stored), run)
+                owner_of(kind).finish(db, _run_config(config, stored), run)
                 result.finished_runs.append((kind, run))
     finally:
         if own:
@@ -133,7 +143,7 @@ def _release(db: sqlite_utils.Database, key: str, token: str) -> None:
 def _collect_one(db: sqlite_utils.Database, config: LLMConfig, client: openai.OpenAI, b: BatchInfo,
                  result: Collected, *, direct_rest: bool, renew: Callable[[], None]) -> None:
     config = _run_config(config, db.execute("SELECT config FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0])
-    schema = _owner(b.owner).schema(db, b.run_id)
+    schema = owner_of(b.owner).schema(db, b.run_id)
     label = b.batch_id or b.key
     prior: dict[str, tuple[str, bool]] = {}
     if b.state == "failed" and not b.output_file_id:
@@ -158,7 +168,7 @@ def _collect_one(db: sqlite_utils.Database, config: LLMConfig, client: openai.Op
         _fail_rest(db, config, b.key, f"batch {label} was cancelled before this request ran", states=("rest",))
     spent = db.execute("SELECT count(*) FROM llm_batch_items WHERE batch_key = ? AND state IN ('ok', 'failed')",
                        [b.key]).fetchone()[0]
-    _set(db, b.key, collected=spent, collected_at=now())
+    set_batch(db, b.key, collected=spent, collected_at=now())
     result.batches.append(label)
 
 
@@ -188,12 +198,12 @@ def _collect_file(db: sqlite_utils.Database, config: LLMConfig, client: openai.O
         except StopIteration:
             break
         except openai.APIStatusError as e:
-            raise LLMError(f"Batch API: downloading {file_id} failed (HTTP {e.status_code}: {_api_message(e)}); "
+            raise LLMError(f"Batch API: downloading {file_id} failed (HTTP {e.status_code}: {api_message(e)}); "
                            "run `labeler llm collect` again") from None
         except Exception as e:  # the connection dropped mid-file (the HTTP library's own error types)
             _store_lines(db, config, b, chunk, schema, prior, result)  # keep every complete line read
             raise LLMError(f"Batch API: download of {file_id} was interrupted after {read} lines "
-                           f"({type(e).__name__}: {_short(e, 200)}); what was read is stored: "
+                           f"({type(e).__name__}: {short_error(e, 200)}); what was read is stored: "
                            "run `labeler llm collect` again") from None
         if not line.strip():
             continue
@@ -251,7 +261,7 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
                     error = f"invalid output from the batch: {error}"
                 else:
                     model, error = redact_answer(redactor, schema, model)
-            except _Failed as e:
+            except CallFailed as e:
                 error = str(e)
         elif error is None:
             message = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else None
@@ -329,7 +339,7 @@ def _fail_rest(db: sqlite_utils.Database, config: LLMConfig, key: str, reason: s
                        [key, *states]).fetchall()
     with transaction(db):
         for h, request in items:
-            _store(db, call_row(h, config, request, model=None, error=reason, raw=None, prompt_tokens=0,
+            store_call(db, call_row(h, config, request, model=None, error=reason, raw=None, prompt_tokens=0,
                                 completion_tokens=0, requests=0, cost=None))
         db.execute(f"UPDATE llm_batch_items SET state = 'failed' WHERE batch_key = ? AND state IN ({marks})",
                    [key, *states])

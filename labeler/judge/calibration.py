@@ -1,5 +1,6 @@
-"""Agreement of stored judge runs with the database's human labels: one run (with the human
-ceiling and the retrievers), two runs compared, and successive runs over time (drift)."""
+"""Calibration of a judge against the humans: agreement of a stored judge run with the database's
+consolidated human labels (with the human-human ceiling and the retrievers), two runs compared, and
+successive runs over time (drift). The statistics themselves are in ``labeler.agreement``."""
 
 from __future__ import annotations
 
@@ -8,88 +9,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import JudgeError
-from .stats import (
+from ..agreement.retrievers import retriever_agreement, retrievers_dict
+from ..agreement.stats import (
     DEFAULT_MIN_N,
     Stat,
-    _check,
-    _stat_dicts,
+    check_bootstrap,
     human_pairs,
     ordinal_agreement,
     ordinal_arrays,
     paired_difference,
     roc_auc,
+    stat_dicts,
 )
+from ..errors import JudgeError
+from .data import comparison_data, retrievals_for, run_grades
+from .data import retrievers as logged_retrievers
+from .store import get_run, list_runs
 
 if TYPE_CHECKING:
-    import pandas as pd
     import sqlite_utils
-
-# --- retrievers judged by humans and by the judge -------------------------------------------------
-
-def retriever_agreement(run: pd.DataFrame, human: pd.DataFrame, judge: pd.DataFrame, *, k: int = 10,
-                        threshold: int = 2, n_resamples: int = 1000, seed: int = 0,
-                        confidence: float = 0.95) -> dict[str, Any]:
-    """Each retriever's recall@k and nDCG@k with human qrels and with judge qrels (the same pairs,
-    the same queries), and Kendall's tau between the retrievers' order by humans and by the judge.
-
-    ``run``: retriever, query, doc, rank. ``human`` / ``judge``: query, doc, grade. Only pairs both
-    graded count, and only queries with a relevant chunk under both (recall is undefined otherwise).
-    """
-    from scipy import stats as sps
-
-    from ..metrics import aggregate, per_query
-
-    retrievers = sorted(run["retriever"].unique()) if len(run) else []
-    specs = [f"recall@{k}", f"ndcg@{k}"]
-    if len(retrievers) < 2:
-        why = f"needs two or more retrievers logged; found {len(retrievers)}"
-        return {"k": k, "retrievers": retrievers, "metrics": {},
-                "kendall_tau": {s: Stat(None, n=len(retrievers), reason=why) for s in specs}}
-    both = human.merge(judge, on=["query", "doc"], suffixes=("_human", "_judge"))
-    qrels = {"human": both[["query", "doc", "grade_human"]].rename(columns={"grade_human": "grade"}),
-             "judge": both[["query", "doc", "grade_judge"]].rename(columns={"grade_judge": "grade"})}
-    per: dict[str, dict[str, pd.DataFrame]] = {}
-    keep = None
-    for r in retrievers:
-        rows = run[run["retriever"] == r][["query", "doc", "rank"]]
-        per[r] = {who: per_query(rows, q, specs, threshold=threshold) for who, q in qrels.items()}
-        for frame in per[r].values():
-            ok = frame[specs].notna().all(axis=1)
-            keep = ok if keep is None else keep & ok
-    metrics: dict[str, dict[str, dict[str, Stat]]] = {}
-    means: dict[str, dict[str, list[float]]] = {s: {"human": [], "judge": []} for s in specs}
-    for r in retrievers:
-        metrics[r] = {}
-        for who in ("human", "judge"):
-            agg = aggregate(per[r][who][keep], confidence=confidence, n_resamples=max(n_resamples, 1), seed=seed)
-            for s in specs:
-                a = agg[s]
-                stat = (Stat(a["mean"], a["ci_low"], a["ci_high"], a["n"]) if a["mean"] is not None else
-                        Stat(None, n=0, reason="no query has a relevant chunk under both label sets"))
-                metrics[r].setdefault(s, {})[who] = stat
-                means[s][who].append(np.nan if a["mean"] is None else a["mean"])
-    taus = {}
-    for s in specs:
-        h, j = np.array(means[s]["human"]), np.array(means[s]["judge"])
-        if np.isnan(h).any() or np.isnan(j).any():
-            taus[s] = Stat(None, n=len(retrievers), reason="a retriever has no measurable query")
-            continue
-        tau = sps.kendalltau(h, j).statistic
-        taus[s] = (Stat(float(tau), n=len(retrievers), note="over retrievers: no interval")
-                   if not np.isnan(tau) else
-                   Stat(None, n=len(retrievers), reason="the retrievers tie under one of the label sets"))
-    return {"k": k, "retrievers": retrievers, "queries": int(keep.sum()), "metrics": metrics, "kendall_tau": taus}
-
-
-def _retrievers_dict(section: dict[str, Any] | None) -> dict[str, Any] | None:
-    if section is None:
-        return None
-    return {"k": section["k"], "retrievers": section["retrievers"], "queries": section.get("queries", 0),
-            "metrics": {r: {s: {who: st.to_dict() for who, st in by.items()} for s, by in m.items()}
-                        for r, m in section["metrics"].items()},
-            "kendall_tau": {s: st.to_dict() for s, st in section["kendall_tau"].items()}}
-
 
 # --- a judge run against the database's human labels -------------------------------------------------
 
@@ -114,10 +52,10 @@ class Agreement:
     def to_dict(self) -> dict[str, Any]:
         """One key per statistic (``{"value", "ci_low", "ci_high", "n"}``), then ``run``,
         ``human_human``, ``retrievers`` and ``bootstrap``."""
-        out: dict[str, Any] = _stat_dicts(self.statistics)
-        out["human_human"] = _stat_dicts(self.human_human)
+        out: dict[str, Any] = stat_dicts(self.statistics)
+        out["human_human"] = stat_dicts(self.human_human)
         out["human_human"]["items"] = self.human_items
-        out["retrievers"] = _retrievers_dict(self.retrievers)
+        out["retrievers"] = retrievers_dict(self.retrievers)
         out["run"] = asdict(self.run) if hasattr(self.run, "__dataclass_fields__") else self.run
         out["grades"] = self.levels
         out["threshold"] = self.threshold
@@ -139,11 +77,9 @@ def run_agreement(db: sqlite_utils.Database, run_id: int, *, n_resamples: int = 
     annotators: the median, rounded half up), collapsed at "yes"; faithfulness adds the ROC AUC of
     the claim score for humans' "yes". ``data``: a ``judge.comparison_data`` already loaded.
     """
-    from .. import judge as judges
-
-    _check(confidence, n_resamples)
-    info = judges.get_run(db, run_id)
-    data = data if data is not None else judges.comparison_data(db, run_id)
+    check_bootstrap(confidence, n_resamples)
+    info = get_run(db, run_id)
+    data = data if data is not None else comparison_data(db, run_id)
     by_query = data.kind == "relevance"
     common = dict(levels=len(data.levels), threshold=data.threshold, n_resamples=n_resamples, seed=seed,
                   confidence=confidence, min_n=min_n)
@@ -162,9 +98,9 @@ def run_agreement(db: sqlite_utils.Database, run_id: int, *, n_resamples: int = 
                 stat.reason = "no overlap between annotators: no item was labeled by two of them"
     section = None
     if retrievers and by_query:
-        logged = judges.retrievers(db)
-        run = (judges.retrievals_for(db, np.unique(data.query_pk)) if len(logged) > 1 else
-               judges.retrievals_for(db, []))
+        logged = logged_retrievers(db)
+        run = (retrievals_for(db, np.unique(data.query_pk)) if len(logged) > 1 else
+               retrievals_for(db, []))
         section = retriever_agreement(run, data.human_qrels, data.judge_qrels, k=k, threshold=data.threshold,
                                       n_resamples=n_resamples, seed=seed, confidence=confidence)
     return Agreement(info, data.levels, data.threshold, stats, ceiling, section, data.excluded,
@@ -184,14 +120,12 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "common_pairs": self.common,
-                "difference": _stat_dicts(self.difference), "between": _stat_dicts(self.between)}
+                "difference": stat_dicts(self.difference), "between": stat_dicts(self.between)}
 
 
 def compare_runs(db: sqlite_utils.Database, run_a: int, run_b: int, *, n_resamples: int = 1000, seed: int = 0,
                  confidence: float = 0.95, min_n: int = DEFAULT_MIN_N) -> Comparison:
     """Compare two judge runs of the same kind (rubric v1 vs v2, model A vs B): see ``Comparison``."""
-    from .. import judge as judges
-
     a = run_agreement(db, run_a, n_resamples=n_resamples, seed=seed, confidence=confidence, min_n=min_n,
                       retrievers=False)
     b = run_agreement(db, run_b, n_resamples=n_resamples, seed=seed, confidence=confidence, min_n=min_n,
@@ -199,14 +133,14 @@ def compare_runs(db: sqlite_utils.Database, run_a: int, run_b: int, *, n_resampl
     if a.run.kind != b.run.kind:
         raise JudgeError(f"runs {run_a} ({a.run.kind}) and {run_b} ({b.run.kind}) judge different things; "
                          "compare runs of the same kind")
-    da, db_ = judges.comparison_data(db, run_a), judges.comparison_data(db, run_b)
+    da, db_ = comparison_data(db, run_a), comparison_data(db, run_b)
     both = da.frame.merge(db_.frame, on=["query_pk", "doc_pk", "human"], suffixes=("_a", "_b"))
     common = dict(levels=len(da.levels), threshold=da.threshold, n_resamples=n_resamples, seed=seed)
     by_query = da.kind == "relevance"
     first = ordinal_arrays(both["human"], both["judge_a"], **common, clusters=both["query_pk"] if by_query else None)
     second = ordinal_arrays(both["human"], both["judge_b"], **common, clusters=both["query_pk"] if by_query else None)
     difference = paired_difference(first, second, confidence, min_n)
-    ga, gb = judges.run_grades(db, run_a), judges.run_grades(db, run_b)
+    ga, gb = run_grades(db, run_a), run_grades(db, run_b)
     pairs = ga.merge(gb, on=["query_pk", "doc_pk"], suffixes=("_a", "_b"))
     between = ordinal_agreement(pairs["grade_a"], pairs["grade_b"], **common, confidence=confidence,
                                 min_n=min_n, names=(f"run {run_a}", f"run {run_b}"),
@@ -219,18 +153,16 @@ def drift(db: sqlite_utils.Database, *, judge: str | None = None, kind: str = "r
     """Successive calibration runs of one kind (or one ``judge``) in time order: each run's kappa
     and exact agreement with humans, and with the run before it on the items both judged (point
     values, no intervals: this is a trend line)."""
-    from .. import judge as judges
-
-    runs = [r for r in judges.list_runs(db) if r.on_set == "labeled" and r.kind == kind
+    runs = [r for r in list_runs(db) if r.on_set == "labeled" and r.kind == kind
             and r.status in ("done", "cancelled") and (judge is None or r.judge == judge)]
     runs.sort(key=lambda r: (r.created_at, r.id))
     out: list[dict[str, Any]] = []
     previous = None
     for r in runs:
-        data = judges.comparison_data(db, r.id)
+        data = comparison_data(db, r.id)
         common = dict(levels=len(data.levels), threshold=data.threshold, n_resamples=0, min_n=min_n)
         vs_humans = ordinal_agreement(data.human, data.judge, **common)
-        grades = judges.run_grades(db, r.id)
+        grades = run_grades(db, r.id)
         row: dict[str, Any] = {
             "run_id": r.id, "created_at": r.created_at, "judge": r.judge, "rubric": r.rubric, "model": r.model,
             "kappa_vs_humans": vs_humans["cohen_kappa"].value,

@@ -1,169 +1,55 @@
-"""The batch runner: big runs through the OpenAI Batch API (``/v1/files`` + ``/v1/batches``).
-
-``submit`` builds each request exactly as the direct runner does (``request_record`` ->
-``batch_body``), leaves out requests already answered in ``llm_calls``, splits the rest into
-files of at most 50,000 lines and 190 MB, uploads them (``purpose="batch"``) and creates the
-batches, storing every step in ``llm_batches`` / ``llm_batch_items`` first: a line's ``custom_id``
-is the request's cache hash. ``collect`` streams finished output and error files line by line,
-validates each answer like a direct call and stores it in ``llm_calls`` under that hash (so a later
-direct run pays nothing), chunk by chunk with the lines' state, so an interrupted download is
-collected again without counting anything twice. A bad line (non-200, invalid output, missing) is
-retried once directly (an invalid answer gets the repair request); the lines an expired batch never
-ran are re-batched, or run directly with ``direct_rest``. When every batch of a run is collected,
-the run's owner (``judge``, ``synth``) reads its results back from the cache. Collecting lives in
-``batch_collect`` and is re-exported here (``batch.collect``).
-
-A process killed between uploading a file and creating its batch leaves a row that names the file
-(``<key>.jsonl``) and the batch (metadata ``labeler_key``): the next ``submit``/``collect`` finds
-and reuses them, or deletes a partial upload, so nothing is billed twice.
-"""
+"""Submitting batches: each request built exactly as the direct runner builds it (``request_record``
+-> ``batch_body``), requests already answered in ``llm_calls`` left out, the rest split into files of
+at most 50,000 lines and 190 MB, uploaded and sent, every step stored first; and asking the provider
+for their state (``refresh``), cancelling and waiting. A process killed between uploading a file and
+creating its batch leaves a row that names both; the next call finds and reuses them."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import importlib
 import json
 import logging
 import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import openai
 import pydantic
 import sqlite_utils
 
-from .. import accounts, privacy
-from ..db import dumps, now, transaction
-from ..errors import LLMError
-from .cache import _load_cached, redact_tasks, request_record
-from .client import (
+from ... import privacy
+from ...accounts.manage import require
+from ...db import dumps, now, transaction
+from ...errors import LLMError
+from ..cache import load_cached, redact_tasks, request_record
+from ..client import (
     LLMConfig,
     Task,
-    _api_message,
-    _schema_name,
-    _short,
-    _strict,
+    api_message,
+    schema_name_of,
+    short_error,
+    strict_schema,
     task_hash,
+)
+from .store import (
+    ENDPOINT,
+    MAX_BYTES,
+    MAX_LINES,
+    BatchInfo,
+    Submitted,
+    list_batches,
+    owner_of,
+    set_batch,
+    stored_batches,
 )
 
 log = logging.getLogger("labeler.llm")
 
-MAX_LINES = 50_000
-MAX_BYTES = 190 * 1024 * 1024
-ENDPOINT = "/v1/chat/completions"
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 _CONFIG_FIELDS = ("model", "temperature", "max_tokens", "token_limit_param", "input_price_per_1m",
                   "output_price_per_1m", "batch_input_price_per_1m", "batch_output_price_per_1m")
 
-
-# --- owners: the runs that hand work to batches ---------------------------------------------------
-
-@dataclass(frozen=True)
-class BatchOwner:
-    """A kind of run that submits batches: ``schema(db, run_id)`` is the answer model of its
-    requests; ``finish(db, config, run_id)`` reads the run's results back once every batch is
-    collected (``run_tasks(..., cached_only=True)``)."""
-
-    kind: str
-    schema: Callable[[sqlite_utils.Database, int], type[pydantic.BaseModel]]
-    finish: Callable[[sqlite_utils.Database, LLMConfig, int], Any]
-
-
-_OWNERS: dict[str, BatchOwner] = {}
-
-
-def register_owner(owner: BatchOwner) -> BatchOwner:
-    _OWNERS[owner.kind] = owner
-    return owner
-
-
-def _owner(kind: str) -> BatchOwner:
-    if kind not in _OWNERS:  # the built-in owners register when their package is imported
-        try:
-            importlib.import_module(f"labeler.{kind}")
-        except ImportError:
-            pass
-    if kind not in _OWNERS:
-        raise LLMError(f"unknown batch owner {kind!r}; known: {', '.join(sorted(_OWNERS)) or 'none'}")
-    return _OWNERS[kind]
-
-
-# --- records ------------------------------------------------------------------------------------------
-
-@dataclass
-class BatchInfo:
-    """One stored batch (``batch_id`` None until the provider created it)."""
-
-    key: str
-    owner: str
-    run_id: int
-    part: int
-    model: str
-    state: str
-    requests: int
-    completed: int = 0
-    failed: int = 0
-    collected: int = 0
-    bytes: int = 0
-    batch_id: str | None = None
-    input_file_id: str | None = None
-    output_file_id: str | None = None
-    error_file_id: str | None = None
-    error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-    collected_at: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class Submitted:
-    """What ``submit`` did: the batches created, requests answered from the cache, lines sent."""
-
-    owner: str
-    run_id: int
-    batches: list[BatchInfo]
-    cached: int
-    sent: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"owner": self.owner, "run_id": self.run_id, "cached": self.cached, "sent": self.sent,
-                "batches": [b.batch_id for b in self.batches]}
-
-
-_COLUMNS = [f.name for f in dataclasses.fields(BatchInfo)]
-
-
-def _rows(db: sqlite_utils.Database, where: str = "1", params: Iterable[Any] = ()) -> list[BatchInfo]:
-    cur = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM llm_batches WHERE {where} ORDER BY created_at, key",
-                     list(params))
-    return [BatchInfo(*row) for row in cur.fetchall()]
-
-
-def list_batches(db: sqlite_utils.Database, *, owner: str | None = None, run_id: int | None = None) -> list[BatchInfo]:
-    """The stored batches (all, or one run's), oldest first. Reads the database only; ``refresh``
-    asks the provider for their state."""
-    return _rows(db, "(?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR run_id = ?2)", [owner, run_id])
-
-
-def _set(db: sqlite_utils.Database, key: str, **values: Any) -> None:
-    values["updated_at"] = now()
-    with transaction(db):
-        db.execute(f"UPDATE llm_batches SET {', '.join(f'{k} = ?' for k in values)} WHERE key = ?",
-                   [*values.values(), key])
 
 
 # --- requests as batch lines ---------------------------------------------------------------------------
@@ -179,8 +65,8 @@ def batch_body(record: dict[str, Any]) -> dict[str, Any]:
 def _response_format(schema_name: str, schema_json: str) -> dict[str, Any]:
     # every line of a run has the same schema: made strict once, not 200,000 times
     schema = json.loads(schema_json)
-    return {"type": "json_schema", "json_schema": {"name": _schema_name(schema_name),
-                                                   "schema": _strict(schema, schema), "strict": True}}
+    return {"type": "json_schema", "json_schema": {"name": schema_name_of(schema_name),
+                                                   "schema": strict_schema(schema, schema), "strict": True}}
 
 
 def batch_line(h: str, record: dict[str, Any]) -> str:
@@ -201,9 +87,9 @@ def _api(what: str, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except openai.APIStatusError as e:
-        raise LLMError(f"Batch API: {what} failed (HTTP {e.status_code}: {_api_message(e)})") from None
+        raise LLMError(f"Batch API: {what} failed (HTTP {e.status_code}: {api_message(e)})") from None
     except openai.APIError as e:
-        raise LLMError(f"Batch API: {what} failed ({_short(e, 200)}); run the command again") from None
+        raise LLMError(f"Batch API: {what} failed ({short_error(e, 200)}); run the command again") from None
 
 
 # --- submitting ----------------------------------------------------------------------------------------
@@ -213,9 +99,9 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
     """Send the requests of ``tasks`` not already answered in the cache as batches of run ``run_id``
     of ``owner``; returns once the batches are created (their ids and state stored). ``tasks`` is
     read once, as a stream: a generator of a million tasks is never held whole."""
-    _owner(owner)
+    owner_of(owner)
     counts = {"cached": 0, "sent": 0}
-    keys = _write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
+    keys = write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
                         max_lines=max_lines, max_bytes=max_bytes)
     if keys:
         own = client is None
@@ -226,7 +112,7 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
         finally:
             if own:
                 client.close()
-    return Submitted(owner, run_id, _rows(db, f"key IN ({', '.join('?' * len(keys))})", keys) if keys else [],
+    return Submitted(owner, run_id, stored_batches(db, f"key IN ({', '.join('?' * len(keys))})", keys) if keys else [],
                      cached=counts["cached"], sent=counts["sent"])
 
 
@@ -239,7 +125,7 @@ def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
     tasks = redact_tasks(privacy.redactor_for(db), tasks)
 
     def flush() -> Iterator[tuple[str, dict[str, Any]]]:
-        cached = _load_cached(db, [h for h, _ in chunk])
+        cached = load_cached(db, [h for h, _ in chunk])
         counts["cached"] += len(cached)
         for h, task in chunk:
             if h not in cached:
@@ -258,7 +144,7 @@ def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
     yield from flush()
 
 
-def _write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
+def write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
                  owner: str, run_id: int, max_lines: int, max_bytes: int) -> list[str]:
     """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes, one
     transaction a part, rows in state 'building'. Returns the parts' keys."""
@@ -294,7 +180,7 @@ def _write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tu
     return keys
 
 
-def _lines(db: sqlite_utils.Database, key: str) -> Iterator[bytes]:
+def file_lines(db: sqlite_utils.Database, key: str) -> Iterator[bytes]:
     for h, request in db.execute("SELECT hash, request FROM llm_batch_items WHERE batch_key = ?", [key]):
         yield batch_line(h, json.loads(request)).encode() + b"\n"
 
@@ -302,18 +188,18 @@ def _lines(db: sqlite_utils.Database, key: str) -> Iterator[bytes]:
 def _send(db: sqlite_utils.Database, client: openai.OpenAI, key: str, *, recovering: bool) -> None:
     """Upload part ``key`` and create its batch, whichever of the two is not yet done. When
     ``recovering`` (an earlier process stopped half-way) the file and batch are looked up first."""
-    row = _rows(db, "key = ?", [key])[0]
+    row = stored_batches(db, "key = ?", [key])[0]
     filename = f"{key}.jsonl"
     if row.state == "building":
         file_id = _find_file(client, filename, row.bytes) if recovering else None
         if file_id is None:
             with tempfile.TemporaryFile() as fh:  # the file is streamed from the database, never held whole
-                for line in _lines(db, key):
+                for line in file_lines(db, key):
                     fh.write(line)
                 fh.seek(0)
                 file_id = _api(f"uploading {filename}",
                                lambda: client.files.create(file=(filename, fh), purpose="batch")).id
-        _set(db, key, input_file_id=file_id, state="uploaded")
+        set_batch(db, key, input_file_id=file_id, state="uploaded")
         row.state, row.input_file_id = "uploaded", file_id
     if row.state == "uploaded":
         batch = _find_batch(client, key, row.input_file_id) if recovering else None
@@ -352,14 +238,14 @@ def _update_from(db: sqlite_utils.Database, key: str, batch: Any) -> None:
     if batch.errors and batch.errors.data:
         errors = "; ".join(f"line {e.line}: {e.message}" if e.line is not None else str(e.message)
                            for e in batch.errors.data[:5])
-    _set(db, key, batch_id=batch.id, state=batch.status, completed=counts.completed if counts else 0,
+    set_batch(db, key, batch_id=batch.id, state=batch.status, completed=counts.completed if counts else 0,
          failed=counts.failed if counts else 0, output_file_id=batch.output_file_id,
          error_file_id=batch.error_file_id, error=errors)
 
 
 def recover(db: sqlite_utils.Database, client: openai.OpenAI) -> list[str]:
     """Finish every part a stopped process left uploaded-but-not-created or half-built."""
-    keys = [b.key for b in _rows(db, "state IN ('building', 'uploaded')")]
+    keys = [b.key for b in stored_batches(db, "state IN ('building', 'uploaded')")]
     for key in keys:
         _send(db, client, key, recovering=True)
     return keys
@@ -385,8 +271,8 @@ def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, clien
            by: str | None = None) -> BatchInfo:
     """Cancel batch ``batch_id`` (a batch id or labeler's key); its finished lines are still collected.
     ``by`` as in :func:`collect`."""
-    accounts.require(db, by, "llm", "cancelling a batch")
-    rows = _rows(db, "batch_id = ? OR key = ?", [batch_id, batch_id])
+    require(db, by, "llm", "cancelling a batch")
+    rows = stored_batches(db, "batch_id = ? OR key = ?", [batch_id, batch_id])
     if not rows or rows[0].batch_id is None:
         raise LLMError(f"no batch {batch_id!r}; `labeler llm batches` lists them")
     own = client is None
@@ -396,7 +282,7 @@ def cancel(db: sqlite_utils.Database, config: LLMConfig, batch_id: str, *, clien
     finally:
         if own:
             client.close()
-    return _rows(db, "key = ?", [rows[0].key])[0]
+    return stored_batches(db, "key = ?", [rows[0].key])[0]
 
 
 def wait(db: sqlite_utils.Database, config: LLMConfig, *, owner: str, run_id: int, poll_s: float = 30,
@@ -413,39 +299,3 @@ def wait(db: sqlite_utils.Database, config: LLMConfig, *, owner: str, run_id: in
         if timeout_s is not None and time.monotonic() - started > timeout_s:
             return batches
         time.sleep(poll_s)
-
-
-def run_spend(db: sqlite_utils.Database, owner: str, run_id: int) -> tuple[int, int, float | None, int]:
-    """(prompt tokens, completion tokens, cost, answered lines) of a run's batches."""
-    pt, ct, cost, n = db.execute(
-        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), sum(cost), "
-        "(SELECT count(*) FROM llm_batch_items i JOIN llm_batches x ON x.key = i.batch_key "
-        " WHERE x.owner = ?1 AND x.run_id = ?2 AND i.state = 'ok') "
-        "FROM llm_batches WHERE owner = ?1 AND run_id = ?2", [owner, run_id]).fetchone()
-    return int(pt), int(ct), cost, int(n)
-
-
-def ages(batches: list[BatchInfo]) -> dict[str, str]:
-    """A short age ("3 h", "2 d") per batch key, from ``created_at``."""
-    from datetime import UTC, datetime
-
-    out = {}
-    for b in batches:
-        try:
-            seconds = (datetime.now(UTC) - datetime.fromisoformat(str(b.created_at).replace("Z", "+00:00"))).total_seconds()
-        except ValueError:
-            out[b.key] = "?"
-            continue
-        for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-            if seconds >= size:
-                out[b.key] = f"{int(seconds // size)} {unit}"
-                break
-        else:
-            out[b.key] = f"{int(seconds)} s"
-    return out
-
-
-
-
-# collecting needs submit (an expired batch's rest goes out again), so it lives in its own module
-from .batch_collect import Collected, collect  # noqa: E402,F401

@@ -1,38 +1,17 @@
-"""Helpers shared by the labels modules: timestamps, the grade scale, annotators and audit events."""
+"""Helpers shared by the labels modules (and the golden-set importer): leases, the grade scale, the
+checks of query and chunk keys, and audit events. Times and names are in ``labeler.core``."""
 
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlite_utils
 
 from .. import db as store
+from ..core.times import When, parse_time, stamp
 from ..errors import LabelError
-
-When = datetime | str | None
-ROLES = ("annotator", "lead")
-STATUSES = ("submitted", "skipped", "flagged", "discarded")
-
-
-def parse_time(value: When) -> datetime:
-    """``None`` -> now; an ISO 8601 string or a datetime (naive means UTC) -> an aware datetime."""
-    if value is None:
-        return datetime.now(UTC)
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise LabelError(f"time {value!r} is not ISO 8601; use e.g. 2026-01-31T12:00:00Z") from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def stamp(value: When) -> str:
-    """The stored form of a time: UTC ISO 8601 with microseconds and ``Z`` (sorts as text)."""
-    return parse_time(value).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def lease_until(value: When, settings: dict[str, Any]) -> str:
@@ -50,21 +29,6 @@ def check_grade(grade: Any, settings: dict[str, Any]) -> int:
         raise LabelError(f"grade {grade!r} is not on the scale; use an integer from 0 to {top} "
                          f"({', '.join(f'{i} {n}' for i, n in enumerate(settings['grade_names']))})")
     return grade
-
-
-def check_name(annotator: Any) -> str:
-    if not isinstance(annotator, str) or not annotator.strip():
-        raise LabelError(f"annotator name {annotator!r} is empty; give a name such as 'alice'")
-    return annotator.strip()
-
-
-def ensure_annotator(conn: sqlite3.Connection, name: str, at: str) -> None:
-    """Register ``name`` on first use; the first annotator of a project without a lead is the lead."""
-    if conn.execute("SELECT 1 FROM annotators WHERE name = ?", [name]).fetchone():
-        return
-    has_lead = conn.execute("SELECT 1 FROM annotators WHERE role = 'lead' LIMIT 1").fetchone()
-    conn.execute("INSERT INTO annotators (name, role, created_at) VALUES (?, ?, ?)",
-                 [name, "annotator" if has_lead else "lead", at])
 
 
 def query_row(conn: sqlite3.Connection, query_pk: Any) -> tuple:
