@@ -21,14 +21,14 @@ from . import formats
 from .common import FieldError as _FieldError
 from .mapping import LOG_ALIASES
 from .readers import BadRecord, iter_records
-from .validate import DEFAULT_RETRIEVER, _hash, normalize_question, validate_log
+from .validate import DEFAULT_RETRIEVER, hash_parts, normalize_question, validate_log
 
 BATCH = 2000
 # CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
 JSON_COLUMNS = (*LOG_ALIASES["retrieved"], "meta", "retrieved_context_ids", "reference_context_ids",
                 "reference_contexts")
 
-class _Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
+class Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     line: int
     rec: dict[str, Any]
     query_id: str
@@ -42,7 +42,7 @@ def content_hash(rec: dict[str, Any], *, exact: bool = False) -> str:
     digits) and as Parquet (full doubles) is the same; ``exact`` gives the hash of earlier
     versions, which used the scores as logged."""
     scores = rec["scores"] if exact else [None if v is None else round(v, 9) for v in rec["scores"]]
-    return _hash(rec["question"], rec["answer"], list(zip(rec["ids"], scores, strict=True)))
+    return hash_parts(rec["question"], rec["answer"], list(zip(rec["ids"], scores, strict=True)))
 
 
 class _Keyer:
@@ -51,20 +51,20 @@ class _Keyer:
     def __init__(self) -> None:
         self.ordinals: dict[str, int] = {}
 
-    def key(self, line: int, rec: dict[str, Any]) -> _Row:
+    def key(self, line: int, rec: dict[str, Any]) -> Row:
         content = content_hash(rec)
         if rec["query_id"] is not None:
-            return _Row(line, rec, rec["query_id"], content, None)
+            return Row(line, rec, rec["query_id"], content, None)
         norm = normalize_question(rec["question"])
-        qid = "q-" + _hash(norm, rec["retriever"], rec["ids"])[:16]
-        raw = _hash(content, rec["timestamp"], rec["meta"])
+        qid = "q-" + hash_parts(norm, rec["retriever"], rec["ids"])[:16]
+        raw = hash_parts(content, rec["timestamp"], rec["meta"])
         if rec["retriever"] != DEFAULT_RETRIEVER:
             # the same line logged by another retriever is another line (the default's keys are as before)
-            raw = _hash(raw, rec["retriever"])
+            raw = hash_parts(raw, rec["retriever"])
         n = self.ordinals.get(raw, 0)
         self.ordinals[raw] = n + 1
         # without an id, a different answer or score is another occurrence, never a conflict
-        return _Row(line, rec, qid, qid, f"{raw}#{n}")
+        return Row(line, rec, qid, qid, f"{raw}#{n}")
 
 
 
@@ -124,7 +124,7 @@ PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 _QUEUED_BATCHES = 4  # batches in flight between the processes: bounds the memory
 
 
-def _may_fork() -> bool:
+def may_fork() -> bool:
     """Forking is safe only from a single-threaded process (the CLI; not the Streamlit server), and
     only done on Linux (macOS frameworks are not fork-safe, which is why Python spawns there)."""
     return (sys.platform.startswith("linux") and (os.cpu_count() or 1) > 1

@@ -14,12 +14,12 @@ import json
 import sqlite_utils
 
 from .. import db as store
-from .batches import _Row, content_hash
+from .batches import Row, content_hash
 from .common import IngestResult, Problem
 from .validate import normalize_question
 
 
-class _LogWriter:
+class LogWriter:
     """Writes validated log records batch by batch, each inside a short transaction of the caller."""
 
     def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult, ingest_id: int):
@@ -39,7 +39,7 @@ class _LogWriter:
         # table is one of two fixed names, never user text
         return int(self.conn.execute(f"SELECT coalesce(max(pk), 0) + 1 FROM {table}").fetchone()[0])
 
-    def _resolve_docs(self, rows: list[_Row], candidates: list[str] | None) -> None:
+    def _resolve_docs(self, rows: list[Row], candidates: list[str] | None) -> None:
         """Make ``doc_pk`` know every chunk of ``rows``: look up the unknown ids, insert the new
         documents (first seen first), and fill in the text of a document logged without it before.
         ``candidates``: a list (in first-seen order) known to hold every chunk id of ``rows`` that
@@ -114,7 +114,7 @@ class _LogWriter:
                 no_text.discard(cid)
         no_text.difference_update(texts)
 
-    def write(self, batch: list[_Row], problems: list[Problem], write: bool,
+    def write(self, batch: list[Row], problems: list[Problem], write: bool,
               fresh_ids: list[str] | None = None) -> list[tuple[int, Problem]]:
         """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true.
         ``fresh_ids``: the chunk ids of ``batch`` that no earlier batch of the file had."""
@@ -148,10 +148,10 @@ class _LogWriter:
         rejected: list[tuple[int, Problem]] = []
         pending_versions: dict[tuple[str, str], tuple[str, str]] = {}
         batch_questions: dict[str, str] = {}
-        new_queries: list[_Row] = []
-        new_versions: list[_Row] = []
-        new_lines: list[_Row] = []
-        bumps: list[_Row] = []  # rows that add one occurrence to an existing query
+        new_queries: list[Row] = []
+        new_versions: list[Row] = []
+        new_lines: list[Row] = []
+        bumps: list[Row] = []  # rows that add one occurrence to an existing query
         for r in batch:
             rec = r.rec
             known = existing.get(r.query_id)
