@@ -164,7 +164,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     if parallel is None:
         parallel = total >= PARALLEL_MIN_BYTES and may_fork()
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
-    parse = batches._parsed_batches_forked if parallel else batches._parsed_batches
+    parse = batches.parsed_batches_forked if parallel else batches.parsed_batches
     sizer = _Sizer()
     chunks = 0
     with _bulk(db), staged(db, "logs", shown, fmt) as staging:
@@ -192,7 +192,12 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                     reject(line, problem, raws.get(line))
                 done += len(part)
 
-        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool, redactor):
+        # a chunk's text crosses from the parser once, not with every row that retrieves it again;
+        # a sample keeps only some rows, so there each row keeps its own texts
+        for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool,
+                                                         redactor, spec is None):
+            if texts:
+                writer.add_texts(texts)
             rows: list[Row] = []
             raws.clear()
             for line, row, problem, raw in items:

@@ -18,6 +18,8 @@ from .batches import Row, content_hash
 from .common import IngestResult, Problem
 from .validate import normalize_question
 
+PENDING_MAX = 200_000  # texts sent apart that wait for a written row (see LogWriter.add_texts)
+
 
 class LogWriter:
     """Writes validated log records batch by batch, each inside a short transaction of the caller."""
@@ -34,6 +36,39 @@ class LogWriter:
         # insert between them), so they need not be read back after each insert
         self.next_query_pk = self.next_doc_pk = 0
         self.all_resolved = True  # every row so far had its chunks resolved into doc_pk
+        # texts and titles sent apart from the rows (``batches.parsed_batches(texts_apart=True)``),
+        # waiting for a written row that retrieves their chunk
+        self.pending: dict[str, tuple[str | None, str | None]] = {}
+
+    def add_texts(self, texts: dict[str, tuple[str | None, str | None]]) -> None:
+        """Texts (and titles) of chunks that a batch gives for the first time, sent apart from its
+        rows. A text waits until a written row retrieves its chunk; at most ``PENDING_MAX`` wait
+        (the oldest go first): only the chunks of rows that were not written (unchanged on a
+        re-ingest, whose documents are stored already, or rejected) leave texts waiting."""
+        pending = self.pending
+        for cid, (text, title) in texts.items():
+            old = pending.get(cid)
+            if old is None or old[0] is None:
+                pending[cid] = (text, title)
+        if len(pending) > PENDING_MAX:
+            for cid in list(itertools.islice(pending, len(pending) - PENDING_MAX)):
+                del pending[cid]
+
+    def _texts_of(self, rows: list[Row]) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+        """``({chunk id: (text, title)}, {chunk id: title})`` of the chunks of ``rows``: from the
+        rows' own columns, or, with texts sent apart, taken from those waiting."""
+        if self.pending:
+            here = self.pending.keys() & set(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
+            given = [(cid, self.pending.pop(cid)) for cid in here]
+            return ({cid: (t, ti) for cid, (t, ti) in given if t is not None},
+                    {cid: ti for cid, (t, ti) in given if ti is not None})
+        texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
+                 for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),
+                                                 strict=False)
+                 if text is not None}
+        titles = {cid: title for r in rows if r.rec["titles"] is not None
+                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
+        return texts, titles
 
     def _next_pk(self, table: str) -> int:
         # table is one of two fixed names, never user text
@@ -53,20 +88,15 @@ class LogWriter:
         if candidates is None:
             candidates = dict.fromkeys(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
         unknown = list(itertools.filterfalse(doc_pk.__contains__, candidates))
-        if not unknown and not no_text:
+        if not unknown and not no_text and not self.pending:
             # every chunk is a document stored with its text: what the rows say of their texts
             # cannot change anything (chunks retrieved again and again, the common case)
             return
-        # a chunk logged with text in one line and without in another keeps its text
-        texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
-                 for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),
-                                                 strict=False)
-                 if text is not None}
+        # a chunk logged with text in one line and without in another keeps its text; a chunk
+        # logged with a title but no text still names its new document
+        texts, titles = self._texts_of(rows)
         if not unknown and not (texts and no_text):
             return
-        # a chunk logged with a title but no text still names its new document
-        titles = {cid: title for r in rows if r.rec["titles"] is not None and unknown
-                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
         lookup = unknown + [cid for cid in texts if cid in no_text]
         found: dict[str, bool] = {}  # doc_id -> stored without text
         staged: set[str] = set()  # found documents this ingest inserted (changed in place)
