@@ -61,3 +61,54 @@ def test_a_repeated_chunk_text_is_redacted_and_counted_every_time(tmp_path, para
     rows = db.execute("SELECT q.query_id, d.doc_id, r.rank FROM retrievals r JOIN queries q ON q.pk = r.query_pk "
                       "JOIN documents d ON d.pk = r.doc_pk ORDER BY q.pk, r.rank").fetchall()
     assert len(rows) == 7 * n and rows[-1] == (f"q{n - 1}", "early", 7)
+
+
+def test_each_chunk_text_crosses_from_the_parser_once(tmp_path):
+    """The rows carry no texts; each chunk's text comes once, with the batch that first gives it
+    (a chunk logged first without text sends it when a row finally has it)."""
+    from labeler.ingest.batches import parsed_batches
+
+    n = 2 * BATCH + 300
+    log = tmp_path / "pooled.jsonl"
+    pooled_log(log, n)
+    sent: dict[str, list[str]] = {}
+    for batch in parsed_batches(log, "jsonl", False, None, 10**7, False, texts_apart=True):
+        assert all(item[1].rec["texts"] is None and item[1].rec["titles"] is None for item in batch.items)
+        for cid, (text, _title) in batch.texts.items():
+            sent.setdefault(cid, []).append(text)
+    assert len(sent) == 42 and all(len(v) == 1 for v in sent.values())
+    assert sent["late"] == ["arrived"] and sent["early"] == ["first text"]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_text_given_only_by_a_rejected_line_still_reaches_its_chunk(tmp_path, parallel):
+    """Line 2 repeats q0 with other content (rejected with --lenient); the text of its chunk
+    ``only-here`` is not given again when later lines retrieve it, yet the chunk keeps it; the first
+    text a file gives a chunk is the one kept, and a title sent before the text stays with it."""
+    records = [{"query_id": "q0", "question": "a", "retrieved": [{"id": "t", "title": "Its title", "score": 1}]},
+               {"query_id": "q0", "question": "a", "retrieved": [{"id": "only-here", "text": "kept text"}]}]
+    records += [{"query_id": f"q{i}", "question": f"q {i}",
+                 "retrieved": [{"id": "only-here"}, {"id": "t", "text": "the text" if i == 1 else f"later {i}"}]}
+                for i in range(1, BATCH + 50)]  # past the first batch
+    log = tmp_path / "l.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    db = labeler.connect(tmp_path / "l.db")
+    result = labeler.ingest_logs(db, log, parallel=parallel, lenient=True)
+    assert len(result.problems) == 1 and result.problems[0].line == 2
+    docs = {d: (text, title) for d, text, title in db.execute("SELECT doc_id, text, title FROM documents")}
+    assert docs["only-here"] == ("kept text", None)
+    assert docs["t"] == ("the text", "Its title")
+    assert result.documents_without_text == 0
+
+
+def test_texts_waiting_for_a_row_are_bounded(tmp_path, monkeypatch):
+    """Texts of chunks no written row retrieves (a re-ingest's unchanged lines) wait at most
+    PENDING_MAX at a time, the oldest leaving first: memory stays flat in the file's size."""
+    from labeler.ingest import writer
+
+    monkeypatch.setattr(writer, "PENDING_MAX", 3)
+    w = writer.LogWriter(labeler.connect(tmp_path / "l.db"), "x", None, 0)
+    w.add_texts({f"c{i}": (f"text {i}", None) for i in range(5)})
+    assert list(w.pending) == ["c2", "c3", "c4"]
+    w.add_texts({"c3": ("another text", None), "c5": (None, "a title")})
+    assert w.pending["c3"] == ("text 3", None) and list(w.pending) == ["c3", "c4", "c5"]

@@ -21,14 +21,14 @@ from . import formats
 from .common import FieldError as _FieldError
 from .mapping import LOG_ALIASES
 from .readers import BadRecord, iter_records
-from .validate import DEFAULT_RETRIEVER, _hash, normalize_question, validate_log
+from .validate import DEFAULT_RETRIEVER, hash_parts, normalize_question, validate_log
 
 BATCH = 2000
 # CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
 JSON_COLUMNS = (*LOG_ALIASES["retrieved"], "meta", "retrieved_context_ids", "reference_context_ids",
                 "reference_contexts")
 
-class _Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
+class Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     line: int
     rec: dict[str, Any]
     query_id: str
@@ -42,7 +42,7 @@ def content_hash(rec: dict[str, Any], *, exact: bool = False) -> str:
     digits) and as Parquet (full doubles) is the same; ``exact`` gives the hash of earlier
     versions, which used the scores as logged."""
     scores = rec["scores"] if exact else [None if v is None else round(v, 9) for v in rec["scores"]]
-    return _hash(rec["question"], rec["answer"], list(zip(rec["ids"], scores, strict=True)))
+    return hash_parts(rec["question"], rec["answer"], list(zip(rec["ids"], scores, strict=True)))
 
 
 class _Keyer:
@@ -51,32 +51,51 @@ class _Keyer:
     def __init__(self) -> None:
         self.ordinals: dict[str, int] = {}
 
-    def key(self, line: int, rec: dict[str, Any]) -> _Row:
+    def key(self, line: int, rec: dict[str, Any]) -> Row:
         content = content_hash(rec)
         if rec["query_id"] is not None:
-            return _Row(line, rec, rec["query_id"], content, None)
+            return Row(line, rec, rec["query_id"], content, None)
         norm = normalize_question(rec["question"])
-        qid = "q-" + _hash(norm, rec["retriever"], rec["ids"])[:16]
-        raw = _hash(content, rec["timestamp"], rec["meta"])
+        qid = "q-" + hash_parts(norm, rec["retriever"], rec["ids"])[:16]
+        raw = hash_parts(content, rec["timestamp"], rec["meta"])
         if rec["retriever"] != DEFAULT_RETRIEVER:
             # the same line logged by another retriever is another line (the default's keys are as before)
-            raw = _hash(raw, rec["retriever"])
+            raw = hash_parts(raw, rec["retriever"])
         n = self.ordinals.get(raw, 0)
         self.ordinals[raw] = n + 1
         # without an id, a different answer or score is another occurrence, never a conflict
-        return _Row(line, rec, qid, qid, f"{raw}#{n}")
+        return Row(line, rec, qid, qid, f"{raw}#{n}")
 
 
 
-def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
-                    keep_raw: bool, tool: str | None = None,
-                    redactor: Redactor | None = None) -> Iterator[tuple[list[tuple], int, list[str]]]:
-    """Read, map, validate and key the records of a file, in batches of
-    ``(line, row or None, (field, message) or None, raw or None)`` (a record skipped as not a
-    retrieval is ``(line, None, None, reason)``), with the bytes read so far and the chunk ids that
-    no earlier batch of the file had (first seen first). With a ``redactor`` every valid record is
-    redacted before it is keyed (its ids and content hash are of what is stored), and problem
-    messages and rejected records are scrubbed (``raw`` is None unless ``keep_raw``)."""
+class Batch(NamedTuple):
+    """One batch of a file: ``items`` ``(line, row or None, (field, message) or None, raw or None)``
+    (a record skipped as not a retrieval is ``(line, None, None, reason)``), the bytes read so far,
+    the chunk ids that no earlier batch of the file had (first seen first), and, when texts are
+    sent apart (``texts_apart``), ``{chunk id: (text, title)}`` for the chunks whose text the file
+    gives for the first time in this batch (the rows' own texts and titles are then None)."""
+
+    items: list[tuple]
+    bytes_read: int
+    fresh_ids: list[str]
+    texts: dict[str, tuple[str | None, str | None]] | None
+
+
+TEXTS_SENT_MAX = 1_000_000  # chunk ids remembered as sent; past it they are forgotten (sent again)
+
+
+def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | None, max_line_bytes: int,
+                   keep_raw: bool, tool: str | None = None, redactor: Redactor | None = None,
+                   texts_apart: bool = False) -> Iterator[Batch]:
+    """Read, map, validate and key the records of a file, in batches (``Batch``). With a
+    ``redactor`` every valid record is redacted before it is keyed (its ids and content hash are of
+    what is stored), and problem messages and rejected records are scrubbed (``raw`` is None unless
+    ``keep_raw``).
+
+    ``texts_apart``: a chunk's text travels once, with the batch that first gives it, not with
+    every row that retrieves it again (logs repeat their corpus: a chunk is retrieved tens of times,
+    and its text was half of what crossed from the parsing process to the writer). Rows then carry
+    no texts or titles; a chunk logged with a title and no text sends its title the same way."""
     json_columns = set(JSON_COLUMNS)
     if mapping and "retrieved" in mapping:
         json_columns.add(mapping["retrieved"].split(".", 1)[0])
@@ -84,15 +103,47 @@ def _parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | No
     keyer = _Keyer()
     batch: list[tuple] = []
     seen: set[str] = set()
+    sent: set[str] = set()  # chunk ids whose text went with an earlier row (texts_apart)
+    titled: set[str] = set()  # chunk ids whose title (without a text) went with an earlier row
 
-    def done() -> tuple[list[tuple], int, list[str]]:
+    def done() -> Batch:
         order = dict.fromkeys(itertools.chain.from_iterable(item[1].rec["ids"] for item in batch
                                                             if item[1] is not None))
         fresh = list(itertools.filterfalse(seen.__contains__, order))
         if len(seen) > 1_000_000:
             seen.clear()  # only makes later lists longer than needed, never shorter
         seen.update(fresh)
-        return batch, bytes_read(), fresh
+        return Batch(batch, bytes_read(), fresh, take_texts(batch) if texts_apart else None)
+
+    def take_texts(items: list[tuple]) -> dict[str, tuple[str | None, str | None]]:
+        """The texts (and titles) of the batch's chunks not sent before, first given first;
+        the rows keep none."""
+        if len(sent) > TEXTS_SENT_MAX:
+            sent.clear()
+            titled.clear()
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for item in items:
+            row = item[1]
+            if row is None:
+                continue
+            rec = row.rec
+            texts, titles = rec["texts"], rec["titles"]
+            if texts is None and titles is None:
+                continue
+            for i, cid in enumerate(rec["ids"]):
+                text = texts[i] if texts is not None else None
+                if text is not None:
+                    if cid not in sent and (cid not in out or out[cid][0] is None):
+                        title = titles[i] if titles is not None else None
+                        # a title given before the text (without it) stays with the chunk
+                        out[cid] = (text, title if title is not None or cid not in out else out[cid][1])
+                elif titles is not None and titles[i] is not None and cid not in sent and cid not in titled \
+                        and cid not in out:
+                    out[cid] = (None, titles[i])
+            rec["texts"] = rec["titles"] = None
+        for cid, (text, _) in out.items():
+            (sent if text is not None else titled).add(cid)
+        return out
 
     def problem(field: str, message: str, raw: Any) -> tuple:
         if redactor is None:
@@ -124,7 +175,7 @@ PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 _QUEUED_BATCHES = 4  # batches in flight between the processes: bounds the memory
 
 
-def _may_fork() -> bool:
+def may_fork() -> bool:
     """Forking is safe only from a single-threaded process (the CLI; not the Streamlit server), and
     only done on Linux (macOS frameworks are not fork-safe, which is why Python spawns there)."""
     return (sys.platform.startswith("linux") and (os.cpu_count() or 1) > 1
@@ -150,7 +201,7 @@ def _produce(out: Any, args: tuple, parent: int) -> None:
     _die_with_parent(parent)
     gc.disable()
     try:
-        for item in _parsed_batches(*args):
+        for item in parsed_batches(*args):
             out.put(("batch", item))
         out.put(("done", None))
     except BaseException as e:  # noqa: BLE001 - everything is handed to the parent to raise
@@ -160,8 +211,8 @@ def _produce(out: Any, args: tuple, parent: int) -> None:
             out.put(("error", IngestError(f"{type(e).__name__}: {e}")))
 
 
-def _parsed_batches_forked(*args: Any) -> Iterator[tuple[list[tuple], int]]:
-    """``_parsed_batches`` run in a forked child process, so that reading, JSON parsing, validation
+def parsed_batches_forked(*args: Any) -> Iterator[Batch]:
+    """``parsed_batches`` run in a forked child process, so that reading, JSON parsing, validation
     and hashing (half the work) run on another core while this process writes. The batches
     arrive in file order, so the result is the same as in one process."""
     ctx = multiprocessing.get_context("fork")

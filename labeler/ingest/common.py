@@ -100,7 +100,7 @@ class IngestResult(ProblemList):
         return out
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -108,7 +108,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_path(path: Path) -> None:
+def check_path(path: Path) -> None:
     shown = shown_text(str(path))
     if not path.exists():
         raise IngestError(f"{shown}: no such file")

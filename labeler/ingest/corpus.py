@@ -12,13 +12,13 @@ import sqlite_utils
 from .. import accounts, privacy
 from .. import db as store
 from .common import FieldError as _FieldError
-from .common import IngestResult, Problem, _check_path
+from .common import IngestResult, Problem, check_path
 from .lines import shown_text
-from .logs import _finish, staged
-from .mapping import CHUNK_ALIASES, _first
+from .logs import finish_ingest, staged
+from .mapping import CHUNK_ALIASES, first_value
 from .readers import BadRecord, detect_format, iter_records
 from .staging import LOCK_TARGET_S, Staging
-from .validate import _text_or_none
+from .validate import text_or_none
 
 CORPUS_BATCH = 2000  # corpus records per write transaction at most (fewer when they are slow)
 
@@ -34,7 +34,7 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
     used = set()
     values = {}
     for name, aliases in CORPUS_ALIASES.items():
-        key, value = _first(raw, aliases)
+        key, value = first_value(raw, aliases)
         values[name] = value
         if key:
             used.add(key)
@@ -50,8 +50,8 @@ def _corpus_record(raw: dict) -> tuple[str, str, str | None, str | None, dict | 
     if not isinstance(text, str) or not text.strip():
         raise _FieldError("text", "missing or empty" if text in (None, "") else
                           f"expected text, got {type(text).__name__}")
-    title = _text_or_none(values["title"], "title")
-    source = _text_or_none(values["source"], "source")
+    title = text_or_none(values["title"], "title")
+    source = text_or_none(values["source"], "source")
     meta = {k: v for k, v in raw.items() if k not in used and k != "metadata"}
     if isinstance(raw.get("metadata"), dict):
         meta.update(raw["metadata"])
@@ -73,7 +73,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     """
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
-    _check_path(path)
+    check_path(path)
     fmt, gz = detect_format(path, fmt)
     shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
     redactor = privacy.redactor_for(db, redact, redact_patterns)
@@ -125,7 +125,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
                 write(staging)
         if pending and (lenient or not result.problems):
             write(staging)
-        return _finish(staging, path, result, lenient, rejects, shown, by)
+        return finish_ingest(staging, path, result, lenient, rejects, shown, by)
 
 
 def _redact(redactor: privacy.Redactor, result: IngestResult, cid: str, text: str, title: str | None,

@@ -15,13 +15,13 @@ from .. import accounts, privacy
 from .. import db as store
 from ..errors import IngestError
 from . import batches, formats, sampling
-from .batches import PARALLEL_MIN_BYTES, _may_fork, _Row
-from .common import IngestResult, Problem, _check_path, _sha256, check_problems
+from .batches import PARALLEL_MIN_BYTES, Row, may_fork
+from .common import IngestResult, Problem, check_path, check_problems, sha256_of
 from .lines import shown_text
 from .mapping import LOG_ALIASES
 from .readers import MAX_LINE_BYTES, detect_format
 from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
-from .writer import _LogWriter
+from .writer import LogWriter
 
 BULK_CACHE_KIB = 64 * 1024
 
@@ -49,7 +49,7 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
-def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
+def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
             shown: str, by: str | None = None) -> IngestResult:
     """Apply the strict/lenient rules, then the final commit that makes the staged rows visible;
     the ingest is recorded in the audit trail under ``by``."""
@@ -58,7 +58,7 @@ def _finish(staging: Staging, path: Path, result: IngestResult, lenient: bool, r
     sampling.record(staging.db, staging.id, records_seen=result.records, sample=result.sample,
                     redaction=None if result.redacted is None else
                     {"on": result.redacted, "counts": result.redactions})
-    publish(staging, _sha256(path), counts)
+    publish(staging, sha256_of(path), counts)
     with store.transaction(staging.db):
         accounts.audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
     if result.records:
@@ -140,7 +140,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     """
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
-    _check_path(path)
+    check_path(path)
     if fmt and fmt.lower() in formats.tool_names():
         tool, fmt = fmt, None
     tool = formats.resolve(tool)
@@ -162,16 +162,16 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                             "record": raw})
 
     if parallel is None:
-        parallel = total >= PARALLEL_MIN_BYTES and _may_fork()
+        parallel = total >= PARALLEL_MIN_BYTES and may_fork()
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
-    parse = batches._parsed_batches_forked if parallel else batches._parsed_batches
+    parse = batches.parsed_batches_forked if parallel else batches.parsed_batches
     sizer = _Sizer()
     chunks = 0
     with _bulk(db), staged(db, "logs", shown, fmt) as staging:
-        writer = _LogWriter(db, shown, result, staging.id)
+        writer = LogWriter(db, shown, result, staging.id)
         raws: dict[int, Any] = {}
 
-        def write(rows: list[_Row], fresh_ids: list[str] | None) -> None:
+        def write(rows: list[Row], fresh_ids: list[str] | None) -> None:
             for row in rows:  # what was replaced in the records kept
                 for kind, n in row.rec.get("redactions", {}).items():
                     result.redactions[kind] = result.redactions.get(kind, 0) + n
@@ -192,8 +192,13 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                     reject(line, problem, raws.get(line))
                 done += len(part)
 
-        for items, done_bytes, fresh_ids in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool, redactor):
-            rows: list[_Row] = []
+        # a chunk's text crosses from the parser once, not with every row that retrieves it again;
+        # a sample keeps only some rows, so there each row keeps its own texts
+        for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool,
+                                                         redactor, spec is None):
+            if texts:
+                writer.add_texts(texts)
+            rows: list[Row] = []
             raws.clear()
             for line, row, problem, raw in items:
                 if row is None and problem is None:  # not a retrieval: raw is the reason
@@ -221,4 +226,4 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         if progress:
             progress(total, total)
         _check_found(result, shown, chunks)
-        return _finish(staging, path, result, lenient, rejects, shown, by)
+        return finish_ingest(staging, path, result, lenient, rejects, shown, by)

@@ -66,7 +66,7 @@ def _get_path(record: dict, path: str) -> Any:
     return record.get(path)
 
 
-def _first(record: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
+def first_value(record: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
     for name in names:
         if name in record:
             return name, record[name]
@@ -87,7 +87,7 @@ def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, 
             out = {name: (record[key] if key is not None else None) for name, key in fields}
             out["meta"] = {k: v for k, v in record.items() if k not in used_keys} or None
             return out
-        resolved = tuple((name, _first(record, LOG_ALIASES[name])[0]) for name in LOG_FIELDS)
+        resolved = tuple((name, first_value(record, LOG_ALIASES[name])[0]) for name in LOG_FIELDS)
         if len(_SHAPES) < 1000:
             _SHAPES[shape] = (resolved, frozenset(k for _, k in resolved if k is not None))
     if mapping is None:
@@ -100,7 +100,7 @@ def canonical(record: dict, mapping: dict[str, str] | None = None) -> dict[str, 
             out[name] = _get_path(record, path)
             used.add(path.split(".", 1)[0])
         else:
-            key, value = _first(record, LOG_ALIASES[name])
+            key, value = first_value(record, LOG_ALIASES[name])
             out[name] = value
             if key:
                 used.add(key)

@@ -40,8 +40,8 @@ CHECKPOINT_EVERY_S = 0.5  # checkpoint the WAL after this much write time (the c
 CHUNK = 5000  # rows per clean-up or apply transaction (each a few ms)
 LOCK_LOG_ENV = "LABELER_LOCK_LOG"  # a file to append each ingest's lock holds to (benchmarks)
 
-_mine: set[int] = set()  # ingests this process is running (its staging rows are not orphans)
-_mine_lock = threading.Lock()
+mine: set[int] = set()  # ingests this process is running (its staging rows are not orphans)
+mine_lock = threading.Lock()
 
 
 @dataclass
@@ -108,8 +108,8 @@ def claim(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Staging
                     "INSERT INTO ingests (kind, path, sha256, format, counts, created_at, state, owner, first_query_pk) "
                     "VALUES (?, ?, '', ?, '{}', ?, 'staging', ?, (SELECT coalesce(max(pk), 0) + 1 FROM queries))",
                     [kind, shown, fmt, now, owners.current()]).lastrowid
-                with _mine_lock:
-                    _mine.add(ingest_id)
+                with mine_lock:
+                    mine.add(ingest_id)
                 return Staging(db, ingest_id, kind)
         for ingest_id in orphans:
             discard(db, ingest_id)
@@ -126,13 +126,13 @@ def _orphan(ingest_id: int, owner: str | None) -> bool:
     among the ingests this process runs (an earlier clean-up that could not finish)."""
     if not owners.alive(owner):
         return True
-    with _mine_lock:
-        return owners.is_me(owner) and ingest_id not in _mine
+    with mine_lock:
+        return owners.is_me(owner) and ingest_id not in mine
 
 
 def release(staging: Staging) -> None:
-    with _mine_lock:
-        _mine.discard(staging.id)
+    with mine_lock:
+        mine.discard(staging.id)
 
 
 def publish(staging: Staging, sha256: str, counts: dict) -> None:
@@ -259,5 +259,5 @@ def discard(db: sqlite_utils.Database, ingest_id: int) -> None:
     index_search(db)  # forget the deleted documents the index holds
     with store.transaction(db):
         conn.execute("DELETE FROM ingests WHERE id = ? AND state = 'staging'", [ingest_id])
-    with _mine_lock:
-        _mine.discard(ingest_id)
+    with mine_lock:
+        mine.discard(ingest_id)

@@ -57,8 +57,9 @@ import sqlite_utils
 from .. import accounts, owners
 from .. import db as store
 from ..errors import LabelerError
-from .staging import _mine, _mine_lock
-from .undo_steps import _hand_over, _query_tables, _remove_in_chunks, _snapshot
+from .staging import mine, mine_lock
+from .undo_result import UndoResult
+from .undo_steps import hand_over, query_tables, remove_in_chunks, snapshot
 
 SHOWN = 5  # labeled queries named in a refusal
 UNDOABLE = ("logs", "corpus")  # kinds of ingest whose rows carry its id (a golden import's do not)
@@ -71,6 +72,8 @@ class UndoRefused(LabelerError):
         super().__init__(message)
         self.labeled = labeled
 
+
+# --- listing -----------------------------------------------------------------------------------
 
 @dataclass
 class IngestInfo:
@@ -96,45 +99,6 @@ class IngestInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-
-@dataclass
-class UndoResult:
-    """What an undo (or ``remove_queries``) removed; ``dry_run`` results removed nothing yet."""
-
-    ingest_id: int | None
-    already_undone: bool = False
-    dry_run: bool = False
-    queries_removed: int = 0
-    queries_kept: int = 0  # queries the ingest created that another ingest logged too
-    retrievals_removed: int = 0
-    log_lines_removed: int = 0
-    documents_removed: int = 0
-    documents_kept: int = 0  # documents the ingest created that something else still uses
-    labels_removed: int = 0  # query statuses, grades and adjudications removed (force)
-    labeled_queries: list[str] = field(default_factory=list)  # query ids with human labels
-    removed_ids: list[str] = field(default_factory=list)  # query ids removed (first 1,000)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        if self.already_undone:
-            return f"ingest {self.ingest_id} was already undone; nothing changed"
-        what = "would remove" if self.dry_run else "removed"
-        head = f"ingest {self.ingest_id}: " if self.ingest_id is not None else ""
-        text = (f"{head}{what} {self.queries_removed} queries, {self.retrievals_removed} retrievals, "
-                f"{self.log_lines_removed} log lines, {self.documents_removed} documents")
-        if self.labels_removed:
-            text += f" and {self.labels_removed} labels"
-        kept = []
-        if self.queries_kept:
-            kept.append(f"{self.queries_kept} queries another ingest logged too")
-        if self.documents_kept:
-            kept.append(f"{self.documents_kept} documents still in use")
-        return text + (f"; kept {' and '.join(kept)}" if kept else "")
-
-
-# --- listing -----------------------------------------------------------------------------------
 
 def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
     """Every ingest, oldest first, with who ran it (from the audit trail), its state and counts."""
@@ -180,7 +144,7 @@ def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = Fals
     if state == "staging" and not resuming:
         raise LabelerError(f"ingest {ingest_id} ({path}) is still running; undo it once it has finished")
     if dry_run:
-        with _snapshot(conn):  # (a consistent count without the write lock; nothing is written)
+        with snapshot(conn):  # (a consistent count without the write lock; nothing is written)
             _temp_tables(conn)
             result = UndoResult(ingest_id, dry_run=True)
             _plan_ingest(conn, ingest_id, result)
@@ -188,13 +152,13 @@ def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = Fals
         return result
     if not resuming and not _mark_undoing(db, ingest_id, by):
         return UndoResult(ingest_id, already_undone=True)
-    with _mine_lock:
-        _mine.add(ingest_id)  # (another thread's ingest must not take it for an orphan)
+    with mine_lock:
+        mine.add(ingest_id)  # (another thread's ingest must not take it for an orphan)
     try:
         return _finish(db, ingest_id, path, force=force, by=by, fresh=not resuming)
     finally:
-        with _mine_lock:
-            _mine.discard(ingest_id)
+        with mine_lock:
+            mine.discard(ingest_id)
 
 
 def _mark_undoing(db: sqlite_utils.Database, ingest_id: int, by: str | None) -> bool:
@@ -216,7 +180,7 @@ def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool
     what is left."""
     conn = db.conn
     result = UndoResult(ingest_id)
-    with _snapshot(conn):
+    with snapshot(conn):
         _temp_tables(conn)
         kept, handed = _plan_ingest(conn, ingest_id, result)
     if result.labeled_queries and not force:
@@ -227,8 +191,8 @@ def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool
                              [ingest_id])
         _check_labels(conn, result, force=False, dry_run=False,
                       what=f"ingest {ingest_id} ({path})" + ("" if fresh else " (an unfinished undo)"))
-    lines = _hand_over(db, ingest_id, kept, handed)
-    _remove_in_chunks(db, result, lines)
+    lines = hand_over(db, ingest_id, kept, handed)
+    remove_in_chunks(db, result, lines)
     with store.transaction(db):
         for table in ("ingest_occurrences", "ingest_texts", "requeued"):  # (small: applied at publish)
             conn.execute(f"DELETE FROM {table} WHERE ingest_id = ?", [ingest_id])
@@ -309,7 +273,7 @@ def _drop_temp(conn) -> None:
 def _plan_ingest(conn, ingest_id: int, result: UndoResult) -> tuple[list, list]:
     """Fill the temp tables with what ingest ``ingest_id`` alone brought and count it (reads and
     temp tables only: no write lock); return the queries and rankings to hand over to other
-    ingests (``_hand_over``). Every step is one pass over a table (log lines have no index by query)."""
+    ingests (``hand_over``). Every step is one pass over a table (log lines have no index by query)."""
     # per query: this ingest's log lines, and the first other ingest with log lines / any trace
     conn.execute("INSERT INTO temp.undo_lines (query_pk) SELECT query_pk FROM log_lines WHERE ingest_id = ?1 "
                  "UNION SELECT query_pk FROM query_versions WHERE ingest_id = ?1 "
@@ -410,7 +374,7 @@ def _remove(conn, result: UndoResult) -> None:
     for table in ("query_labels", "relevance_labels", "adjudications"):
         labels += conn.execute(f"DELETE FROM {table} WHERE {in_queries}").rowcount
     result.labels_removed = labels
-    for table in _query_tables(conn):  # every table that names a query, today's and tomorrow's
+    for table in query_tables(conn):  # every table that names a query, today's and tomorrow's
         conn.execute(f"DELETE FROM [{table}] WHERE {in_queries}")
     # by primary key, ranking by ranking: a scan of every retrieval costs more than the removal
     versions = conn.execute("SELECT query_pk, retriever FROM temp.undo_versions").fetchall()

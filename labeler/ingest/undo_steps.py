@@ -15,14 +15,14 @@ import sqlite_utils
 from .. import db as store
 
 if TYPE_CHECKING:
-    from .undo import UndoResult
+    from .undo_result import UndoResult
 
 CHUNK_QUERIES = 500  # removed queries per transaction of an undo (their labels, rankings, log rows)
 CHUNK_ROWS = 5000  # rankings or documents per transaction of an undo
 
 
 @contextlib.contextmanager
-def _snapshot(conn) -> Iterator[None]:
+def snapshot(conn) -> Iterator[None]:
     """A read transaction: one consistent view of the database for the plan, without the write
     lock (the plan writes temp tables only, which are this connection's)."""
     conn.execute("BEGIN")
@@ -32,12 +32,12 @@ def _snapshot(conn) -> Iterator[None]:
         conn.execute("COMMIT")
 
 
-def _hand_over(db: sqlite_utils.Database, ingest_id: int, kept: list, handed: list) -> dict[int, list]:
+def hand_over(db: sqlite_utils.Database, ingest_id: int, kept: list, handed: list) -> dict[int, list]:
     """Hand over to other ingests the rows they logged too, lower the occurrences of the queries
     that stay and drop this ingest's log lines, a few hundred queries per transaction: each
     query's changes commit together, so a rerun after a kill (planned from what is left: its
     log lines are gone) never subtracts twice. Returns the log line keys of the queries to remove,
-    by query (``_remove_in_chunks`` deletes them by key: log lines have no index by query)."""
+    by query (``remove_in_chunks`` deletes them by key: log lines have no index by query)."""
     conn = db.conn
     lines: dict[int, list] = {}
     removed = {r[0] for r in conn.execute("SELECT pk FROM temp.undo_queries")}
@@ -70,12 +70,12 @@ def _hand_over(db: sqlite_utils.Database, ingest_id: int, kept: list, handed: li
     return {pk: keys for pk, keys in lines.items() if pk in removed}
 
 
-def _remove_in_chunks(db: sqlite_utils.Database, result: UndoResult, lines: dict[int, list]) -> None:
+def remove_in_chunks(db: sqlite_utils.Database, result: UndoResult, lines: dict[int, list]) -> None:
     """``_remove`` for an undo: the same rows, deleted in short transactions (each well under the
     write lock's target), queries first (each with everything naming it), then the rankings it
     added to queries that stay, then the documents; the rows are hidden meanwhile (``undoing``)."""
     conn = db.conn
-    tables = [t for t in _query_tables(conn) if t != "log_lines"]  # (by key, below: no index by query)
+    tables = [t for t in query_tables(conn) if t != "log_lines"]  # (by key, below: no index by query)
     pks = [r[0] for r in conn.execute("SELECT pk FROM temp.undo_queries ORDER BY pk")]
     labels = 0
     for i in range(0, len(pks), CHUNK_QUERIES):
@@ -140,7 +140,7 @@ def _short(db: sqlite_utils.Database) -> Iterator[None]:
 _SPECIAL = {"query_labels", "relevance_labels", "adjudications", "retrievals", "query_versions"}
 
 
-def _query_tables(conn) -> list[str]:
+def query_tables(conn) -> list[str]:
     """Every table with a ``query_pk`` column but the special ones. Found, not listed: a table
     added later (a queue design, a topic, a flag's resolution) must not keep rows of a removed
     query, whose key a new query may take again (foreign keys are off during the removal)."""

@@ -16,7 +16,7 @@ DEFAULT_RETRIEVER = "production"
 
 # --- validation ---------------------------------------------------------------------------
 
-def _text_or_none(v: Any, fld: str) -> str | None:
+def text_or_none(v: Any, fld: str) -> str | None:
     if v is None or isinstance(v, str):
         return v
     raise _FieldError(fld, f"expected text, got {type(v).__name__}")
@@ -130,7 +130,7 @@ def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None,
         raise _FieldError(where, f"expected an object with an id, got {type(raw).__name__}")
     raw = unwrap_chunk(raw)
     _, text = _first_set(raw, CHUNK_ALIASES["text"])
-    text = _text_or_none(text, f"{where}.text")
+    text = text_or_none(text, f"{where}.text")
     _, cid = _first_set(raw, CHUNK_ALIASES["id"])
     if cid is None and isinstance(raw.get("metadata"), dict):
         _, cid = _first_set(raw["metadata"], CHUNK_ALIASES["id"])
@@ -150,7 +150,7 @@ def _chunk(raw: Any, i: int) -> tuple[str, str | None, str | None, float | None,
         _, title = _first_set(raw["metadata"], CHUNK_ALIASES["title"])
         title = title if isinstance(title, str) else None
     _, score = _first_set(raw, CHUNK_ALIASES["score"])
-    title = _text_or_none(title, f"{where}.title")
+    title = text_or_none(title, f"{where}.title")
     if score is not None:
         if isinstance(score, str):
             try:
@@ -215,7 +215,7 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         "texts": columns[1],
         "titles": columns[2],
         "scores": columns[3],
-        "answer": _text_or_none(rec["answer"], "answer"),
+        "answer": text_or_none(rec["answer"], "answer"),
         "timestamp": timestamp(rec["timestamp"]),
         "retriever": retriever,
         "meta": rec.get("meta"),
@@ -229,6 +229,6 @@ def normalize_question(question: str) -> str:
     return " ".join(question.lower().split())
 
 
-def _hash(*parts: Any) -> str:
+def hash_parts(*parts: Any) -> str:
     return hashlib.sha1(_dumps_sorted(parts)).hexdigest()
 

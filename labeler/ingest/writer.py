@@ -14,12 +14,14 @@ import json
 import sqlite_utils
 
 from .. import db as store
-from .batches import _Row, content_hash
+from .batches import Row, content_hash
 from .common import IngestResult, Problem
 from .validate import normalize_question
 
+PENDING_MAX = 200_000  # texts sent apart that wait for a written row (see LogWriter.add_texts)
 
-class _LogWriter:
+
+class LogWriter:
     """Writes validated log records batch by batch, each inside a short transaction of the caller."""
 
     def __init__(self, db: sqlite_utils.Database, path: str, result: IngestResult, ingest_id: int):
@@ -34,12 +36,45 @@ class _LogWriter:
         # insert between them), so they need not be read back after each insert
         self.next_query_pk = self.next_doc_pk = 0
         self.all_resolved = True  # every row so far had its chunks resolved into doc_pk
+        # texts and titles sent apart from the rows (``batches.parsed_batches(texts_apart=True)``),
+        # waiting for a written row that retrieves their chunk
+        self.pending: dict[str, tuple[str | None, str | None]] = {}
+
+    def add_texts(self, texts: dict[str, tuple[str | None, str | None]]) -> None:
+        """Texts (and titles) of chunks that a batch gives for the first time, sent apart from its
+        rows. A text waits until a written row retrieves its chunk; at most ``PENDING_MAX`` wait
+        (the oldest go first): only the chunks of rows that were not written (unchanged on a
+        re-ingest, whose documents are stored already, or rejected) leave texts waiting."""
+        pending = self.pending
+        for cid, (text, title) in texts.items():
+            old = pending.get(cid)
+            if old is None or old[0] is None:
+                pending[cid] = (text, title)
+        if len(pending) > PENDING_MAX:
+            for cid in list(itertools.islice(pending, len(pending) - PENDING_MAX)):
+                del pending[cid]
+
+    def _texts_of(self, rows: list[Row]) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+        """``({chunk id: (text, title)}, {chunk id: title})`` of the chunks of ``rows``: from the
+        rows' own columns, or, with texts sent apart, taken from those waiting."""
+        if self.pending:
+            here = self.pending.keys() & set(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
+            given = [(cid, self.pending.pop(cid)) for cid in here]
+            return ({cid: (t, ti) for cid, (t, ti) in given if t is not None},
+                    {cid: ti for cid, (t, ti) in given if ti is not None})
+        texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
+                 for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),
+                                                 strict=False)
+                 if text is not None}
+        titles = {cid: title for r in rows if r.rec["titles"] is not None
+                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
+        return texts, titles
 
     def _next_pk(self, table: str) -> int:
         # table is one of two fixed names, never user text
         return int(self.conn.execute(f"SELECT coalesce(max(pk), 0) + 1 FROM {table}").fetchone()[0])
 
-    def _resolve_docs(self, rows: list[_Row], candidates: list[str] | None) -> None:
+    def _resolve_docs(self, rows: list[Row], candidates: list[str] | None) -> None:
         """Make ``doc_pk`` know every chunk of ``rows``: look up the unknown ids, insert the new
         documents (first seen first), and fill in the text of a document logged without it before.
         ``candidates``: a list (in first-seen order) known to hold every chunk id of ``rows`` that
@@ -53,20 +88,15 @@ class _LogWriter:
         if candidates is None:
             candidates = dict.fromkeys(itertools.chain.from_iterable(r.rec["ids"] for r in rows))
         unknown = list(itertools.filterfalse(doc_pk.__contains__, candidates))
-        if not unknown and not no_text:
+        if not unknown and not no_text and not self.pending:
             # every chunk is a document stored with its text: what the rows say of their texts
             # cannot change anything (chunks retrieved again and again, the common case)
             return
-        # a chunk logged with text in one line and without in another keeps its text
-        texts = {cid: (text, title) for r in rows if r.rec["texts"] is not None
-                 for cid, text, title in zip(r.rec["ids"], r.rec["texts"], r.rec["titles"] or itertools.repeat(None),
-                                                 strict=False)
-                 if text is not None}
+        # a chunk logged with text in one line and without in another keeps its text; a chunk
+        # logged with a title but no text still names its new document
+        texts, titles = self._texts_of(rows)
         if not unknown and not (texts and no_text):
             return
-        # a chunk logged with a title but no text still names its new document
-        titles = {cid: title for r in rows if r.rec["titles"] is not None and unknown
-                  for cid, title in zip(r.rec["ids"], r.rec["titles"], strict=True) if title is not None}
         lookup = unknown + [cid for cid in texts if cid in no_text]
         found: dict[str, bool] = {}  # doc_id -> stored without text
         staged: set[str] = set()  # found documents this ingest inserted (changed in place)
@@ -114,7 +144,7 @@ class _LogWriter:
                 no_text.discard(cid)
         no_text.difference_update(texts)
 
-    def write(self, batch: list[_Row], problems: list[Problem], write: bool,
+    def write(self, batch: list[Row], problems: list[Problem], write: bool,
               fresh_ids: list[str] | None = None) -> list[tuple[int, Problem]]:
         """Classify each row as new/merged/unchanged or a conflict; write when ``write`` is true.
         ``fresh_ids``: the chunk ids of ``batch`` that no earlier batch of the file had."""
@@ -148,10 +178,10 @@ class _LogWriter:
         rejected: list[tuple[int, Problem]] = []
         pending_versions: dict[tuple[str, str], tuple[str, str]] = {}
         batch_questions: dict[str, str] = {}
-        new_queries: list[_Row] = []
-        new_versions: list[_Row] = []
-        new_lines: list[_Row] = []
-        bumps: list[_Row] = []  # rows that add one occurrence to an existing query
+        new_queries: list[Row] = []
+        new_versions: list[Row] = []
+        new_lines: list[Row] = []
+        bumps: list[Row] = []  # rows that add one occurrence to an existing query
         for r in batch:
             rec = r.rec
             known = existing.get(r.query_id)

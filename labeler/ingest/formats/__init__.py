@@ -124,10 +124,10 @@ class Reader:
                     yield at, item, item
             except FieldError as e:
                 yield line, e, raw
-        for at, item in self._finish():
+        for at, item in self.finish_ingest():
             yield at, item, item
 
-    def _finish(self) -> Iterator[tuple[int, Any]]:
+    def finish_ingest(self) -> Iterator[tuple[int, Any]]:
         yield from self._spans("phoenix", self.rows.flush())
         for join in self.joins.values():
             yield from self._out(join.flush())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spans import _ANSWER_KEYS, _QUESTION_KEYS, Span, norm_id, text_of
+from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
 
 
 def is_run(record: dict) -> bool:
@@ -28,8 +28,8 @@ def span(record: dict) -> Span:
     return Span(
         trace_id=norm_id(trace), span_id=norm_id(run_id), parent_id=norm_id(parent),
         retrieval=run_type == "retriever" and docs is not None,
-        question=text_of(record.get("inputs"), _QUESTION_KEYS, where="inputs"),
-        answer=text_of(_answer_side(outputs), _ANSWER_KEYS, where="outputs"),
+        question=text_of(record.get("inputs"), QUESTION_KEYS, where="inputs"),
+        answer=text_of(_answer_side(outputs), ANSWER_KEYS, where="outputs"),
         start=record.get("start_time"), docs=docs,
         meta={"run_name": record.get("name"), "kind": "RETRIEVER" if run_type == "retriever" else run_type,
               "session_id": record.get("session_id")},

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..jsontext import loads_or_text
-from .spans import _ANSWER_KEYS, _QUESTION_KEYS, Span, norm_id, text_of
+from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
 
 _DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
 _ATTR = "attributes."
@@ -120,7 +120,7 @@ def span(record: dict) -> Span:
 
 
 def _text(value: Any, mime: Any, *, input_side: bool) -> str | None:
-    return text_of(value, _QUESTION_KEYS if input_side else _ANSWER_KEYS, mime if isinstance(mime, str) else None,
+    return text_of(value, QUESTION_KEYS if input_side else ANSWER_KEYS, mime if isinstance(mime, str) else None,
                    "attributes.input.value" if input_side else "attributes.output.value")
 
 

@@ -32,8 +32,8 @@ SKIP_NO_DOCUMENTS = "retriever {unit}s without documents"
 MAX_WAITING = 50_000
 _HEX = re.compile(r"^[0-9a-f]+$")
 # keys under which a structured input or output carries the text a person typed or read
-_QUESTION_KEYS = ("question", "query", "input", "user_input", "query_str", "user_query", "text", "content")
-_ANSWER_KEYS = ("answer", "output", "response", "result", "text", "content", "generated_answer")
+QUESTION_KEYS = ("question", "query", "input", "user_input", "query_str", "user_query", "text", "content")
+ANSWER_KEYS = ("answer", "output", "response", "result", "text", "content", "generated_answer")
 
 
 class Span(NamedTuple):
