@@ -235,15 +235,6 @@ def put_setting(conn: sqlite3.Connection, key: str, value: Any) -> None:
     )
 
 
-def set_setting(db: sqlite_utils.Database, key: str, value: Any, *, by: str | None = None) -> None:
-    """Moved to :func:`labeler.accounts.settings.set_setting` (leads only, audited). This forwarder
-    remains only while ``labeler.privacy`` (being rewritten on the ingest branch) still calls it; it
-    is the one upward arrow from the store, listed in tests/test_architecture.py's PENDING_INGEST."""
-    from .accounts.settings import set_setting as checked_set_setting
-
-    checked_set_setting(db, key, value, by=by)
-
-
 # --- stats ----------------------------------------------------------------------------------
 
 def stats(db: sqlite_utils.Database) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,44 +55,6 @@ FACE_FLOORS: dict[str, str] = {"labeler.agreement": "judge"}
 
 PAGES = "labeler.app.views"
 PAGE_FORBIDDEN = ("sqlite3", "sqlite_utils", "openai", "sklearn")
-
-# privacy.set_redaction still calls labeler.db.set_setting, which now only forwards to
-# labeler.accounts.settings.set_setting; once privacy calls that, delete the forwarder and these two.
-_PRIVACY_FORWARDER = [
-    "labeler.accounts.manage -> labeler.db -> labeler.accounts.settings -> labeler.accounts.manage "
-    "(one of the circles among labeler.accounts.manage, labeler.accounts.settings, labeler.db)",
-    "upward arrow: labeler.db (store) -> labeler.accounts.settings (accounts)",
-]
-
-# being fixed on the ingest branch: violations inside labeler/ingest/ (and the one store forwarder
-# that labeler/privacy/, rewritten on the same branch, still calls). The lead empties this list when
-# merging that branch; nothing else is excused. Entries are findings without their line number.
-PENDING_INGEST: list[str] = [
-    "labeler.ingest.undo -> labeler.ingest.undo_steps -> labeler.ingest.undo",
-    "private name: labeler.ingest.batches imports _hash from labeler.ingest.validate",
-    "private name: labeler.ingest.corpus imports _check_path from labeler.ingest.common",
-    "private name: labeler.ingest.corpus imports _finish from labeler.ingest.logs",
-    "private name: labeler.ingest.corpus imports _first from labeler.ingest.mapping",
-    "private name: labeler.ingest.corpus imports _text_or_none from labeler.ingest.validate",
-    "private name: labeler.ingest.formats.langsmith imports _ANSWER_KEYS from labeler.ingest.formats.spans",
-    "private name: labeler.ingest.formats.langsmith imports _QUESTION_KEYS from labeler.ingest.formats.spans",
-    "private name: labeler.ingest.formats.openinference imports _ANSWER_KEYS from labeler.ingest.formats.spans",
-    "private name: labeler.ingest.formats.openinference imports _QUESTION_KEYS from labeler.ingest.formats.spans",
-    "private name: labeler.ingest.logs imports _may_fork from labeler.ingest.batches",
-    "private name: labeler.ingest.logs imports _Row from labeler.ingest.batches",
-    "private name: labeler.ingest.logs imports _check_path from labeler.ingest.common",
-    "private name: labeler.ingest.logs imports _sha256 from labeler.ingest.common",
-    "private name: labeler.ingest.logs imports _LogWriter from labeler.ingest.writer",
-    "private name: labeler.ingest.undo imports _mine from labeler.ingest.staging",
-    "private name: labeler.ingest.undo imports _mine_lock from labeler.ingest.staging",
-    "private name: labeler.ingest.undo imports _hand_over from labeler.ingest.undo_steps",
-    "private name: labeler.ingest.undo imports _query_tables from labeler.ingest.undo_steps",
-    "private name: labeler.ingest.undo imports _remove_in_chunks from labeler.ingest.undo_steps",
-    "private name: labeler.ingest.undo imports _snapshot from labeler.ingest.undo_steps",
-    "private name: labeler.ingest.writer imports _Row from labeler.ingest.batches",
-    *_PRIVACY_FORWARDER,
-]
-
 
 @dataclass(frozen=True)
 class Import:
@@ -295,32 +256,23 @@ def findings() -> dict[str, list[str]]:
     }
 
 
-def _key(finding: str) -> str:
-    """A finding without its line number, so an excuse survives edits elsewhere in the file."""
-    return re.sub(r" \[line \d+\]$", "", finding)
-
-
-def _unexcused(kind: str) -> list[str]:
-    return [finding for finding in findings()[kind] if _key(finding) not in PENDING_INGEST]
-
-
 def test_every_module_has_a_floor():
     unplaced = [name for name in all_modules() if floor_of(name) < 0]
     assert not unplaced, "modules on no floor (add them to FLOORS): " + ", ".join(unplaced)
 
 
 def test_no_import_circles():
-    found = _unexcused("circles")
+    found = findings()["circles"]
     assert not found, "import circles:\n" + "\n".join(found)
 
 
 def test_no_private_imports():
-    found = _unexcused("private")
+    found = findings()["private"]
     assert not found, "\n".join(found)
 
 
 def test_pages_import_no_store_or_model_libraries():
-    found = _unexcused("pages")
+    found = findings()["pages"]
     assert not found, "\n".join(found)
 
 
@@ -336,22 +288,7 @@ def test_core_imports_nothing_from_labeler_but_its_errors():
 
 
 def test_no_arrow_points_up_a_floor():
-    found = _unexcused("floors")
+    found = findings()["floors"]
     assert not found, "\n".join(found)
 
 
-def test_pending_ingest_entries_are_real_and_inside_ingest():
-    """The excuse list only names findings that still exist, and only ingest/ modules."""
-    every = {_key(finding) for kind in findings().values() for finding in kind}
-    stale = [entry for entry in PENDING_INGEST if entry not in every]
-    assert not stale, "PENDING_INGEST names findings that no longer occur:\n" + "\n".join(stale)
-    outside = [entry for entry in PENDING_INGEST
-               if not entry.split(": ", 1)[-1].startswith("labeler.ingest.") and entry not in _PRIVACY_FORWARDER]
-    assert not outside, "PENDING_INGEST may only excuse labeler/ingest/:\n" + "\n".join(outside)
-
-
-if __name__ == "__main__":
-    for kind, items in findings().items():
-        print(f"## {kind}: {len(items)}")
-        for item in items:
-            print("  ", item)

@@ -153,7 +153,7 @@ def requeue_after_ingest(db: sqlite_utils.Database, ingest_id: int, *,
 
 def set_pool_settings(db: sqlite_utils.Database, *, pool_depth: int | None = None,
                       show_sources: bool | None = None, by: str | None = None) -> None:
-    """Change the pool's settings (leads only, ``by`` as in ``db.set_setting``): ``pool_depth``
+    """Change the pool's settings (leads only, ``by`` as in ``accounts.settings.set_setting``): ``pool_depth``
     (chunks per retriever, a whole number >= 1) and ``show_sources`` (whether annotators see which
     retriever returned a chunk, at which rank and score; off = blind labeling)."""
     if pool_depth is not None and (isinstance(pool_depth, bool) or not isinstance(pool_depth, int)

@@ -97,16 +97,18 @@ def parse_patterns(lines: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def set_redaction(db: sqlite_utils.Database, *, enabled: bool | None = None, patterns: dict[str, str] | None = None,
                   by: str | None = None) -> None:
-    """Turn redaction at ingest on or off and set the user's patterns; leads only (``by``)."""
+    """Turn redaction at ingest on or off and set the user's patterns; leads only (``by``, checked
+    where the setting is written: ``accounts.settings.set_setting``)."""
     from .. import db as store
+    from ..accounts.settings import set_setting
 
     if patterns is not None:
         patterns = {kind_name(k): v for k, v in patterns.items()}
         Detectors(patterns)
         if patterns != (store.get_setting(db, "redact_patterns") or {}):
-            store.set_setting(db, "redact_patterns", patterns, by=by)
+            set_setting(db, "redact_patterns", patterns, by=by)
     if enabled is not None and enabled != redaction_enabled(db):
-        store.set_setting(db, "redact", bool(enabled), by=by)
+        set_setting(db, "redact", bool(enabled), by=by)
 
 
 def redact_log(redactor: Redactor, rec: dict[str, Any]) -> dict[str, Any]:
