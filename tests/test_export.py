@@ -194,8 +194,8 @@ def test_an_export_that_fails_leaves_no_data_without_a_manifest(small, tmp_path)
         with pytest.raises(Exception, match="simulated failure"):
             E.export_golden(small, target, fmt)
     after = sorted(p.name for p in tmp_path.iterdir())
-    assert [n for n in after if n not in before] in ([], ["trec"])  # at most the (empty) new folder
-    assert not (tmp_path / "trec").exists() or list((tmp_path / "trec").iterdir()) == []
+    assert [n for n in after if n not in before] == ["trec"]  # the folder the TREC export made ...
+    assert list((tmp_path / "trec").iterdir()) == []  # ... and nothing in it
 
 
 def test_an_export_waits_for_a_busy_database_then_writes_data_and_manifest(small, db_path, tmp_path):

@@ -114,7 +114,8 @@ def run(*argv: str):
 def test_no_planted_value_reaches_database_wal_exports_or_output(tmp_path, fmt):
     assert len(PLANTED) == 7  # every type is planted
     log = WRITERS[fmt](tmp_path / f"logs.{fmt}", records())
-    assert leaks(log.read_bytes()) or fmt == "parquet"  # the file has them (parquet compresses)
+    if fmt != "parquet":  # the file has them (parquet compresses, so its bytes cannot show them)
+        assert leaks(log.read_bytes())
     corpus = write_jsonl(tmp_path / "corpus.jsonl", [
         {"id": f"note-{i}", "text": f"Escalation note: {v}", "title": f"About {v}", "meta": {"owner": v}}
         for i, v in enumerate(ALL)] + [{"id": "mail-jane.doe+rag@example.com", "text": "a profile page"}])
@@ -144,7 +145,7 @@ def test_no_planted_value_reaches_database_wal_exports_or_output(tmp_path, fmt):
         assert leaks(r.stderr.encode() if r.stderr_bytes is not None else b"") == []
     # the values became typed placeholders
     q = db.execute("SELECT question, answer, meta FROM queries WHERE query_id = 'q2'").fetchone()
-    assert q[0] == "My details: [EMAIL_1]. Can you help?" or "[PHONE_1]" in q[0]
+    assert q[0] == "My details: [PHONE_1]. Can you help?"  # (q2 plants a phone number, in every format)
     questions = [r[0] for r in db.execute("SELECT question FROM queries")]
     assert all(re.search(r"\[(EMAIL|PHONE|CARD|IBAN|IP|NATIONAL_ID|SECRET)_1\]", x) for x in questions), questions
     db.close()
