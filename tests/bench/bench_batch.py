@@ -10,7 +10,7 @@ Measured, each timed:
 2. collect + store: the server answers every line (``POST /_batches/{id}/advance``, not timed), then
    ``collect`` streams the output files and stores every validated answer in ``llm_calls``.
 3. the direct path's storing of the same results in the same run: what the direct runner does per
-   answer (``call_row`` + ``_store``, one transaction each) into a fresh database, timed on the
+   answer (``call_row`` + ``store_call``, one transaction each) into a fresh database, timed on the
    writes only. Target: collect + store within 1.5x of it.
 Peak RSS (``ru_maxrss`` of this process) after each phase: target < 500 MB.
 
@@ -38,7 +38,7 @@ import pydantic
 from labeler import llm
 from labeler.db import connect, transaction
 from labeler.llm import batch
-from labeler.llm.cache import _store, call_row
+from labeler.llm.cache import call_row, store_call
 
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "fake_openai.py"
 CHUNK = ("To rotate an API token open Settings, then API, then Tokens, and press Rotate next to the token. "
@@ -82,7 +82,7 @@ def direct_store(source, target) -> float:
                  for h, req, resp, parsed, pt, ct in rows]
         started = time.perf_counter()
         for h, request, raw, model, pt, ct in ready:
-            _store(target, call_row(h, config, request, model=model, error=None, raw=raw, prompt_tokens=pt,
+            store_call(target, call_row(h, config, request, model=model, error=None, raw=raw, prompt_tokens=pt,
                                     completion_tokens=ct, requests=1, cost=config.cost(pt, ct)))
         spent += time.perf_counter() - started
     return spent
