@@ -210,7 +210,7 @@ BAD_INGEST_OPTIONS = [
     (lambda: LogIngestOptions(sample=0), ["--sample 0", "a rate between 0 and 1"]),
     (lambda: LogIngestOptions(sample=2.5), ["--sample 2.5", "whole number"]),
     (lambda: LogIngestOptions(sample="half"), ["--sample", "e.g. 0.05", "'half'"]),
-    (lambda: LogIngestOptions(seed="7"), ["--seed", "whole number"]),
+    (lambda: LogIngestOptions(sample=0.5, seed="7"), ["--seed", "whole number"]),
     (lambda: LogIngestOptions(mapping=["question"]), ["--map 'question'", "FIELD=PATH"]),
     (lambda: LogIngestOptions(redact_patterns=["CUSTOMER"]), ["redaction pattern 'CUSTOMER'", "TYPE=REGEX"]),
     (lambda: LogIngestOptions(fmt=3), ["format", "e.g. jsonl"]),

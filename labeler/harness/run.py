@@ -280,10 +280,11 @@ def _group(cls: type, given: Any, name: str, **keywords: Any) -> Any:
 
 
 def _is_default(value: Any, default: Any) -> bool:
+    """Whether a keyword was left at its default: an empty list, tuple or dict is no value."""
     if value is default:
         return True
-    if isinstance(default, tuple) and not default:  # () as the default: any empty list or tuple is the same
-        return isinstance(value, list | tuple) and not value
+    if (default is None or default == ()) and isinstance(value, Mapping | list | tuple) and not value:
+        return True
     return type(value) is type(default) and value == default
 
 

@@ -157,12 +157,13 @@ class LogIngestOptions:
         if not _whole(self.max_line_bytes) or self.max_line_bytes < 1:
             raise IngestError(f"max_line_bytes must be a whole number of bytes >= 1, e.g. {MAX_LINE_BYTES}; "
                               f"got {self.max_line_bytes!r}")
-        if not _whole(self.seed):
-            raise IngestError(f"--seed must be a whole number, e.g. 7; got {self.seed!r}")
-        if self.sample is not None and not (isinstance(self.sample, numbers.Real) and not isinstance(self.sample, bool)):
-            raise IngestError(f"--sample must be a rate below 1 (e.g. 0.05) or a number of records (e.g. 50000); "
-                              f"got {self.sample!r}")
-        sampling.sample_spec(self.sample, self.seed)  # a bad --sample is one line now, not after the file is read
+        if self.sample is not None:  # (the seed is only the sample's)
+            if not (isinstance(self.sample, numbers.Real) and not isinstance(self.sample, bool)):
+                raise IngestError(f"--sample must be a rate below 1 (e.g. 0.05) or a number of records "
+                                  f"(e.g. 50000); got {self.sample!r}")
+            if not _whole(self.seed):
+                raise IngestError(f"--seed must be a whole number, e.g. 7; got {self.seed!r}")
+            sampling.sample_spec(self.sample, self.seed)  # a bad --sample is one line before the file is read
 
     @property
     def sampling(self) -> dict[str, Any] | None:
