@@ -244,10 +244,14 @@ def test_ingest_logs_with_options_is_ingest_logs_with_keywords(tmp_path, write_l
     by_keywords, by_options = store.connect(":memory:"), store.connect(":memory:")
     a = ingest_logs(by_keywords, path, lenient=True, sample=sample, seed=5, redact=True, name="prod.jsonl",
                     max_line_bytes=1 << 20, parallel=False, mapping={"answer": "answer"})
-    (tmp_path / "prod.jsonl.rejects.jsonl").unlink(missing_ok=True)
+    rejects = [json.loads(line) for line in Path(a.rejects_path).read_text().splitlines()]
+    Path(a.rejects_path).unlink()
     b = ingest_logs(by_options, path, options=LogIngestOptions(
         lenient=True, sample=sample, seed=5, redact=True, name="prod.jsonl", max_line_bytes=1 << 20,
         parallel=False, mapping=["answer=answer"]))
+    assert [json.loads(line) for line in Path(b.rejects_path).read_text().splitlines()] == rejects
+    # the invalid record is listed with its line, field, reason and the record itself
+    assert [(r["line"], r["field"], r["record"]) for r in rejects] == [(9, "question", records[8])]
     da, db_ = a.to_dict(), b.to_dict()
     assert da == db_ and da["rejected"] == 1 and da["skipped"] == 1
     assert ingested(by_keywords) == ingested(by_options)
