@@ -3,7 +3,16 @@
 from .accounts.settings import set_setting
 from .db import connect, get_settings, stats
 from .errors import DatabaseError, IngestError, LabelerError
-from .ingest import IngestResult, Problem, ingest_corpus, ingest_logs, ingest_tools, parse_mapping, population
+from .ingest import (
+    IngestResult,
+    LogIngestOptions,
+    Problem,
+    ingest_corpus,
+    ingest_logs,
+    ingest_tools,
+    parse_mapping,
+    population,
+)
 from .privacy import parse_patterns as parse_redact_patterns
 from .privacy import redaction_enabled, set_redaction
 
@@ -12,6 +21,7 @@ __all__ = [
     "IngestError",
     "IngestResult",
     "LabelerError",
+    "LogIngestOptions",
     "Problem",
     "connect",
     "get_settings",

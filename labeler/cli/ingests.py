@@ -4,6 +4,7 @@ query logs and corpora (``labeler.ingest``) and undoing a bad ingest or single b
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,8 @@ def _ingest_summary(r: dict[str, Any]) -> str:
 
 
 def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, output_format: str,
-                fn: Callable, **kwargs: Any) -> Output:
+                ingest_file: Callable[..., Any]) -> Output:
+    """Ingest each file with ``ingest_file(db, path, fmt, name, progress)``; a summary line per file."""
     if files.count(stdio.DASH) > 1:
         raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
     db = open_db(ctx, create=True)
@@ -64,8 +66,7 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, out
             with stdio.input_file(f, sys.stdin.buffer, fmt) as (path, name, file_fmt):
                 update, close = progress_bar(name or Path(f).name)
                 try:
-                    result = fn(db, path, fmt=file_fmt, name=name,
-                                progress=update if sys.stderr.isatty() else None, **kwargs)
+                    result = ingest_file(db, path, file_fmt, name, update if sys.stderr.isatty() else None)
                 finally:
                     close()
                 if name and result.rejects_path:
@@ -134,14 +135,17 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
 
         labeler ingest logs big-*.jsonl.gz --sample 0.05 --seed 7
     """
-    from ..ingest import ingest_logs, parse_mapping
-    from ..privacy import parse_patterns
+    from ..ingest import LogIngestOptions, ingest_logs
 
-    mapping = parse_mapping(maps)
     tool = fmt if fmt in ingest_tools() else None  # the file's format still comes from its name or bytes
-    return _run_ingest(ctx, files, None if tool else fmt, output_format, ingest_logs, mapping=mapping,
-                       lenient=lenient, tool=tool, max_line_bytes=max_line_mb * 1024 * 1024, redact=redact,
-                       redact_patterns=parse_patterns(redact_patterns), sample=sample, seed=seed)
+    options = LogIngestOptions(tool=tool, mapping=maps, lenient=lenient, max_line_bytes=max_line_mb * 1024 * 1024,
+                               redact=redact, redact_patterns=redact_patterns, sample=sample, seed=seed)
+
+    def ingest_file(db: Any, path: Path, file_fmt: str | None, name: str | None, progress: Any) -> Any:
+        return ingest_logs(db, path, options=dataclasses.replace(options, fmt=file_fmt, name=name),
+                           progress=progress)
+
+    return _run_ingest(ctx, files, None if tool else fmt, output_format, ingest_file)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
@@ -165,8 +169,13 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
     from ..ingest import ingest_corpus
     from ..privacy import parse_patterns
 
-    return _run_ingest(ctx, files, fmt, output_format, ingest_corpus, lenient=lenient, redact=redact,
-                       redact_patterns=parse_patterns(redact_patterns))
+    patterns = parse_patterns(redact_patterns)
+
+    def ingest_file(db: Any, path: Path, file_fmt: str | None, name: str | None, progress: Any) -> Any:
+        return ingest_corpus(db, path, fmt=file_fmt, name=name, progress=progress, lenient=lenient, redact=redact,
+                             redact_patterns=patterns)
+
+    return _run_ingest(ctx, files, fmt, output_format, ingest_file)
 
 
 @ingest.command("list", context_settings=CONTEXT_SETTINGS)

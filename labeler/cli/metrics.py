@@ -89,20 +89,30 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
         labeler eval --golden golden.jsonl --pipeline mypkg.rag:answer -k 5 \\
             --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json
     """
-    from ..harness import append_step_summary, evaluate, parse_headers
-    from ..ingest import parse_mapping
+    from ..harness import (
+        GateOptions,
+        GoldenOptions,
+        JudgeOptions,
+        OutputOptions,
+        RunOptions,
+        ScoringOptions,
+        append_step_summary,
+        evaluate,
+    )
 
+    run = RunOptions(pipeline=pipeline, endpoint=endpoint, mapping=maps, headers=headers, retriever=retriever,
+                     concurrency=concurrency, timeout=timeout)
+    golden_options = GoldenOptions(threshold=threshold, strict=not lenient, holdout=holdout)
+    scoring = ScoringOptions(k=k, metrics=metric_specs, seed=seed)
+    gate = GateOptions(baseline=baseline, max_drop=max_drops, alpha=alpha, allow_golden_change=allow_golden_change,
+                       n_permutations=permutations)
+    outputs = OutputOptions(output=output, save_baseline=save_baseline)
+    judges = JudgeOptions(runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None)
+    db = ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None
     update, close = progress_bar("questions")
     try:
-        result = evaluate(
-            golden, pipeline=pipeline, endpoint=endpoint, mapping=parse_mapping(maps),
-            headers=parse_headers(headers),
-            db=ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None,
-            retriever=retriever, k=k, metrics=metric_specs, threshold=threshold, strict=not lenient,
-            concurrency=concurrency, timeout=timeout, baseline=baseline, max_drop=max_drops, alpha=alpha,
-            allow_golden_change=allow_golden_change, n_permutations=permutations, seed=seed, output=output,
-            save_baseline=save_baseline, progress=update if sys.stderr.isatty() else None,
-            judge_runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None, holdout=holdout)
+        result = evaluate(golden, db=db, run=run, golden_options=golden_options, scoring=scoring, gate=gate,
+                          outputs=outputs, judges=judges, progress=update if sys.stderr.isatty() else None)
     finally:
         close()
     append_step_summary(result.markdown, os.environ.get("GITHUB_STEP_SUMMARY"))

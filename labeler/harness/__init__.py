@@ -3,7 +3,8 @@
 ``golden`` reads and validates the golden JSONL, ``pipeline`` runs a callable or an HTTP endpoint
 over the questions (concurrent, with timeouts; failures become misses), ``gate`` scores with
 ``labeler.metrics`` and compares with a baseline (tolerance and a paired randomization test), and
-``run.evaluate`` ties them together into report.json, per-question JSONL and a markdown summary.
+``run.evaluate`` ties them together into report.json, per-question JSONL and a markdown summary;
+``options`` holds its options, grouped by what they are about and each checked when made.
 """
 
 from .gate import (
@@ -22,6 +23,7 @@ from .gate import (
                    summarize,
 )
 from .golden import GoldenError, GoldenQuery, GoldenSet, load_golden
+from .options import GateOptions, GoldenOptions, JudgeOptions, OutputOptions, RunOptions, ScoringOptions
 from .pipeline import (
                    Answer,
                    OutputError,
@@ -45,8 +47,9 @@ from .run import (
 )
 
 __all__ = [
-    "EXIT_REGRESSION", "Answer", "Baseline", "BaselineError", "Comparison", "EvalResult", "GoldenError",
-    "GoldenQuery", "GoldenSet", "MetricChange", "OutputError", "Pipeline", "PipelineError",
+    "EXIT_REGRESSION", "Answer", "Baseline", "BaselineError", "Comparison", "EvalResult", "GateOptions",
+    "GoldenError", "GoldenOptions", "GoldenQuery", "GoldenSet", "JudgeOptions", "MetricChange", "OutputError",
+    "OutputOptions", "Pipeline", "PipelineError", "RunOptions", "ScoringOptions",
     "append_step_summary", "callable_pipeline", "function_pipeline", "canonical_metric", "check_gate", "check_golden", "compare",
     "evaluate", "http_pipeline", "load_baseline", "load_golden", "metric_set", "parse_headers",
     "parse_max_drop", "questions_path", "read_output", "render_markdown", "run_pipeline", "score",

@@ -4,6 +4,7 @@ with its report, per-question records, markdown summary, optional baseline compa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -21,7 +22,6 @@ from .. import metrics as m
 from ..errors import DatabaseError, LabelerError
 from ..retrievers import default_retriever
 from .gate import (
-    DEFAULT_K,
     Baseline,
     Comparison,
     baseline_document,
@@ -29,12 +29,11 @@ from .gate import (
     check_golden,
     compare,
     load_baseline,
-    metric_set,
-    parse_max_drop,
     score,
     summarize,
 )
 from .golden import GoldenSet, load_golden
+from .options import GateOptions, GoldenOptions, JudgeOptions, OutputOptions, RunOptions, ScoringOptions
 from .pipeline import (
     Answer,
     Pipeline,
@@ -127,19 +126,16 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str |
 
 # --- building the pieces -------------------------------------------------------------------
 
-def _pipeline(pipeline: str | Pipeline | Callable | None, endpoint: str | None, mapping: dict[str, str] | None,
-              headers: Mapping[str, str] | None, timeout: float | None) -> Pipeline | None:
-    if pipeline is not None and endpoint is not None:
-        raise PipelineError("give either --pipeline or --endpoint, not both")
-    if endpoint is not None:
-        return http_pipeline(endpoint, mapping=mapping, headers=headers, timeout=timeout)
+def _pipeline(run: RunOptions) -> Pipeline | None:
+    """The pipeline ``run`` names (importing a ``module:function``); None: the logged retrieval."""
+    if run.endpoint is not None:
+        return http_pipeline(run.endpoint, mapping=run.mapping, headers=run.headers, timeout=run.timeout)
+    pipeline = run.pipeline
     if pipeline is None or isinstance(pipeline, Pipeline):
         return pipeline
     if isinstance(pipeline, str):
         return callable_pipeline(pipeline)
-    if callable(pipeline):
-        return function_pipeline(pipeline)
-    raise PipelineError(f"pipeline must be 'module:function', a function or a Pipeline; got {type(pipeline).__name__}")
+    return function_pipeline(pipeline)  # RunOptions let only a function through
 
 
 def _open_db(db: sqlite_utils.Database | str | Path | None, *,
@@ -199,6 +195,12 @@ def evaluate(
     llm_config: Any = None,
     holdout: bool = False,
     by: str | None = None,
+    run: RunOptions | None = None,
+    golden_options: GoldenOptions | None = None,
+    scoring: ScoringOptions | None = None,
+    gate: GateOptions | None = None,
+    outputs: OutputOptions | None = None,
+    judges: JudgeOptions | None = None,
 ) -> EvalResult:
     """Evaluate a RAG pipeline on a golden set and, given a ``baseline``, gate on a regression.
 
@@ -225,82 +227,194 @@ def evaluate(
     in ``db`` (required) as ``by``. Raises
     LabelerError (exit 1) on user errors, and when every evaluated question failed (after writing
     the report).
+
+    The options come as keywords, or grouped in option objects (:mod:`labeler.harness.options`):
+    ``run`` (:class:`RunOptions`), ``golden_options`` (:class:`GoldenOptions`), ``scoring``
+    (:class:`ScoringOptions`), ``gate`` (:class:`GateOptions`), ``outputs`` (:class:`OutputOptions`)
+    and ``judges`` (:class:`JudgeOptions`); a group given as an object takes none of its keywords.
     """
     started = time.perf_counter()
-    if isinstance(max_drop, Mapping):
-        max_drop = [str(v) if name == "*" else f"{name}={v}" for name, v in max_drop.items()]
-    tolerances = parse_max_drop(max_drop)
-    named = [s for s in tolerances if s != "*"]
-    wanted = metric_set(k, [*metrics, *named])
+    gate = _group(GateOptions, gate, "gate", baseline=baseline, max_drop=max_drop, alpha=alpha,
+                  allow_golden_change=allow_golden_change, n_permutations=n_permutations)
+    scoring = _group(ScoringOptions, scoring, "scoring", k=k, metrics=metrics, n_resamples=n_resamples, seed=seed)
+    golden_options = _group(GoldenOptions, golden_options, "golden_options", threshold=threshold, strict=strict,
+                            holdout=holdout, by=by)
+    run = _group(RunOptions, run, "run", pipeline=pipeline, endpoint=endpoint, mapping=mapping, headers=headers,
+                 retriever=retriever, concurrency=concurrency, timeout=timeout)
+    outputs = _group(OutputOptions, outputs, "outputs", output=output, save_baseline=save_baseline)
+    judges = _group(JudgeOptions, judges, "judges", runs=judge_runs, llm_config=llm_config)
+
+    plan = _prepare(golden, db, run=run, golden_options=golden_options, scoring=scoring, gate=gate, judges=judges)
+    loaded_at = time.perf_counter()
+    answers, pipeline_info = _answer(plan, db, run, progress)
+    ran_at = time.perf_counter()
+    scores = _score(plan, answers, db, scoring, judges)
+    scored_at = time.perf_counter()
+    comparison = _compare(plan, scores, gate, seed=scoring.seed)
+    done_at = time.perf_counter()
+    timings = {
+        "total_seconds": done_at - started, "load_seconds": loaded_at - started,
+        "run_seconds": ran_at - loaded_at, "score_seconds": scored_at - ran_at, "gate_seconds": done_at - scored_at,
+    }
+    return _report(plan, answers, pipeline_info, scores, comparison, timings, run=run, scoring=scoring, gate=gate,
+                   outputs=outputs)
+
+
+# A keyword of evaluate and the field of its option object, where their names differ.
+_KEYWORDS = {"runs": "judge_runs"}
+
+
+def _group(cls: type, given: Any, name: str, **keywords: Any) -> Any:
+    """``given`` (an option object) when it is one and none of its keywords was given, else the
+    object made from the keywords (which checks them)."""
+    if given is None:
+        return cls(**keywords)
+    if not isinstance(given, cls):
+        raise LabelerError(f"{name}= takes a {cls.__name__}(...); got {type(given).__name__}")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    mixed = [_KEYWORDS.get(key, key) for key, value in keywords.items() if not _is_default(value, defaults[key])]
+    if mixed:
+        raise LabelerError(f"give {name}={cls.__name__}(...) or its keywords ({', '.join(mixed)}), not both: "
+                           f"put {', '.join(mixed)} into the {cls.__name__}")
+    return given
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether a keyword was left at its default: an empty list, tuple or dict is no value."""
+    if value is default:
+        return True
+    if (default is None or default == ()) and isinstance(value, Mapping | list | tuple) and not value:
+        return True
+    return type(value) is type(default) and value == default
+
+
+@dataclass
+class _Plan:
+    """What the options and the golden set came to before any question runs (``_prepare``)."""
+
+    golden: GoldenSet
+    split: dict[str, Any]
+    metrics: list[m.Metric]
+    baseline: Baseline | None
+    tolerances: dict[str, float]
+    runner: Pipeline | None
+    judge_runs: list[int]
+    all_traffic: dict[str, Any] | None
+    warnings: list[str]
+
+    @property
+    def specs(self) -> list[str]:
+        return [w.spec for w in self.metrics]
+
+
+@dataclass
+class _Scores:
+    """Per-question values (``per_q``), their means with CIs (``aggregates``) and what the report
+    says about each judge that scored the answers (``judged``)."""
+
+    per_q: pd.DataFrame
+    aggregates: dict[str, Any]
+    judged: list[dict[str, Any]]
+
+
+def _prepare(golden: str | Path | GoldenSet, db: Any, *, run: RunOptions, golden_options: GoldenOptions,
+             scoring: ScoringOptions, gate: GateOptions, judges: JudgeOptions) -> _Plan:
+    """Load the golden set (its dev or holdout questions), the baseline and the pipeline, and check
+    the options against them and against each other: every user error is raised here, before any
+    question runs."""
+    tolerances = gate.tolerances
+    wanted = scoring.specs(gate.gated)
     specs = [w.spec for w in wanted]
-    if isinstance(n_permutations, bool) or not isinstance(n_permutations, int) or n_permutations < 1:
-        raise m.MetricError(f"--permutations must be a positive whole number, e.g. 10000; got {n_permutations!r}")
-    loaded = golden if isinstance(golden, GoldenSet) else load_golden(golden, threshold=threshold, strict=strict)
-    loaded, split_info = _split_golden(loaded, holdout, db, by)
+    if judges.runs and db is None:
+        raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")
+    loaded = golden if isinstance(golden, GoldenSet) else load_golden(
+        golden, threshold=golden_options.threshold, strict=golden_options.strict)
+    loaded, split_info = _split_golden(loaded, golden_options.holdout, db, golden_options.by)
     base: Baseline | None = None
     warnings = list(loaded.warnings)
-    if baseline is not None:
-        base = load_baseline(baseline)
-        warnings += check_golden(base, loaded, allow_change=allow_golden_change)
-        check_gate(specs, base, tolerances, alpha=alpha)
-    elif tolerances:
-        raise LabelerError("--max-drop needs --baseline (the run to compare with)")
-    runner = _pipeline(pipeline, endpoint, mapping, headers, timeout)
-    judge_runs, all_traffic = _cite_all_traffic(db, judge_runs, specs)
-    loaded_at = time.perf_counter()
+    if gate.baseline is not None:
+        base = load_baseline(gate.baseline)
+        warnings += check_golden(base, loaded, allow_change=gate.allow_golden_change)
+        check_gate(specs, base, tolerances, alpha=gate.alpha)
+    runner = _pipeline(run)
+    judge_runs, all_traffic = _cite_all_traffic(db, judges.runs, specs)
+    return _Plan(loaded, split_info, wanted, base, tolerances, runner, judge_runs, all_traffic, warnings)
 
-    if runner is None:
-        database, where = _open_db(db, logged=True)
-        try:
-            retriever = default_retriever(database, retriever)
-            answers = stored_run(database, loaded, retriever=retriever)
-        finally:
-            if database is not db:  # opened here from a path: close it here
-                database.close()
-        pipeline_info = {"id": f"{where}#{retriever}", "kind": "database", "retriever": retriever}
-        if all(a.status == "skipped" for a in answers):
-            raise LabelerError(f"none of the {len(answers)} golden questions has a logged {retriever!r} retrieval "
-                               f"in {where}: ingest the production logs first, or pass --pipeline")
-    else:
-        questions = [q.question for q in loaded.queries]
-        answers = run_pipeline(runner, questions, concurrency=concurrency, timeout=timeout, progress=progress)
-        pipeline_info = {"id": runner.id, "kind": runner.kind}
-    ran_at = time.perf_counter()
 
-    per_q = score(loaded, answers, wanted)
-    aggregates = summarize(per_q, n_resamples=n_resamples, seed=seed)
+def _answer(plan: _Plan, db: Any, run: RunOptions,
+            progress: Callable[[int, int], None] | None) -> tuple[list[Answer], dict[str, Any]]:
+    """Every golden question's answer, from the pipeline or (without one) from the retrieval logged
+    in ``db``; and what the report says about where they came from."""
+    if plan.runner is not None:
+        questions = [q.question for q in plan.golden.queries]
+        answers = run_pipeline(plan.runner, questions, concurrency=run.concurrency, timeout=run.timeout,
+                               progress=progress)
+        return answers, {"id": plan.runner.id, "kind": plan.runner.kind}
+    database, where = _open_db(db, logged=True)
+    try:
+        retriever = default_retriever(database, run.retriever)
+        answers = stored_run(database, plan.golden, retriever=retriever)
+    finally:
+        if database is not db:  # opened here from a path: close it here
+            database.close()
+    if all(a.status == "skipped" for a in answers):
+        raise LabelerError(f"none of the {len(answers)} golden questions has a logged {retriever!r} retrieval "
+                           f"in {where}: ingest the production logs first, or pass --pipeline")
+    return answers, {"id": f"{where}#{retriever}", "kind": "database", "retriever": retriever}
+
+
+def _score(plan: _Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOptions,
+           judges: JudgeOptions) -> _Scores:
+    """The metrics of every question and their means with seeded bootstrap CIs, then the judges'
+    scores of the answers (added as columns and means)."""
+    per_q = score(plan.golden, answers, plan.metrics)
+    aggregates = summarize(per_q, n_resamples=scoring.n_resamples, seed=scoring.seed)
     judged: list[dict[str, Any]] = []
-    if judge_runs:
-        judged = _judge_answers(db, judge_runs, llm_config, loaded, answers, per_q, aggregates, warnings,
-                                n_resamples=n_resamples, seed=seed)
-    scored_at = time.perf_counter()
-    comparison = None
-    if base is not None:
-        comparison = compare(per_q, loaded, base, tolerances, alpha=alpha, n_permutations=n_permutations, seed=seed)
-        warnings += comparison.warnings
-    done_at = time.perf_counter()
+    if plan.judge_runs:
+        judged = _judge_answers(db, plan.judge_runs, judges.llm_config, plan.golden, answers, per_q, aggregates,
+                                plan.warnings, n_resamples=scoring.n_resamples, seed=scoring.seed)
+    return _Scores(per_q, aggregates, judged)
 
-    rows = _question_rows(loaded, answers, per_q, specs, base, comparison)
-    for j in judged:
+
+def _compare(plan: _Plan, scores: _Scores, gate: GateOptions, *, seed: int) -> Comparison | None:
+    """The comparison with the baseline (None without one); its warnings join the plan's."""
+    if plan.baseline is None:
+        return None
+    comparison = compare(scores.per_q, plan.golden, plan.baseline, plan.tolerances, alpha=gate.alpha,
+                         n_permutations=gate.n_permutations, seed=seed)
+    plan.warnings.extend(comparison.warnings)
+    return comparison
+
+
+def _report(plan: _Plan, answers: Sequence[Answer], pipeline_info: dict[str, Any], scores: _Scores,
+            comparison: Comparison | None, timings: dict[str, Any], *, run: RunOptions, scoring: ScoringOptions,
+            gate: GateOptions, outputs: OutputOptions) -> EvalResult:
+    """The report, per-question records and markdown summary; written to ``outputs`` (the baseline
+    only when the gate passed). Raises PipelineError, after writing the report, when every evaluated
+    question failed."""
+    per_q, specs, warnings = scores.per_q, plan.specs, plan.warnings
+    rows = _question_rows(plan.golden, answers, per_q, specs, plan.baseline, comparison)
+    for j in scores.judged:
         for i, row in enumerate(rows):
             row["metrics"][j["metric"]] = _none(float(per_q.at[i, j["metric"]]))
     evaluated = [a for a in answers if a.status != "skipped"]
     failures = [r for r in rows if r["status"] in ("error", "timeout")]
     status = "no baseline" if comparison is None else "fail" if comparison.failed else "pass"
+    run_seconds = timings["run_seconds"]
     report: dict[str, Any] = {
         "labeler_report": REPORT_FORMAT,
         "created_at": store.now(),
         "status": status,
         "pipeline": pipeline_info,
-        "golden": loaded.identity(),
+        "golden": plan.golden.identity(),
         "settings": {
-            "metrics": specs, "k": DEFAULT_K if k is None and not metrics else k,
-            "threshold": loaded.threshold, "concurrency": concurrency,
-            "timeout": timeout, "baseline": str(baseline) if baseline is not None else None,
-            "max_drop": tolerances or None, "alpha": alpha, "permutations": n_permutations,
-            "bootstrap_resamples": n_resamples, "confidence": 0.95, "seed": seed,
+            "metrics": specs, "k": scoring.reported_k,
+            "threshold": plan.golden.threshold, "concurrency": run.concurrency,
+            "timeout": run.timeout, "baseline": str(gate.baseline) if gate.baseline is not None else None,
+            "max_drop": plan.tolerances or None, "alpha": gate.alpha, "permutations": gate.n_permutations,
+            "bootstrap_resamples": scoring.n_resamples, "confidence": 0.95, "seed": scoring.seed,
         },
-        "metrics": aggregates,
+        "metrics": scores.aggregates,
         "counts": {
             "questions": len(answers), "evaluated": len(evaluated),
             "skipped": len(answers) - len(evaluated),
@@ -309,41 +423,38 @@ def evaluate(
             "without_relevant": int((per_q["n_relevant"] == 0).sum()),
         },
         "timings": {
-            "total_seconds": done_at - started, "load_seconds": loaded_at - started,
-            "run_seconds": ran_at - loaded_at, "score_seconds": scored_at - ran_at,
-            "gate_seconds": done_at - scored_at,
-            "questions_per_second": len(evaluated) / (ran_at - loaded_at) if ran_at > loaded_at else None,
+            **timings,
+            "questions_per_second": len(evaluated) / run_seconds if run_seconds > 0 else None,
             "latency_seconds": _latency(answers),
         },
         "errors": [{k_: r[k_] for k_ in ("query_id", "question", "status", "error")} for r in failures],
         "skipped": [{k_: r[k_] for k_ in ("query_id", "question", "error")} for r in rows if r["status"] == "skipped"],
         "comparison": comparison.to_dict() if comparison is not None else None,
-        "judges": judged,
+        "judges": scores.judged,
         "warnings": warnings,
-        "split": split_info,
+        "split": plan.split,
     }
-    if all_traffic is not None:
-        report["all_traffic"] = all_traffic
+    if plan.all_traffic is not None:
+        report["all_traffic"] = plan.all_traffic
     result = EvalResult(report, rows, "", comparison, per_q)
-    if save_baseline is not None and result.failed:
-        warnings.append(f"baseline not saved to {save_baseline}: the gate failed (fix the regression, or save "
-                        "without --baseline to accept it)")
+    if outputs.save_baseline is not None and result.failed:
+        warnings.append(f"baseline not saved to {outputs.save_baseline}: the gate failed (fix the regression, or "
+                        "save without --baseline to accept it)")
     result.markdown = render_markdown(result)
-    if output is not None:
-        write_report(result, output)
+    if outputs.output is not None:
+        write_report(result, outputs.output)
     if evaluated and len(failures) == len(evaluated):
         raise PipelineError(f"all {len(evaluated)} questions failed, e.g. {failures[0]['error']}; "
                             "check the pipeline (nothing was compared or saved)")
-    if save_baseline is not None and not result.failed:
-        write_json(save_baseline, baseline_document(loaded, pipeline_info["id"], aggregates, rows, report["created_at"]))
+    if outputs.save_baseline is not None and not result.failed:
+        write_json(outputs.save_baseline, baseline_document(plan.golden, pipeline_info["id"], scores.aggregates, rows,
+                                                            report["created_at"]))
     return result
 
 
 def _split_golden(loaded: GoldenSet, holdout: bool, db: Any, by: str | None) -> tuple[GoldenSet, dict[str, Any]]:
     """Keep the dev questions (default) or the holdout ones (``holdout``: the look is counted in
     ``db``); a golden set without a split column is all dev."""
-    import dataclasses
-
     from ..holdout import HOLDOUT, record_look
 
     held = [q for q in loaded.queries if q.split == HOLDOUT]

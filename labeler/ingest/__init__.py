@@ -15,7 +15,7 @@ Modules: ``readers`` (JSONL/JSON/CSV/Parquet files as records), ``formats`` (one
 question), ``times`` (timestamps to UTC), ``batches`` (reading a file as batches, optionally in a forked parser, redacted with
 ``labeler.privacy``), ``sampling`` (``--sample``, records seen: ``population``), ``writer``
 (classify and write log records), ``staging`` (claim, short transactions, commit, clean-up),
-``logs`` and ``corpus`` (the two entry points), ``common`` (problems, results, strict/lenient).
+``logs`` and ``corpus`` (the two entry points; ``logs.LogIngestOptions`` groups a log ingest's options), ``common`` (problems, results, strict/lenient).
 
 Deduplication: a record with a ``query_id`` seen before with identical content changes nothing; with
 different content it is an error naming both places. Without an id, records with the same
@@ -29,13 +29,13 @@ from .common import MAX_ERRORS_SHOWN, FieldError, IngestResult, Problem, Problem
 from .corpus import CORPUS_ALIASES, ingest_corpus
 from .formats import register_tool
 from .formats import tool_names as ingest_tools
-from .logs import ingest_logs
+from .logs import LogIngestOptions, ingest_logs
 from .mapping import CHUNK_ALIASES, LOG_ALIASES, LOG_FIELDS, canonical, parse_mapping
 from .sampling import population
 from .validate import DEFAULT_RETRIEVER, normalize_question, validate_log
 
 __all__ = [
     "CHUNK_ALIASES", "CORPUS_ALIASES", "DEFAULT_RETRIEVER", "LOG_ALIASES", "LOG_FIELDS", "MAX_ERRORS_SHOWN",
-    "FieldError", "IngestResult", "Problem", "ProblemList", "canonical", "check_problems", "ingest_corpus",
+    "FieldError", "IngestResult", "LogIngestOptions", "Problem", "ProblemList", "canonical", "check_problems", "ingest_corpus",
     "ingest_logs", "ingest_tools", "normalize_question", "parse_mapping", "population", "register_tool", "validate_log",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
-from collections.abc import Callable, Iterator
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, Row, may_fork
 from .common import IngestResult, Problem, check_path, check_problems, sha256_of
 from .lines import shown_text
-from .mapping import LOG_ALIASES
+from .mapping import LOG_ALIASES, parse_mapping
 from .readers import MAX_LINE_BYTES, detect_format
 from .staging import LOCK_TARGET_S, Staging, claim, discard, publish, release
 from .writer import LogWriter
@@ -111,13 +113,93 @@ def _check_found(result: IngestResult, shown: str, chunks: int) -> None:
             "use --map retrieved=PATH, or --format with the tool that wrote the file); nothing was written")
 
 
+@dataclass(frozen=True)
+class LogIngestOptions:
+    """How one log file is read and what of it is kept (see :func:`ingest_logs`). ``fmt``: the file
+    format (``jsonl``, ``json``, ``csv``, ``tsv``, ``parquet``; None: from the name, else the first
+    bytes), or a tool's name, which then goes to ``tool``: force that tool's reader (``phoenix``,
+    ``otel``, ``otlp``, ``langsmith``, ``plain``...) instead of recognising each record. ``mapping``:
+    ``{field: dotted path}`` or ``["question=inputs.query", ...]``. ``lenient``: write the valid
+    records and the rejects to ``FILE.rejects.jsonl``. ``max_line_bytes``: longer records are
+    rejected. ``name``: the file's name in messages (default: its path). ``parallel``: parse in a
+    second process (None: when the file is big and a core is spare). ``redact`` (None: the setting)
+    and ``redact_patterns`` (``{TYPE: regex}`` or ``["TYPE=regex", ...]``): personal data and
+    secrets replaced before anything is stored. ``sample`` (a rate below 1, or a number of records)
+    with ``seed``: keep a uniform sample."""
+
+    fmt: str | None = None
+    tool: str | None = None
+    mapping: Mapping[str, str] | Sequence[str] | None = None
+    lenient: bool = False
+    max_line_bytes: int = MAX_LINE_BYTES
+    name: str | None = None
+    parallel: bool | None = None
+    redact: bool | None = None
+    redact_patterns: Mapping[str, str] | Sequence[str] | None = None
+    sample: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fmt is not None and not isinstance(self.fmt, str):
+            raise IngestError(f"format must be a file format or a tool's name, e.g. jsonl; got {self.fmt!r}")
+        if self.fmt and self.fmt.lower() in formats.tool_names():  # a tool named as the format
+            object.__setattr__(self, "tool", self.fmt)
+            object.__setattr__(self, "fmt", None)
+        if self.tool is not None and not isinstance(self.tool, str):
+            raise IngestError(f"tool must be a tool's name, one of {', '.join(formats.tool_names())}; "
+                              f"got {self.tool!r}")
+        object.__setattr__(self, "tool", formats.resolve(self.tool))
+        if self.mapping is not None and not isinstance(self.mapping, Mapping):
+            object.__setattr__(self, "mapping", parse_mapping(_lines("--map", self.mapping)))
+        if self.redact_patterns is not None and not isinstance(self.redact_patterns, Mapping):
+            object.__setattr__(self, "redact_patterns",
+                               privacy.parse_patterns(_lines("--redact-pattern", self.redact_patterns)))
+        if not _whole(self.max_line_bytes) or self.max_line_bytes < 1:
+            raise IngestError(f"max_line_bytes must be a whole number of bytes >= 1, e.g. {MAX_LINE_BYTES}; "
+                              f"got {self.max_line_bytes!r}")
+        if self.sample is not None:  # (the seed is only the sample's)
+            if not (isinstance(self.sample, numbers.Real) and not isinstance(self.sample, bool)):
+                raise IngestError(f"--sample must be a rate below 1 (e.g. 0.05) or a number of records "
+                                  f"(e.g. 50000); got {self.sample!r}")
+            if not _whole(self.seed):
+                raise IngestError(f"--seed must be a whole number, e.g. 7; got {self.seed!r}")
+            sampling.sample_spec(self.sample, self.seed)  # a bad --sample is one line before the file is read
+
+    @property
+    def sampling(self) -> dict[str, Any] | None:
+        """``{"rate": r, "seed": s}``, ``{"size": n, "seed": s}`` or None (everything is kept)."""
+        return sampling.sample_spec(self.sample, self.seed)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _lines(option: str, values: Any) -> list[str]:
+    if isinstance(values, str | bytes) or not all(isinstance(v, str) for v in values):
+        raise IngestError(f"{option} takes a dict or a list of strings, e.g. [\"question=inputs.query\"]; "
+                          f"got {values!r}")
+    return list(values)
+
+
+_OPTION_DEFAULTS = LogIngestOptions()
+
+
+def _given(value: Any, default: Any) -> bool:
+    """Whether a keyword of ingest_logs differs from its default (an empty mapping is no mapping)."""
+    if value is default or (default is None and isinstance(value, Mapping | list | tuple) and not value):
+        return False
+    return type(value) is not type(default) or value != default
+
+
 def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None = None,
                 mapping: dict[str, str] | None = None, lenient: bool = False,
                 progress: Callable[[int, int], None] | None = None,
                 max_line_bytes: int = MAX_LINE_BYTES, name: str | None = None,
                 parallel: bool | None = None, by: str | None = None, tool: str | None = None,
                 redact: bool | None = None, redact_patterns: dict[str, str] | None = None,
-                sample: float | None = None, seed: int = 0) -> IngestResult:
+                sample: float | None = None, seed: int = 0,
+                options: LogIngestOptions | None = None) -> IngestResult:
     """Ingest one production log file; see the package docstring for the rules.
 
     Raises ``IngestError`` (listing up to 20 problems as ``FILE:LINE: field: message``) when the
@@ -135,95 +217,129 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
     (hashed on the query id with ``seed``: consistent across files and re-ingests) or a number of
     records (a reservoir seeded with ``seed``); see ``sampling``.
 
+    The options may also come as one :class:`LogIngestOptions` (``options=``), which then takes
+    none of their keywords; ``progress`` and ``by`` stay keywords.
+
     Other writers are never blocked for long: rows are written in short transactions and stay
     hidden until the final commit (see ``staging``); one ingest runs at a time (a second one waits).
     """
+    keywords = {"fmt": fmt, "tool": tool, "mapping": mapping, "lenient": lenient, "max_line_bytes": max_line_bytes,
+                "name": name, "parallel": parallel, "redact": redact, "redact_patterns": redact_patterns,
+                "sample": sample, "seed": seed}
+    if options is None:
+        options = LogIngestOptions(**keywords)
+    else:
+        mixed = [key for key, value in keywords.items() if _given(value, getattr(_OPTION_DEFAULTS, key))]
+        if not isinstance(options, LogIngestOptions) or mixed:
+            raise IngestError(f"give options=LogIngestOptions(...) or its keywords ({', '.join(mixed)}), not both"
+                              if mixed else f"options= takes a LogIngestOptions(...); got {type(options).__name__}")
     accounts.require(db, by, "lead", "ingesting a file")
     path = Path(path)
     check_path(path)
-    if fmt and fmt.lower() in formats.tool_names():
-        tool, fmt = fmt, None
-    tool = formats.resolve(tool)
-    fmt, gz = detect_format(path, fmt)
-    shown = name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
-    spec = sampling.sample_spec(sample, seed)
-    redactor = privacy.redactor_for(db, redact, redact_patterns)
+    fmt, gz = detect_format(path, options.fmt)
+    shown = options.name or shown_text(str(path))  # a name that is not UTF-8 cannot be stored as it is
+    spec = options.sampling
+    redactor = privacy.redactor_for(db, options.redact, options.redact_patterns)
     if redactor is not None:  # the file's name is stored (ingests.path) and in every message
         shown = redactor.record().text(shown)
-    result = IngestResult(path=shown, kind="logs", format=fmt, tool=tool, redacted=redactor is not None, sample=spec)
-    sampler = sampling.Sampler(spec)
+    result = IngestResult(path=shown, kind="logs", format=fmt, tool=options.tool, redacted=redactor is not None,
+                          sample=spec)
     total = path.stat().st_size
-    rejects: list[dict] = []
-
-    def reject(line: int, problem: Problem, raw: Any) -> None:
-        result.problems.append(problem)
-        if lenient:
-            rejects.append({"line": line, "field": problem.field, "error": problem.message,
-                            "record": raw})
-
+    parallel = options.parallel
     if parallel is None:
         parallel = total >= PARALLEL_MIN_BYTES and may_fork()
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
     parse = batches.parsed_batches_forked if parallel else batches.parsed_batches
-    sizer = _Sizer()
-    chunks = 0
     with _bulk(db), staged(db, "logs", shown, fmt) as staging:
-        writer = LogWriter(db, shown, result, staging.id)
-        raws: dict[int, Any] = {}
-
-        def write(rows: list[Row], fresh_ids: list[str] | None) -> None:
-            for row in rows:  # what was replaced in the records kept
-                for kind, n in row.rec.get("redactions", {}).items():
-                    result.redactions[kind] = result.redactions.get(kind, 0) + n
-            if result.problems and not lenient:
-                # nothing more is written; the rest is only checked, to report every problem
-                for line, problem in writer.write(rows, result.problems, write=False):
-                    reject(line, problem, raws.get(line))
-                return
-            done = 0
-            while done < len(rows):
-                part = rows[done:done + sizer.take(len(rows) - done)]
-                with staging.write():
-                    # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
-                    found = writer.write(part, result.problems, write=True,
-                                         fresh_ids=fresh_ids if len(part) == len(rows) else None)
-                sizer.adapt(len(part), staging.holds[-1])
-                for line, problem in found:
-                    reject(line, problem, raws.get(line))
-                done += len(part)
-
+        load = _LogLoad(LogWriter(db, shown, result, staging.id), staging, result, shown, options.lenient,
+                        sampling.Sampler(spec))
         # a chunk's text crosses from the parser once, not with every row that retrieves it again;
         # a sample keeps only some rows, so there each row keeps its own texts
-        for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, mapping, max_line_bytes, lenient, tool,
-                                                         redactor, spec is None):
-            if texts:
-                writer.add_texts(texts)
-            rows: list[Row] = []
-            raws.clear()
-            for line, row, problem, raw in items:
-                if row is None and problem is None:  # not a retrieval: raw is the reason
-                    result.skipped += 1
-                    result.skipped_reasons[raw] = result.skipped_reasons.get(raw, 0) + 1
-                    continue
-                result.records += 1
-                if problem is not None:
-                    reject(line, Problem(shown, line, *problem), raw)
-                    continue
-                rows.append(row)
-                chunks += len(row.rec["ids"])
-                result.content_ids += row.rec["content_ids"]
-                if lenient and not sampler.holds_back:  # (a reservoir's rejects are listed without the record)
-                    raws[line] = raw
-            if spec is not None:
-                # the chunk ids of rows left out must not become documents: no fresh-id shortcut
-                rows, fresh_ids = sampler.take(rows), None
-            write(rows, fresh_ids)
+        for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping, options.max_line_bytes,
+                                                         options.lenient, options.tool, redactor, spec is None):
+            load.batch(items, fresh_ids, texts)
             if progress:
                 progress(done_bytes, total)
-        if sampler.holds_back:
-            write(sampler.rest(), None)
-        result.sampled_out = sampler.dropped
+        load.finish()
         if progress:
             progress(total, total)
-        _check_found(result, shown, chunks)
-        return finish_ingest(staging, path, result, lenient, rejects, shown, by)
+        _check_found(result, shown, load.chunks)
+        return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by)
+
+
+class _LogLoad:
+    """One file's parsed batches on their way into the staged rows: what each batch adds to the
+    ``result`` (records, skips, problems, redaction counts), the ``rejects`` a lenient ingest lists,
+    the sample, and the size of the write transactions."""
+
+    def __init__(self, writer: LogWriter, staging: Staging, result: IngestResult, shown: str, lenient: bool,
+                 sampler: sampling.Sampler) -> None:
+        self.writer = writer
+        self.staging = staging
+        self.result = result
+        self.shown = shown  # the file as messages name it
+        self.lenient = lenient
+        self.sampler = sampler
+        self.sizer = _Sizer()
+        self.rejects: list[dict] = []
+        self.raws: dict[int, Any] = {}  # this batch's raw records by line, for the rejects (lenient only)
+        self.chunks = 0  # retrieved chunks in the valid records
+
+    def reject(self, line: int, problem: Problem, raw: Any) -> None:
+        self.result.problems.append(problem)
+        if self.lenient:
+            self.rejects.append({"line": line, "field": problem.field, "error": problem.message, "record": raw})
+
+    def batch(self, items: list, fresh_ids: list[str] | None, texts: dict | None) -> None:
+        """Count one parsed batch, reject its invalid records, write (or only check) the valid ones."""
+        result = self.result
+        if texts:
+            self.writer.add_texts(texts)
+        rows: list[Row] = []
+        self.raws.clear()
+        for line, row, problem, raw in items:
+            if row is None and problem is None:  # not a retrieval: raw is the reason
+                result.skipped += 1
+                result.skipped_reasons[raw] = result.skipped_reasons.get(raw, 0) + 1
+                continue
+            result.records += 1
+            if problem is not None:
+                self.reject(line, Problem(self.shown, line, *problem), raw)
+                continue
+            rows.append(row)
+            self.chunks += len(row.rec["ids"])
+            result.content_ids += row.rec["content_ids"]
+            if self.lenient and not self.sampler.holds_back:  # (a reservoir's rejects are listed without the record)
+                self.raws[line] = raw
+        if self.sampler.spec is not None:
+            # the chunk ids of rows left out must not become documents: no fresh-id shortcut
+            rows, fresh_ids = self.sampler.take(rows), None
+        self.write(rows, fresh_ids)
+
+    def finish(self) -> None:
+        """Write what a reservoir sample held back, and count what the sample left out."""
+        if self.sampler.holds_back:
+            self.write(self.sampler.rest(), None)
+        self.result.sampled_out = self.sampler.dropped
+
+    def write(self, rows: list[Row], fresh_ids: list[str] | None) -> None:
+        result = self.result
+        for row in rows:  # what was replaced in the records kept
+            for kind, n in row.rec.get("redactions", {}).items():
+                result.redactions[kind] = result.redactions.get(kind, 0) + n
+        if result.problems and not self.lenient:
+            # nothing more is written; the rest is only checked, to report every problem
+            for line, problem in self.writer.write(rows, result.problems, write=False):
+                self.reject(line, problem, self.raws.get(line))
+            return
+        done = 0
+        while done < len(rows):
+            part = rows[done:done + self.sizer.take(len(rows) - done)]
+            with self.staging.write():
+                # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
+                found = self.writer.write(part, result.problems, write=True,
+                                          fresh_ids=fresh_ids if len(part) == len(rows) else None)
+            self.sizer.adapt(len(part), self.staging.holds[-1])
+            for line, problem in found:
+                self.reject(line, problem, self.raws.get(line))
+            done += len(part)
