@@ -1,5 +1,10 @@
 """labeler: turn RAG production logs into a golden dataset, with honest numbers."""
 
+# The store first: it imports sqlite-utils without pandas (``db._import_sqlite_utils``), which saves
+# every command about 0.2 s of start-up; a module importing sqlite-utils before it would load pandas.
+from . import db  # noqa: F401
+
+# isort: split
 from .accounts.settings import set_setting
 from .db import connect, get_settings, stats
 from .errors import DatabaseError, IngestError, LabelerError

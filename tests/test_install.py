@@ -111,3 +111,16 @@ def test_names_distribution_rag_labeler_package_and_command_labeler(monkeypatch)
     assert V.version() == "0"  # never another project's version, never an exception
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0 and result.output == "labeler, version 0\n"
+
+
+def test_the_command_line_starts_without_pandas():
+    """sqlite-utils imports pandas when it can (0.2 s of every command's start-up, and a heavier
+    process for the ingest's parser to fork); the store imports it first without, whatever order
+    the other modules import in. Checked in a fresh interpreter: this one has pandas loaded."""
+    import subprocess
+    import sys
+
+    code = "import sys; import labeler.cli, labeler.ingest.logs; print(sorted({'pandas', 'pyarrow'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
