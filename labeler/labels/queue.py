@@ -171,6 +171,8 @@ def _joining(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[tuple, l
     k = int(params["fraction"] * counts[0] + 0.5) if params["annotators"] > 1 else 0
     if counts[1] > k:
         return None
+    if counts[1] == k:
+        return counts, []
     return counts, [pk for (pk,) in conn.execute("SELECT query_pk FROM queue WHERE overlap = 0 "
                                                  "ORDER BY overlap_key, query_pk LIMIT ?", [k - int(counts[1])])]
 
