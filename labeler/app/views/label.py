@@ -53,8 +53,10 @@ def _settle() -> None:
     move = moves.peek()
     if move is None:
         return
-    if move.annotator == annotator:
-        st.session_state[state.CURRENT] = move.to
+    if move.annotator != annotator:  # made before a sign-out: not this annotator's
+        moves.done(move)
+        return
+    st.session_state[state.CURRENT] = move.to
     moves.done(move)  # shown: the rest is what the page says about it
     st.session_state[state.SHOWN_AT] = time.monotonic()
     if move.spent is not None:
