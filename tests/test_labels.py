@@ -144,6 +144,27 @@ def test_overlap_share_stays_exact_as_queries_arrive(db, ingest_tiny):
     assert len(after) == 4 and before <= after  # chosen items keep their target
 
 
+def test_queries_that_arrive_join_the_queue_as_the_full_plan_would_without_reading_the_rest(db, ingest_tiny):
+    set_setting(db, "overlap_fraction", 0.3)
+    ingest_tiny(db, 40, prefix="a")
+    L.sync_queue(db)
+    assert len(drain(db, "alice")) == 40  # the old rows are taken and done
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+    ingest_tiny(db, 37, prefix="b")
+    assert L.sync_queue(db).added == 37
+    assert L.next_item(db, "bob") is not None  # (syncs what arrived in between inside its transaction)
+    ingest_tiny(db, 23, prefix="c")
+    assert L.next_item(db, "bob") is not None
+    db.conn.set_trace_callback(None)
+    # every query is read by the full plan only: the arrivals were added from the new queries alone
+    assert not [s for s in statements if "FROM queries q WHERE (q.origin" in s]
+    rows = db.execute("SELECT * FROM queue ORDER BY query_pk").fetchall()
+    assert len(rows) == 100 and sum(r[3] for r in rows) == 30  # the overlap share is exact
+    assert L.sync_queue(db, force=True) == L.QueueSync()  # the full plan changes nothing
+    assert db.execute("SELECT * FROM queue ORDER BY query_pk").fetchall() == rows
+
+
 def test_overlapped_item_goes_to_two_annotators_at_once(db, ingest_tiny):
     (pk,) = ingest_tiny(db, 1)
     set_setting(db, "overlap_fraction", 1.0)

@@ -149,6 +149,25 @@ def test_rows_of_an_ingest_still_staging_are_not_found(db):
     assert ids(search_text(db, "okta groups", k=1)) == ["late"]
 
 
+def test_queries_keep_within_the_postings_bound_where_every_chunk_shares_the_words(tmp_path, monkeypatch):
+    from labeler.search import fts
+
+    db = labeler.connect(tmp_path / "narrow.db")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"c{i}", "text": ("plan seat invoice " if i % 10 else "") + f"note{i}"
+                                          + (" zebra" if i < 2 else "")}) + "\n" for i in range(300)))
+    labeler.ingest_corpus(db, corpus)
+    question = "plan seat zebra"
+    assert sorted(fts.query_terms(db, question)) == ["plan", "seat", "zebra"]  # 542 postings: within the bound
+    feedback = fts.distinctive_terms(db, ["plan seat invoice zebra"], 20)
+    assert sorted(feedback) == ["invoice", "plan", "seat", "zebra"]
+    monkeypatch.setattr(fts, "MAX_POSTINGS", 500)
+    # the rarest words first, while their posting lists add up to at most the bound (half for feedback)
+    assert fts.query_terms(db, question) == ["zebra", "plan"]
+    assert fts.distinctive_terms(db, ["plan seat invoice zebra"], 20) == ["zebra"]
+    assert sorted(ids(search_text(db, question, k=2))) == ["c0", "c1"]
+
+
 def test_an_empty_corpus_is_a_clear_error(tmp_path):
     with pytest.raises(labeler.LabelerError, match="the corpus is empty"):
         search_text(labeler.connect(tmp_path / "e.db"), "anything")

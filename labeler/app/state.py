@@ -9,10 +9,12 @@ another's; a finished thread's connection is reused by the next one, caches and 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Ite
 LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
 ITEMS_PAGE = "items_page"  # the page number of the Items table
 ITEMS_OPEN = "items_open"  # a query pk a button on the Items page asked to open in the lead view
+LABEL_MOVES = "label_moves"  # the Label page's LabelMoves: where its last callback sent it (see there)
 MISSED = "possibly_missed"  # (search.missed_key + embeddings model, hits) of the Label page's panel
 ITEM_PARAM = "item"  # URL query parameter: the query pk the Label page opens in the lead view (leads only)
 
@@ -55,6 +58,62 @@ def lead_item() -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class Move:
+    """Where a Label page callback sends the page: the item ``to`` (None: nothing left), for
+    ``annotator``, with what to say and the seconds spent on the item left (query pk, seconds)."""
+
+    annotator: str
+    to: int | None
+    notice: str | None = None
+    error: str | None = None
+    spent: tuple[int, float] | None = None
+
+
+class LabelMoves:
+    """The Label page's moves from item to item, shared by every script-run thread of one browser
+    session (one object in its session state, changed in place).
+
+    Streamlit answers each rerun request with a new script-run thread (``runner.fastReruns``) while
+    the thread before may still be inside a callback, e.g. handing out the next item behind another
+    writer's lock; that older thread's next ``st.session_state`` access raises StopException. Had
+    it leased the next item and then been stopped before it stored the pk in the session, the
+    newer run drew the item just submitted, and the page stayed there until a reload. So a
+    callback reads what it needs from the session first, then does its database work holding
+    ``lock`` without touching the session, and puts the outcome in ``pending``; the page (in that
+    thread, or in the next run, which waits for ``lock``) shows it and clears it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.pending: Move | None = None
+
+    def put(self, move: Move) -> None:
+        with self.lock:
+            self.pending = move
+
+    def peek(self) -> Move | None:
+        """The move still to show; waits while a callback (of any run) holds the lock."""
+        with self.lock:
+            return self.pending
+
+    def done(self, move: Move) -> None:
+        with self.lock:
+            if self.pending is move:
+                self.pending = None
+
+
+_MOVES_LOCK = threading.Lock()
+
+
+def label_moves() -> LabelMoves:
+    """This browser session's ``LabelMoves`` (made by its first run)."""
+    with _MOVES_LOCK:  # two threads of one session never make two
+        moves = st.session_state.get(LABEL_MOVES)
+        if moves is None:
+            moves = st.session_state[LABEL_MOVES] = LabelMoves()
+    return moves
 
 
 class _Connections:
@@ -167,7 +226,16 @@ def reused(fn: Callable[[Any], Any], db) -> Any:
 
 
 def db_path() -> str:
-    return str(Path(os.environ.get("LABELER_DB", "labeler.db")).resolve())
+    """The database file, resolved (LABELER_DB, relative to the working folder)."""
+    raw = os.environ.get("LABELER_DB", "labeler.db")
+    return _resolved(raw, "" if os.path.isabs(raw) else os.getcwd())
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(raw: str, cwd: str) -> str:
+    # every get_db() asks, many times a run: Path.resolve() walks the path with a system call per
+    # part (a fifth of a Label page rerun's samples when profiled)
+    return str(Path(cwd, raw).resolve())
 
 
 def get_db():

@@ -32,6 +32,12 @@ _WORD = re.compile(r"[^\W_]+")
 #: are left out when rarer ones are there. A speed/quality trade-off, measured in bench_search.py.
 COMMON_MIN_DOCS = 10_000
 POSTINGS_BUDGET = 5_000
+#: In a smaller corpus a query keeps every word unless its posting lists add up to more than
+#: MAX_POSTINGS (a feedback query: half of it); then it keeps its best words within that. Where most
+#: chunks share most words (boilerplate, a narrow vocabulary) every word's list is long, and one
+#: "Possibly missed" panel read ~330k postings (0.17 s of CPU, bench_capacity's corpus of 8k chunks
+#: drawn from 40 words); no CISI query comes near the bound (questions at most 24.9k, feedback 10.0k).
+MAX_POSTINGS = 25_000
 MAX_QUERY_TERMS = 64
 
 
@@ -200,6 +206,8 @@ def query_terms(db: sqlite_utils.Database, text: str) -> list[str]:
     found = [t for t in dict.fromkeys(stem[w] for w in words) if df[t] > 0]
     if n >= COMMON_MIN_DOCS:
         found = _within_budget(sorted(found, key=lambda t: (df[t], t)), df)
+    elif sum(df[t] for t in found) > MAX_POSTINGS:
+        found = _within_budget(sorted(found, key=lambda t: (df[t], t)), df, MAX_POSTINGS)
     return [by_term[t] for t in found]
 
 
@@ -230,6 +238,8 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
     ranked = sorted(weights, key=lambda t: (-weights[t], t))
     # half the budget: search_missed runs one such query per relevant chunk after the question's
     kept = ranked[:top] if n < COMMON_MIN_DOCS else _within_budget(ranked, df, POSTINGS_BUDGET // 2)[:top]
+    if sum(df[t] for t in kept) > MAX_POSTINGS // 2:
+        kept = _within_budget(ranked, df, MAX_POSTINGS // 2)[:top]
     return [by_term[t] for t in kept]
 
 

@@ -26,6 +26,13 @@ _KEEP = 50  # acknowledgements and notes remembered for the widget
 # --- callbacks (run before the script, so a write never depends on the page drawing) ----------
 # A callback may run on another thread than the run that registered it: it takes the database
 # connection of the thread it runs on (state.get_db()), never the `db` of the page's last run.
+# A callback that moves to another item reads the session first, then writes to the database
+# holding the session's move lock and touching no session state (a newer run may have stopped
+# this one: its next session access would raise, and the item it leased would be lost), and
+# puts the outcome in `moves`; _settle() shows it, here or in the next run (see state.LabelMoves).
+
+moves = state.label_moves()
+
 
 def _safely(fn, *args, **kwargs):
     try:
@@ -40,17 +47,48 @@ def _show(pk: int | None) -> None:
     st.session_state[state.SHOWN_AT] = time.monotonic()
 
 
-def _spent(pk: int) -> None:
-    # measured now, written once the next item is drawn (write_spent): after Enter, a write
-    # transaction fewer between the key and the next item, which behind an ingest's lock costs most
-    shown = st.session_state.get(state.SHOWN_AT)
-    if shown is not None:
-        st.session_state.setdefault(state.SPENT, []).append((pk, min(time.monotonic() - shown, 3600.0)))
-        st.session_state[state.SHOWN_AT] = time.monotonic()
+def _settle() -> None:
+    """Show the item the last move went to; a run stopped half-way leaves it to the next run.
+    Waits while a callback of another run is still moving (it holds the lock)."""
+    move = moves.peek()
+    if move is None:
+        return
+    if move.annotator != annotator:  # made before a sign-out: not this annotator's
+        moves.done(move)
+        return
+    st.session_state[state.CURRENT] = move.to
+    moves.done(move)  # shown: the rest is what the page says about it
+    st.session_state[state.SHOWN_AT] = time.monotonic()
+    if move.spent is not None:
+        # measured at the move, written once the next item is drawn (write_spent): after Enter, a
+        # write transaction fewer between the key and the next item, which behind an ingest costs most
+        st.session_state.setdefault(state.SPENT, []).append(move.spent)
+    if move.notice:
+        st.session_state[state.NOTICE] = move.notice
+    if move.error:
+        st.session_state[state.LABEL_ERROR] = move.error
+
+
+def _spent(pk: int | None, shown: float | None) -> tuple[int, float] | None:
+    if pk is None or shown is None:
+        return None
+    return pk, min(time.monotonic() - shown, 3600.0)
+
+
+def _hand_out(db, *, left: int | None, shown: float | None, notice: str | None = None) -> None:
+    """Lease the next item and put the move to it (hold ``moves.lock``; no session state here)."""
+    try:
+        pk = labels.next_item(db, annotator)
+        error = None
+    except LabelerError as e:
+        pk, error = None, str(e)
+    if pk is None:
+        notice = "Nothing left in your queue. Thank you!"
+    moves.put(state.Move(annotator, pk, notice=notice, error=error, spent=_spent(left, shown)))
 
 
 def write_spent() -> None:
-    """Store the seconds measured by ``_spent`` (a run cut short leaves them for the next run)."""
+    """Store the seconds measured at each move (a run cut short leaves them for the next run)."""
     while st.session_state.get(state.SPENT):
         pk, seconds = st.session_state[state.SPENT].pop(0)
         _safely(labels.add_seconds, db, pk, annotator, seconds)
@@ -58,10 +96,10 @@ def write_spent() -> None:
 
 @auth.guarded
 def _next_item() -> None:
-    pk = _safely(labels.next_item, state.get_db(), annotator)
-    _show(pk)
-    if pk is None:
-        st.session_state[state.NOTICE] = "Nothing left in your queue. Thank you!"
+    db_now = state.get_db()
+    with moves.lock:
+        _hand_out(db_now, left=None, shown=None)
+    _settle()
 
 
 def _remember(table: dict, key: str, value: Any) -> None:
@@ -73,34 +111,40 @@ def _remember(table: dict, key: str, value: Any) -> None:
 
 def apply_outbox(box: dict | None) -> bool:
     """Apply the grading widget's unacknowledged events (each exactly once, by sequence number);
-    True when an acknowledgement changed, so the widget must be told."""
+    True when an acknowledgement changed, so the widget must be told. A submit of the item shown
+    moves on to the next item."""
     acks: dict[str, int] = st.session_state.setdefault(state.GRADER_ACKS, {})
     notes: dict[str, list] = st.session_state.setdefault(state.GRADER_NOTES, {})
+    current, shown = st.session_state.get(state.CURRENT), st.session_state.get(state.SHOWN_AT)
+    db_now = state.get_db()
     changed = False
-    for batch in (box or {}).get("batches") or []:
-        client, item_pk, events = batch.get("client"), batch.get("item"), batch.get("events") or []
-        seqs = [e["seq"] for e in events if isinstance(e, dict) and isinstance(e.get("seq"), int)]
-        ident = f"{client}|{item_pk}"
-        if not seqs or max(seqs) <= acks.get(ident, 0) or f"refused|{ident}|{max(seqs)}" in notes:
-            continue  # a resend of what is applied (or refused) already
-        try:
-            result = labels.apply_grade_events(state.get_db(), item_pk, annotator, client, events)
-        except ItemTakenError as e:
-            _remember(notes, f"refused|{ident}|{max(seqs)}", [client, item_pk, max(seqs), str(e)])
-            st.session_state[state.LABEL_ERROR] = str(e)
-            changed = True
-            continue
-        except LabelerError as e:
-            st.session_state[state.LABEL_ERROR] = str(e)
-            continue
-        changed = changed or result.acked != acks.get(ident)
-        _remember(acks, ident, result.acked)
-        for seq, why in result.rejected:
-            _remember(notes, f"rejected|{ident}|{seq}", [client, item_pk, seq, why])
-        if result.submitted and item_pk == st.session_state.get(state.CURRENT):
-            _spent(item_pk)
-            st.session_state[state.NOTICE] = "Submitted."
-            _next_item()
+    error = None
+    with moves.lock:  # no session state below, until the lock is let go (see the top of this section)
+        for batch in (box or {}).get("batches") or []:
+            client, item_pk, events = batch.get("client"), batch.get("item"), batch.get("events") or []
+            seqs = [e["seq"] for e in events if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+            ident = f"{client}|{item_pk}"
+            if not seqs or max(seqs) <= acks.get(ident, 0) or f"refused|{ident}|{max(seqs)}" in notes:
+                continue  # a resend of what is applied (or refused) already
+            try:
+                result = labels.apply_grade_events(db_now, item_pk, annotator, client, events)
+            except ItemTakenError as e:
+                _remember(notes, f"refused|{ident}|{max(seqs)}", [client, item_pk, max(seqs), str(e)])
+                error = str(e)
+                changed = True
+                continue
+            except LabelerError as e:
+                error = str(e)
+                continue
+            changed = changed or result.acked != acks.get(ident)
+            _remember(acks, ident, result.acked)
+            for seq, why in result.rejected:
+                _remember(notes, f"rejected|{ident}|{seq}", [client, item_pk, seq, why])
+            if result.submitted and item_pk == current:
+                _hand_out(db_now, left=item_pk, shown=shown, notice="Submitted.")
+    if error is not None:
+        st.session_state[state.LABEL_ERROR] = error
+    _settle()
     return changed
 
 
@@ -129,21 +173,29 @@ def finish(pk: int, status: str) -> None:
     if status == "flagged" and reason is None:
         st.session_state[state.FLAG_ERROR] = "Write what is wrong in the flag reason box, then flag."
         return
-    _spent(pk)
-    if _safely(labels.set_status, state.get_db(), pk, annotator, status, reason=reason) is None and \
-            st.session_state.get(state.LABEL_ERROR):
-        return
-    st.session_state[state.NOTICE] = {"submitted": "Submitted.", "skipped": "Skipped.", "flagged": "Flagged for the lead.",
-                                      "discarded": "Discarded."}[status]
-    _next_item()
+    shown, db_now = st.session_state.get(state.SHOWN_AT), state.get_db()
+    notice = {"submitted": "Submitted.", "skipped": "Skipped.", "flagged": "Flagged for the lead.",
+              "discarded": "Discarded."}[status]
+    error = None
+    with moves.lock:
+        try:
+            labels.set_status(db_now, pk, annotator, status, reason=reason)
+        except LabelerError as e:
+            error = str(e)  # nothing written: the page stays on the item and says why
+        else:
+            _hand_out(db_now, left=pk, shown=shown, notice=notice)
+    if error is not None:
+        st.session_state[state.LABEL_ERROR] = error
+    _settle()
 
 
 @auth.guarded
 def go_back(pk: int | None) -> None:
     apply_outbox(grader.outbox())
-    prev = _safely(labels.previous_item, state.get_db(), annotator, pk)
+    prev = _safely(labels.previous_item, state.get_db(), annotator, pk)  # a read: no lease to lose
     if prev is not None:
-        _show(prev)
+        moves.put(state.Move(annotator, prev))
+        _settle()
     else:
         st.session_state[state.NOTICE] = "There is no earlier item in your history."
 
@@ -151,7 +203,8 @@ def go_back(pk: int | None) -> None:
 @auth.guarded
 def reopen(pk: int) -> None:
     apply_outbox(grader.outbox())
-    _show(pk)
+    moves.put(state.Move(annotator, pk))
+    _settle()
 
 
 # --- which item ------------------------------------------------------------------------------
@@ -159,6 +212,7 @@ def reopen(pk: int) -> None:
 if state.ITEM_PARAM in st.query_params and lead_view.show(db, annotator):
     st.stop()  # a lead opened an item from the Items page: everyone's grades, not the queue
 
+_settle()  # a move an earlier run's callback made and could not show (waits for one still moving)
 if state.OPEN_QUERY in st.session_state:
     _show(st.session_state.pop(state.OPEN_QUERY))
 if state.CURRENT not in st.session_state:
