@@ -14,9 +14,12 @@ import json
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+
+import pytest
 
 from labeler import db as store
 from labeler import labels as L
@@ -26,6 +29,16 @@ from tests.conftest import tiny_records
 WORKERS = 8
 SECONDS = float(os.environ.get("LABELER_CONCURRENCY_SECONDS", "30"))
 SPAWN = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture(autouse=True)
+def _plain_main(monkeypatch):
+    """A spawned worker first re-runs the parent's ``__main__`` from its file. Under pytest-xdist an
+    AppTest that ran earlier in the same worker process leaves its temporary script as ``__main__``,
+    and re-running that script in the child fails; the workers here need nothing from ``__main__``."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
 
 
 def _grade_for(annotator: str, query_pk: int, doc_pk: int) -> int:
