@@ -221,6 +221,43 @@ def page_imports(found: Iterable[Import]) -> list[str]:
     ]
 
 
+FACES_FOR_ALL = ("labeler.cli", "labeler.app", "labeler.__main__")  # the faces: they may import any package's face
+
+
+def reexports(package: str, modules: dict[str, Path]) -> set[str]:
+    """The names a package's ``__init__`` takes from its own submodules (its face's re-exports)."""
+    path = modules[package]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.level == 1
+            and node.module for alias in node.names}
+
+
+def face_imports(found: Iterable[Import], modules: dict[str, Path]) -> list[str]:
+    """Library code imports submodules, not package faces: ``from ..labels import golden_labels``
+    names labels/ where ``from ..labels.consolidate import golden_labels`` names the module that
+    defines it. A re-exported name taken from another package's face is a finding, and so is a
+    face imported as a namespace (``from .. import metrics as m``) when that face only re-exports;
+    a package whose ``__init__`` defines what is used (privacy/, ingest/formats/) is its own module.
+    The faces (cli/, app/, the ``labeler`` package) may take names from any face."""
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    defines = {name: any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in ast.parse(
+        modules[name].read_text(encoding="utf-8")).body) for name in packages}
+    out: list[str] = []
+    for imp in found:
+        if imp.module == "labeler" or imp.module.startswith(FACES_FOR_ALL) or not imp.target.startswith("labeler."):
+            continue
+        # a module of the package itself, or a package's face taking its own subpackage
+        own = imp.module == imp.target or imp.module.startswith(imp.target + ".") or imp.target.startswith(
+            imp.module + ".")
+        if own or imp.target not in packages:
+            continue
+        if imp.name is not None and imp.name in reexports(imp.target, modules):
+            out.append(f"face import: {imp.module} takes {imp.name} from the face of {imp.target} [line {imp.line}]")
+        elif imp.name is None and not defines[imp.target]:
+            out.append(f"face import: {imp.module} imports the face of {imp.target} [line {imp.line}]")
+    return list(dict.fromkeys(out))
+
+
 def floor_of(module: str) -> int:
     if module in FACE_FLOORS:
         return [name for name, _ in FLOORS].index(FACE_FLOORS[module])
@@ -252,6 +289,7 @@ def findings() -> dict[str, list[str]]:
         "circles": circles(edges),
         "private": private_imports(found, modules),
         "pages": page_imports(found),
+        "faces": face_imports(found, modules),
         "floors": upward_arrows(edges),
     }
 
@@ -268,6 +306,11 @@ def test_no_import_circles():
 
 def test_no_private_imports():
     found = findings()["private"]
+    assert not found, "\n".join(found)
+
+
+def test_library_code_imports_submodules_not_package_faces():
+    found = findings()["faces"]
     assert not found, "\n".join(found)
 
 

@@ -26,7 +26,8 @@ def retriever_agreement(run: pd.DataFrame, human: pd.DataFrame, judge: pd.DataFr
     """
     from scipy import stats as sps
 
-    from ..metrics import aggregate, per_query
+    from ..metrics.bootstrap import aggregate
+    from ..metrics.evaluate import per_query
 
     retrievers = sorted(run["retriever"].unique()) if len(run) else []
     specs = [f"recall@{k}", f"ndcg@{k}"]

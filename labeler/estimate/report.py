@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from .. import metrics as m
+from ..metrics.registry import parse_metric
 from . import designs as dz
 from .active import draw_items, uncertainty
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
@@ -60,7 +60,7 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     """
     specs = list(dict.fromkeys(specs or DEFAULT_SPECS))
     for s in specs:
-        m.parse_metric(s)
+        parse_metric(s)
     if design is not None and design not in DESIGNS:
         raise EstimateError(f"design {design!r} is unknown; use one of: {', '.join(DESIGNS)}")
     judged = judged_traffic(db, judge_run, specs, retriever=retriever)

@@ -20,11 +20,11 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from .. import metrics as m
 from ..core.cache import LRU, data_token
 from ..errors import JudgeError
 from ..judge.store import get_run
 from ..labels.consolidate import golden_labels
+from ..metrics.evaluate import per_query
 from ..report.load import resolve_retriever, structure_of
 from .ppi import EstimateError
 
@@ -174,7 +174,7 @@ def per_query_values(ranking: pd.DataFrame, qrels: pd.DataFrame, pks: np.ndarray
                      threshold: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Per spec, the value of every query in ``pks`` (sorted) through :func:`labeler.metrics.per_query`
     (NaN without a relevant chunk; a query with no graded chunk has none), and whether it has one."""
-    per = m.per_query(ranking, qrels, specs, threshold=threshold) if len(qrels) else None
+    per = per_query(ranking, qrels, specs, threshold=threshold) if len(qrels) else None
     values: dict[str, np.ndarray] = {}
     relevant = np.zeros(pks.size, dtype=bool)
     if per is None:

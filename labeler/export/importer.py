@@ -24,6 +24,7 @@ from ..ingest.validate import normalize_question
 from ..labels.common import event, max_grade
 from ..labels.queue import recount, sync_queue
 from ..labels.writes import JUDGMENTS
+from ..privacy.redactor import Redactor
 from ..report.specs import ORIGINS
 
 
@@ -123,7 +124,7 @@ def _parse(rec: dict[str, Any], line: int, top: int) -> _Line:
                  judgments["answer_faithful"], judgments["answer_relevant"], origin)
 
 
-def _redact(redactor: privacy.Redactor, x: _Line) -> _Line:
+def _redact(redactor: Redactor, x: _Line) -> _Line:
     """The line with its values replaced as an ingest replaces them: the question numbered on its own
     (so it still matches the question an ingest stored) and the ids pseudonymised (so they match the
     stored chunk and query ids)."""

@@ -20,8 +20,11 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from .. import metrics as m
 from ..accounts.manage import audit, require
+from ..metrics.bootstrap import aggregate
+from ..metrics.evaluate import n_without_relevant as count_without_relevant
+from ..metrics.evaluate import per_query
+from ..metrics.judgments import COUNT_COLUMNS
 from ..report.load import data_token
 from ..report.specs import DEFAULT_KS, DEFAULT_METRICS, expand_specs
 from ..version import version
@@ -63,9 +66,9 @@ def _metrics(g: GoldenSet, retriever: str | None = None) -> dict[str, Any] | Non
     run = pd.DataFrame({"query": whole["query_pk"].to_numpy(np.int64), "doc": whole["doc_pk"].to_numpy(np.int64),
                         "rank": whole["rank"].to_numpy(np.int64)})
     judged = [f"judged@{k}" for k in DEFAULT_KS]
-    per_q = m.per_query(run, qrels, [*specs, *judged], threshold=g.threshold)
-    return {"n_queries": len(per_q), "n_without_relevant": m.n_without_relevant(per_q), "threshold": g.threshold,
-            "retriever": retriever, "metrics": m.aggregate(per_q[[*specs, *m.COUNT_COLUMNS]], n_resamples=1000, seed=0),
+    per_q = per_query(run, qrels, [*specs, *judged], threshold=g.threshold)
+    return {"n_queries": len(per_q), "n_without_relevant": count_without_relevant(per_q), "threshold": g.threshold,
+            "retriever": retriever, "metrics": aggregate(per_q[[*specs, *COUNT_COLUMNS]], n_resamples=1000, seed=0),
             "judged": {s: float(per_q[s].mean()) if per_q[s].notna().any() else None for s in judged}}
 
 

@@ -19,9 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import metrics as m
 from ..errors import LabelerError
 from ..ingest.validate import normalize_question
+from ..metrics.bootstrap import aggregate
+from ..metrics.evaluate import per_query
+from ..metrics.judgments import COUNT_COLUMNS, MetricError
+from ..metrics.registry import Metric, parse_metric
+from ..metrics.significance import paired_test
 from .golden import GoldenSet
 from .pipeline import Answer
 
@@ -35,25 +39,25 @@ class BaselineError(LabelerError):
     """A baseline file is unreadable, or does not fit this golden set or these options."""
 
 
-def canonical_metric(spec: str) -> m.Metric:
+def canonical_metric(spec: str) -> Metric:
     """``spec`` parsed, named in canonical form (``P@5`` -> ``precision@5``) so that reports and
     baselines written with different aliases still line up."""
-    parsed = m.parse_metric(spec)
+    parsed = parse_metric(spec)
     name = parsed.name if parsed.k is None else f"{parsed.name}@{parsed.k}"
-    return m.Metric(parsed.name, parsed.k, name)
+    return Metric(parsed.name, parsed.k, name)
 
 
-def metric_set(k: int | None = None, specs: Sequence[str] = ()) -> list[m.Metric]:
+def metric_set(k: int | None = None, specs: Sequence[str] = ()) -> list[Metric]:
     """The metrics to compute: the default set at cutoff ``k`` (recall, precision, hit, ndcg @k and
     mrr) when ``k`` is given or no ``specs`` are, then every spec in ``specs``; repeats dropped."""
-    wanted: list[m.Metric] = []
+    wanted: list[Metric] = []
     if k is not None or not specs:
         cutoff = DEFAULT_K if k is None else k
         if isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1:
-            raise m.MetricError(f"-k must be a positive whole number, e.g. -k 5; got {cutoff!r}")
+            raise MetricError(f"-k must be a positive whole number, e.g. -k 5; got {cutoff!r}")
         wanted += [canonical_metric(n if n == "mrr" else f"{n}@{cutoff}") for n in DEFAULT_SET]
     wanted += [canonical_metric(s) for s in specs]
-    unique: dict[str, m.Metric] = {}
+    unique: dict[str, Metric] = {}
     for metric in wanted:
         unique.setdefault(metric.spec, metric)
     return list(unique.values())
@@ -80,7 +84,7 @@ def parse_max_drop(pairs: Sequence[str]) -> dict[str, float]:
 
 # --- scoring -------------------------------------------------------------------------------
 
-def score(golden: GoldenSet, answers: Sequence[Answer], metrics: Sequence[m.Metric]) -> pd.DataFrame:
+def score(golden: GoldenSet, answers: Sequence[Answer], metrics: Sequence[Metric]) -> pd.DataFrame:
     """Per-question metric values: one row per golden question (index = its position), one column per
     metric spec, then ``n_relevant`` and ``n_retrieved``. A question with status ``skipped`` (not
     evaluated) is NaN throughout; an errored one is scored as retrieving nothing; a question without
@@ -104,7 +108,7 @@ def score(golden: GoldenSet, answers: Sequence[Answer], metrics: Sequence[m.Metr
     qrels_df = pd.DataFrame({"query": np.asarray(qrels["query"], dtype=np.int64),
                              "doc": pd.Series(qrels["doc"], dtype=object),
                              "grade": np.asarray(qrels["grade"], dtype=np.int64)})
-    per_q = m.per_query(run_df, qrels_df, list(metrics), threshold=golden.threshold)
+    per_q = per_query(run_df, qrels_df, list(metrics), threshold=golden.threshold)
     # questions with no judged chunk at all are absent from per_query: they have no relevant chunk
     per_q = per_q.reindex(range(len(answers)))
     per_q.index.name = "query"
@@ -117,7 +121,7 @@ def score(golden: GoldenSet, answers: Sequence[Answer], metrics: Sequence[m.Metr
 
 def summarize(per_q: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0) -> dict[str, dict]:
     """Mean, 95% bootstrap CI and n of every metric column (``metrics.aggregate``, seeded)."""
-    return m.aggregate(per_q.dropna(subset=["n_relevant"]), n_resamples=n_resamples, seed=seed)
+    return aggregate(per_q.dropna(subset=["n_relevant"]), n_resamples=n_resamples, seed=seed)
 
 
 # --- baselines -----------------------------------------------------------------------------
@@ -299,7 +303,7 @@ def compare(per_q: pd.DataFrame, golden: GoldenSet, baseline: Baseline, max_drop
     its mean over the shared questions dropped by more than the tolerance and the paired test gives
     p < ``alpha``. Raises BaselineError when a gated metric is missing from the baseline.
     """
-    specs = [c for c in per_q.columns if c not in m.COUNT_COLUMNS]
+    specs = [c for c in per_q.columns if c not in COUNT_COLUMNS]
     tolerances = check_gate(specs, baseline, max_drop, alpha=alpha)
     in_baseline = _baseline_metrics(baseline)
     evaluated = [i for i in range(len(golden.queries)) if not np.isnan(per_q.at[i, "n_relevant"])]
@@ -325,7 +329,7 @@ def compare(per_q: pd.DataFrame, golden: GoldenSet, baseline: Baseline, max_drop
             continue
         cur_mean, base_mean = float(current[both].mean()), float(base[both].mean())
         drop = base_mean - cur_mean
-        p = float(m.paired_test(current, base, n_resamples=n_permutations, seed=seed))
+        p = float(paired_test(current, base, n_resamples=n_permutations, seed=seed))
         failed = tolerance is not None and drop > tolerance + 1e-12 and p < alpha
         worse = both & (current < base - 1e-12)
         better = both & (current > base + 1e-12)

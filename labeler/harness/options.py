@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import metrics as m
 from ..errors import LabelerError
 from ..ingest.mapping import parse_mapping
+from ..metrics.judgments import MetricError
+from ..metrics.registry import Metric
 from .gate import ALL, DEFAULT_K, BaselineError, metric_set, parse_max_drop
 from .golden import GoldenError
 from .pipeline import Pipeline, PipelineError, parse_headers
@@ -116,21 +117,21 @@ class ScoringOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.metrics, str) or not all(isinstance(s, str) for s in self.metrics):
-            raise m.MetricError(f"metrics must be a list of metric specs, e.g. [\"ndcg@10\"]; got {self.metrics!r}")
+            raise MetricError(f"metrics must be a list of metric specs, e.g. [\"ndcg@10\"]; got {self.metrics!r}")
         object.__setattr__(self, "metrics", tuple(self.metrics))
         metric_set(self.k, self.metrics)  # -k and every --metric, checked (an unknown one lists the known)
         if not _whole(self.n_resamples) or self.n_resamples < 1:
-            raise m.MetricError(f"n_resamples (bootstrap resamples) must be a positive whole number, e.g. 1000; "
+            raise MetricError(f"n_resamples (bootstrap resamples) must be a positive whole number, e.g. 1000; "
                                 f"got {self.n_resamples!r}")
         if not _whole(self.seed):
-            raise m.MetricError(f"--seed must be a whole number, e.g. 0; got {self.seed!r}")
+            raise MetricError(f"--seed must be a whole number, e.g. 0; got {self.seed!r}")
 
     @property
     def reported_k(self) -> int | None:
         """The cutoff as the report's settings give it (None when only ``metrics`` were asked for)."""
         return DEFAULT_K if self.k is None and not self.metrics else self.k
 
-    def specs(self, gated: Sequence[str] = ()) -> list[m.Metric]:
+    def specs(self, gated: Sequence[str] = ()) -> list[Metric]:
         """The metrics to compute: these, then any metric the gate names (``gated``) that is not among them."""
         return metric_set(self.k, [*self.metrics, *gated])
 
@@ -169,7 +170,7 @@ class GateOptions:
         if not isinstance(self.allow_golden_change, bool):
             raise BaselineError(f"allow_golden_change must be True or False; got {self.allow_golden_change!r}")
         if not _whole(self.n_permutations) or self.n_permutations < 1:
-            raise m.MetricError(f"--permutations must be a positive whole number, e.g. 10000; got {self.n_permutations!r}")
+            raise MetricError(f"--permutations must be a positive whole number, e.g. 10000; got {self.n_permutations!r}")
 
     @property
     def tolerances(self) -> dict[str, float]:

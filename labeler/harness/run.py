@@ -18,8 +18,9 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from .. import metrics as m
 from ..errors import DatabaseError, LabelerError
+from ..metrics.bootstrap import aggregate
+from ..metrics.registry import Metric
 from ..retrievers import default_retriever
 from .gate import (
     Baseline,
@@ -294,7 +295,7 @@ class _Plan:
 
     golden: GoldenSet
     split: dict[str, Any]
-    metrics: list[m.Metric]
+    metrics: list[Metric]
     baseline: Baseline | None
     tolerances: dict[str, float]
     runner: Pipeline | None
@@ -501,29 +502,31 @@ def _judge_answers(db: Any, run_ids: Sequence[int], config: Any, golden: GoldenS
     """Judge the pipeline's answers with each calibration run; add the per-question values as
     columns of ``per_q`` and their means with CIs to ``aggregates``; return what the report says
     about each judge (run, rubric, model, calibration agreement, gate)."""
-    from .. import judge, llm
     from ..judge.calibration import run_agreement
+    from ..judge.gate import gate as judge_gate
+    from ..judge.runs import judge_answers
+    from ..llm.client import LLMConfig
 
     if db is None:
         raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")
     database, _ = _open_db(db)
-    config = config or llm.LLMConfig.from_env()
+    config = config or LLMConfig.from_env()
     items = [(str(i), q.question, a.answer, a.texts) for i, (q, a) in enumerate(zip(golden.queries, answers, strict=True))
              if a.status == "ok" and a.answer]
     out = []
     for run_id in run_ids:
-        result = judge.judge_answers(database, config, int(run_id), items)
+        result = judge_answers(database, config, int(run_id), items)
         name = "faithfulness" if result.run.kind == "faithfulness" else "answer_relevance"
         values = np.full(len(answers), np.nan)
         for key, v in result.verdicts.items():
             value = v.score if name == "faithfulness" else ANSWER_SCORES.get(v.label)
             values[int(key)] = np.nan if value is None else value
         per_q[name] = values
-        aggregates[name] = m.aggregate(per_q[[name]], n_resamples=n_resamples, seed=seed)[name]
+        aggregates[name] = aggregate(per_q[[name]], n_resamples=n_resamples, seed=seed)[name]
         agreement = run_agreement(database, int(run_id), retrievers=False, n_resamples=n_resamples, seed=seed)
         kappa = agreement.statistics.get("cohen_kappa")
         try:
-            verdict = judge.gate(database, int(run_id), agreement=agreement)
+            verdict = judge_gate(database, int(run_id), agreement=agreement)
             passed, reasons = verdict.passed, verdict.reasons
         except LabelerError as e:
             passed, reasons = False, [str(e)]

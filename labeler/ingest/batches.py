@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import IngestError
-from ..privacy import Redactor, redact_log
+from ..privacy import redact_log
+from ..privacy.redactor import Redactor
 from . import formats
 from .common import FieldError as _FieldError
 from .mapping import LOG_ALIASES

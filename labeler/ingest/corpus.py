@@ -9,8 +9,10 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, privacy
 from .. import db as store
+from .. import privacy
+from ..accounts.manage import require
+from ..privacy.redactor import Redactor
 from .common import FieldError as _FieldError
 from .common import IngestResult, Problem, check_path
 from .lines import shown_text
@@ -71,7 +73,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
     anything is stored, as for logs (None: the setting ``redact``, on by default; ``redact_patterns``
     as for logs).
     """
-    accounts.require(db, by, "lead", "ingesting a file")
+    require(db, by, "lead", "ingesting a file")
     path = Path(path)
     check_path(path)
     fmt, gz = detect_format(path, fmt)
@@ -128,7 +130,7 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
         return finish_ingest(staging, path, result, lenient, rejects, shown, by)
 
 
-def _redact(redactor: privacy.Redactor, result: IngestResult, cid: str, text: str, title: str | None,
+def _redact(redactor: Redactor, result: IngestResult, cid: str, text: str, title: str | None,
             source: str | None, meta: dict | None) -> tuple:
     """One corpus record redacted (numbered on its own), its counts added to ``result``."""
     r = redactor.record()

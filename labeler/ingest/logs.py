@@ -13,8 +13,9 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, privacy
 from .. import db as store
+from .. import privacy
+from ..accounts.manage import audit, require
 from ..errors import IngestError
 from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, Row, may_fork
@@ -62,7 +63,7 @@ def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: b
                     {"on": result.redacted, "counts": result.redactions})
     publish(staging, sha256_of(path), counts)
     with store.transaction(staging.db):
-        accounts.audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
+        audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
     if result.records:
         result.documents_without_text = staging.db.execute(
             "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
@@ -233,7 +234,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         if not isinstance(options, LogIngestOptions) or mixed:
             raise IngestError(f"give options=LogIngestOptions(...) or its keywords ({', '.join(mixed)}), not both"
                               if mixed else f"options= takes a LogIngestOptions(...); got {type(options).__name__}")
-    accounts.require(db, by, "lead", "ingesting a file")
+    require(db, by, "lead", "ingesting a file")
     path = Path(path)
     check_path(path)
     fmt, gz = detect_format(path, options.fmt)

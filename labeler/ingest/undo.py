@@ -54,8 +54,9 @@ from typing import Any
 
 import sqlite_utils
 
-from .. import accounts, owners
 from .. import db as store
+from .. import owners
+from ..accounts.manage import audit, local_operator, require
 from ..errors import LabelerError
 from .staging import mine, mine_lock
 from .undo_result import UndoResult
@@ -129,7 +130,7 @@ def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = Fals
     when queries to remove have labels and ``force`` is false. ``dry_run`` counts without writing
     (and does not refuse: ``labeled_queries`` names the labeled ones). Undoing an ingest whose
     undo was interrupted (state ``undoing``) finishes it."""
-    accounts.require(db, by, "lead", f"undoing ingest {ingest_id}")
+    require(db, by, "lead", f"undoing ingest {ingest_id}")
     conn = db.conn
     row = conn.execute("SELECT state, undone_at, path, kind FROM ingests WHERE id = ?", [ingest_id]).fetchone()
     if row is None:
@@ -169,7 +170,7 @@ def _mark_undoing(db: sqlite_utils.Database, ingest_id: int, by: str | None) -> 
         return db.conn.execute(
             "UPDATE ingests SET state = 'staging', undone_at = ?, undone_by = ?, owner = ? "
             "WHERE id = ? AND undone_at IS NULL AND state = 'done'",
-            [store.now(), by if by is not None else accounts.local_operator(), owners.current(),
+            [store.now(), by if by is not None else local_operator(), owners.current(),
              ingest_id]).rowcount > 0
 
 
@@ -198,10 +199,10 @@ def _finish(db: sqlite_utils.Database, ingest_id: int, path: str, *, force: bool
             conn.execute(f"DELETE FROM {table} WHERE ingest_id = ?", [ingest_id])
         at = store.now()
         conn.execute("UPDATE ingests SET state = 'done', undone_at = ?, undone_by = ? WHERE id = ?",
-                     [at, by if by is not None else accounts.local_operator(), ingest_id])
+                     [at, by if by is not None else local_operator(), ingest_id])
         # the queue plans again at its next sync (its item count and overlap targets changed)
         conn.execute("DELETE FROM queue_meta WHERE key = 'fingerprint'")
-        accounts.audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
+        audit(conn, at, by, "ingest_undo", f"{ingest_id} {path}", _detail(result))
     _drop_temp(conn)
     return result
 
@@ -214,7 +215,7 @@ def remove_queries(db: sqlite_utils.Database, query_ids: Iterable[str], *, force
     ids = list(dict.fromkeys(str(q) for q in query_ids))
     if not ids:
         raise LabelerError("name at least one query id to remove (e.g. labeler queries remove q-1234)")
-    accounts.require(db, by, "lead", "removing queries")
+    require(db, by, "lead", "removing queries")
     conn = db.conn
     # foreign keys are not checked row by row: children are deleted first, and the checks would scan
     # tables without an index on the key (log_lines, retrievals by document) once per deleted row
@@ -242,7 +243,7 @@ def remove_queries(db: sqlite_utils.Database, query_ids: Iterable[str], *, force
             _drop_temp(conn)
             return result
         _remove(conn, result)
-        accounts.audit(conn, store.now(), by, "queries_remove", _names(ids), _detail(result))
+        audit(conn, store.now(), by, "queries_remove", _names(ids), _detail(result))
         _drop_temp(conn)
     return result
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from .. import db as store
-from .. import llm
 from ..accounts.manage import require
 from ..accounts.settings import set_setting
 from ..errors import GateError, JudgeError
+from ..llm.client import LLMConfig
 from .store import get_run, list_runs
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def gate(db: sqlite_utils.Database, run_id: int, *, agreement: Agreement | None 
     return result
 
 
-def calibration_for(db: sqlite_utils.Database, judge: str, rubric_hash: str, config: llm.LLMConfig,
+def calibration_for(db: sqlite_utils.Database, judge: str, rubric_hash: str, config: LLMConfig,
                      run_id: int | None) -> int:
     candidates = [r for r in list_runs(db) if r.on_set == "labeled" and r.judge == judge
                   and r.status in ("done", "cancelled")]

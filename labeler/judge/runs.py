@@ -14,9 +14,14 @@ import numpy as np
 import sqlite_utils
 
 from .. import db as store
-from .. import llm, owners
+from .. import owners
 from ..accounts.manage import require
 from ..errors import JudgeError, LabelerError
+from ..llm.batch import store as batch_store
+from ..llm.batch import submitting as batch_submitting
+from ..llm.cache import estimate as estimate_cost
+from ..llm.client import LLMConfig, Progress, Task
+from ..llm.direct import run_tasks
 from ..retrievers import default_retriever
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
 from .store import JudgeRun, get_run
@@ -104,7 +109,7 @@ def select_items(db: sqlite_utils.Database, judge: str | Judge, *, on: str = "la
 # --- running ----------------------------------------------------------------------------------------------
 
 class _AnyEvent(threading.Event):
-    """Set when it or any of ``others`` is set (llm.run_tasks only asks ``is_set()``)."""
+    """Set when it or any of ``others`` is set (run_tasks only asks ``is_set()``)."""
 
     def __init__(self, *others: threading.Event | None) -> None:
         super().__init__()
@@ -115,7 +120,7 @@ class _AnyEvent(threading.Event):
 
 
 def _tasks(judge: Judge, items: list[JudgeItem], rubric: str, settings: dict[str, Any],
-           nonce: int | None = None) -> tuple[list[llm.Task], list[tuple[str, str]]]:
+           nonce: int | None = None) -> tuple[list[Task], list[tuple[str, str]]]:
     schema = judge.schema(settings)
     params = {"seed": int(nonce)} if nonce is not None else {}
     tasks, skipped = [], []
@@ -125,19 +130,19 @@ def _tasks(judge: Judge, items: list[JudgeItem], rubric: str, settings: dict[str
         elif judge.unit == "query" and not (item.answer or "").strip():
             skipped.append((item.key, "the query has no production answer"))
         else:
-            tasks.append(llm.Task(item.key, judge.messages(item, rubric, settings), schema, dict(params)))
+            tasks.append(Task(item.key, judge.messages(item, rubric, settings), schema, dict(params)))
     return tasks, skipped
 
 
-def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, judge: Judge, rubric: str,
-             items: list[JudgeItem], progress: Callable[[llm.Progress], None] | None,
+def _execute(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, judge: Judge, rubric: str,
+             items: list[JudgeItem], progress: Callable[[Progress], None] | None,
              cancel: threading.Event | None, *, cached_only: bool = False) -> JudgeRun:
     settings = run.params["scale"]
     tasks, skipped = _tasks(judge, items, rubric, settings)
     stop = _AnyEvent(cancel)
     interrupted: list[BaseException] = []
 
-    def report(p: llm.Progress) -> None:
+    def report(p: Progress) -> None:
         if progress is None or interrupted:
             return
         try:
@@ -147,7 +152,7 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
             stop.set()
 
     try:
-        summary = llm.run_tasks(db, config, tasks, progress=report, cancel=stop, cached_only=cached_only)
+        summary = run_tasks(db, config, tasks, progress=report, cancel=stop, cached_only=cached_only)
     except LabelerError as e:
         with store.transaction(db):
             db.execute("UPDATE judge_runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
@@ -155,7 +160,7 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
         raise
     if cached_only:  # a batch run read back: its answers were paid for by its batches
         summary.done, summary.cached = summary.cached, 0
-        summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = llm.batch.run_spend(db, "judge", run.id)
+        summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = batch_store.run_spend(db, "judge", run.id)
     at = store.now()
     ok_rows, failed_rows = [], []
     for t in tasks:
@@ -201,9 +206,9 @@ def _execute(db: sqlite_utils.Database, config: llm.LLMConfig, run: JudgeRun, ju
     return result
 
 
-def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, on: str = "labeled",
+def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: str = "labeled",
               limit: int | None = None, rubric: int | str | None = None, seed: int = 0, max_chunks: int = 10,
-              calibration_run: int | None = None, progress: Callable[[llm.Progress], None] | None = None,
+              calibration_run: int | None = None, progress: Callable[[Progress], None] | None = None,
               cancel: threading.Event | None = None, dry_run: bool = False, by: str | None = None,
               batch: bool = False) -> JudgeRun:
     """Run ``judge`` over the labeled (calibrate) or unlabeled (pre-label) items; return the run.
@@ -218,7 +223,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     newest passing one); raises GateError otherwise; the grades of a relevance run become
     suggestions. ``on="all"`` (every logged query, for ``labeler metrics --all-traffic``) runs
     whatever the gate says: the estimate corrects the judge's bias with the human labels; its
-    grades never become suggestions. ``progress``/``cancel`` as in ``llm.run_tasks``: a cancelled run keeps what was
+    grades never become suggestions. ``progress``/``cancel`` as in ``run_tasks``: a cancelled run keeps what was
     done, has status ``cancelled`` and can be finished with ``resume_run``. A progress callback that
     raises (Streamlit's rerun) cancels the same way and the exception is re-raised after storing.
 
@@ -239,7 +244,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
                    items=len(items), params=params)
     if dry_run:
         tasks, _ = _tasks(j, items, r.text, scale)
-        run.estimate = llm.estimate(db, config, tasks)
+        run.estimate = estimate_cost(db, config, tasks)
         return run
     require(db, by, "llm", "running a judge")
     if not items:
@@ -264,7 +269,7 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     if batch:
         tasks, _ = _tasks(j, items, r.text, scale)
         try:
-            submitted = llm.batch.submit(db, config, tasks, owner="judge", run_id=run.id)
+            submitted = batch_submitting.submit(db, config, tasks, owner="judge", run_id=run.id)
         except LabelerError as e:
             with store.transaction(db):
                 db.execute("UPDATE judge_runs SET error = ? WHERE id = ?", [str(e), run.id])
@@ -277,15 +282,15 @@ def run_judge(db: sqlite_utils.Database, config: llm.LLMConfig, judge: str, *, o
     return _execute(db, config, run, j, r.text, items, progress, cancel)
 
 
-def _same_config(config: llm.LLMConfig, run: JudgeRun) -> llm.LLMConfig:
+def _same_config(config: LLMConfig, run: JudgeRun) -> LLMConfig:
     """``config`` with the run's model and temperature (kept as given when equal: 0 and 0.0 would
     hash to different requests, and the stored REAL comes back as 0.0)."""
     same = config.temperature == run.temperature
     return dataclasses.replace(config, model=run.model, temperature=config.temperature if same else run.temperature)
 
 
-def resume_run(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *,
-               progress: Callable[[llm.Progress], None] | None = None,
+def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
+               progress: Callable[[Progress], None] | None = None,
                cancel: threading.Event | None = None, by: str | None = None) -> JudgeRun:
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
@@ -323,8 +328,8 @@ class Stability:
     cost: float | None = None
 
 
-def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, k: int = 3, sample: int = 20,
-              seed: int = 0, progress: Callable[[llm.Progress], None] | None = None,
+def stability(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *, k: int = 3, sample: int = 20,
+              seed: int = 0, progress: Callable[[Progress], None] | None = None,
               cancel: threading.Event | None = None, by: str | None = None) -> Stability:
     """Rerun ``sample`` of run ``run_id``'s judged items ``k`` times (see ``Stability``); a paid
     job (``by`` as in :func:`run_judge`)."""
@@ -349,7 +354,7 @@ def stability(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, *, 
     for rep in range(k):
         batch, _ = _tasks(j, items, text, scale, nonce=1_000_003 * (seed + 1) + rep)
         tasks += [dataclasses.replace(t, key=f"{t.key}#{rep}") for t in batch]
-    summary = llm.run_tasks(db, config, tasks, progress=progress, cancel=cancel)
+    summary = run_tasks(db, config, tasks, progress=progress, cancel=cancel)
     rows, identical, same = [], [], []
     for item, original in zip(items, grades["grade"].astype(int), strict=True):
         reps = [summary.results.get(f"{item.key}#{rep}") for rep in range(k)]
@@ -372,13 +377,13 @@ class AnswerVerdicts:
     cost: float | None = None
 
 
-def judge_answers(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
+def judge_answers(db: sqlite_utils.Database, config: LLMConfig, run_id: int,
                   items: list[tuple[str, str, str | None, list[str | None]]]) -> AnswerVerdicts:
     """Judge new answers with the judge, rubric, model and temperature of calibration run ``run_id``
     (a faithfulness or answer-relevance run), e.g. a pipeline's answers in ``labeler eval``.
 
     ``items`` are ``(key, question, answer, chunk texts in rank order)``. Requests go through
-    ``llm.run_tasks`` (cache, retries, concurrency); nothing is written to ``judge_labels``.
+    ``run_tasks`` (cache, retries, concurrency); nothing is written to ``judge_labels``.
     """
     run = get_run(db, run_id)
     judge = get_judge(run.judge)
@@ -391,7 +396,7 @@ def judge_answers(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
                    for i, (_, question, answer, texts) in enumerate(items)]
     tasks, skipped = _tasks(judge, judge_items, rubric.text, settings)
     keys = {f"{i}:0": item[0] for i, item in enumerate(items)}
-    summary = llm.run_tasks(db, _same_config(config, run), tasks)
+    summary = run_tasks(db, _same_config(config, run), tasks)
     verdicts = {keys[k]: judge.parse(a, settings) for k, a in summary.results.items()}
     failures = {keys[k]: reason for k, reason in [*summary.failed, *skipped]}
     return AnswerVerdicts(run, verdicts, failures, summary.cost)
@@ -404,7 +409,7 @@ def _batch_schema(db: sqlite_utils.Database, run_id: int) -> type:
     return get_judge(run.judge).schema(run.params["scale"])
 
 
-def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int) -> JudgeRun:
+def _batch_finish(db: sqlite_utils.Database, config: LLMConfig, run_id: int) -> JudgeRun:
     """Store a batch run's answers (all in the LLM cache by now) as its judge labels."""
     run = get_run(db, run_id)
     j = get_judge(run.judge)
@@ -417,4 +422,4 @@ def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int)
                     None, None, cached_only=True)
 
 
-llm.batch.register_owner(llm.batch.BatchOwner("judge", _batch_schema, _batch_finish))
+batch_store.register_owner(batch_store.BatchOwner("judge", _batch_schema, _batch_finish))

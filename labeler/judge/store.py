@@ -14,7 +14,7 @@ from .. import owners
 from ..errors import JudgeError
 
 if TYPE_CHECKING:
-    from .. import llm
+    from ..llm.client import Estimate
 
 
 @dataclass
@@ -43,7 +43,7 @@ class JudgeRun:
     calibration_run: int | None = None
     error: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    estimate: llm.Estimate | None = None
+    estimate: Estimate | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)
     batches: list[str] = field(default_factory=list)
 

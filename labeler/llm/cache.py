@@ -19,10 +19,11 @@ import sqlite_utils
 
 from .. import privacy
 from ..db import dumps, now, transaction
+from ..privacy.redactor import Redactor
 from .client import Estimate, LLMConfig, Task, json_schema_for, model_schema, request_params, task_hash
 
 
-def redact_tasks(redactor: privacy.Redactor | None, tasks: Iterable[Task]) -> Iterator[Task]:
+def redact_tasks(redactor: Redactor | None, tasks: Iterable[Task]) -> Iterator[Task]:
     """The tasks with the text of their messages redacted (numbered per task), or as they are when
     ``redactor`` is None; a task with nothing to replace is the same object, so its hash (the cache
     key) is unchanged."""
@@ -35,7 +36,7 @@ def redact_tasks(redactor: privacy.Redactor | None, tasks: Iterable[Task]) -> It
         yield dataclasses.replace(task, messages=messages) if r.counts else task
 
 
-def redact_answer(redactor: privacy.Redactor | None, schema: type[pydantic.BaseModel],
+def redact_answer(redactor: Redactor | None, schema: type[pydantic.BaseModel],
                   model: pydantic.BaseModel | None) -> tuple[pydantic.BaseModel | None, str | None]:
     """(the answer with every value it holds replaced, None), or (None, why) when the replaced answer
     no longer validates: a model's answer that echoes a phone number is stored, and used, redacted."""
@@ -52,7 +53,7 @@ def redact_answer(redactor: privacy.Redactor | None, schema: type[pydantic.BaseM
         return None, f"the answer holds personal data that cannot be replaced in: {fields}"
 
 
-def _redacted_json(redactor: privacy.Redactor, value: Any) -> Any:
+def _redacted_json(redactor: Redactor, value: Any) -> Any:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -162,7 +163,7 @@ def request_record(config: LLMConfig, task: Task, mode: str, repair: dict[str, A
 
 def call_row(h: str, config: LLMConfig, request: dict[str, Any] | str, *, model: pydantic.BaseModel | str | None,
              error: str | None, raw: Any, prompt_tokens: int, completion_tokens: int, requests: int,
-             cost: float | None, redactor: privacy.Redactor | None = None) -> dict[str, Any]:
+             cost: float | None, redactor: Redactor | None = None) -> dict[str, Any]:
     """An ``llm_calls`` row (``model`` the validated answer, or its JSON text, already redacted:
     ``redact_answer``); with a ``redactor``, the request (a repair holds the model's raw output),
     the raw response and the error are redacted too."""

@@ -12,8 +12,10 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from .. import metrics as m
 from ..core.times import When
+from ..metrics.bootstrap import aggregate
+from ..metrics.registry import parse_metric
+from ..metrics.significance import paired_test
 from .load import check_origin, data_token, loaded_inputs, logged_queries, read_run, resolve_retriever
 from .specs import DEFAULT_KS, JUDGED_MINIMUM, ReportError, expand_specs, judged_warning
 
@@ -76,7 +78,7 @@ def compare_retrievers(db: sqlite_utils.Database, a: str, b: str, specs: Sequenc
     if b not in loaded.runs:
         pks = loaded.queries["query_pk"].to_numpy()
         loaded.runs[b] = (read_run(db, b, pks), logged_queries(db, b, pks))
-    cutoffs = sorted({m.parse_metric(s).k for s in specs} - {None}) or [10]
+    cutoffs = sorted({parse_metric(s).k for s in specs} - {None}) or [10]
     judged_specs = [f"judged@{k}" for k in cutoffs]
     wanted = list(dict.fromkeys([*specs, *judged_specs]))
     va = loaded.measure(a, threshold).frame(wanted)
@@ -96,10 +98,10 @@ def compare_retrievers(db: sqlite_utils.Database, a: str, b: str, specs: Sequenc
             continue
         # keyed by query pk: a query's bootstrap weights are those of the single-retriever reports
         diff = pd.DataFrame({"diff": x[ok] - y[ok]}, index=pd.Index(common[ok]))
-        ci = m.aggregate(diff, n_resamples=n_resamples, seed=seed)["diff"]
+        ci = aggregate(diff, n_resamples=n_resamples, seed=seed)["diff"]
         out[spec] = {"a": float(x[ok].mean()), "b": float(y[ok].mean()), "diff": ci["mean"],
                      "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
-                     "p_value": m.paired_test(x, y, n_resamples=n_permutations, seed=seed, exact=True), "n": n}
+                     "p_value": paired_test(x, y, n_resamples=n_permutations, seed=seed, exact=True), "n": n}
     judged = {r: {s: float(v[s].mean()) if v[s].notna().any() else None for s in judged_specs}
               for r, v in ((a, va), (b, vb))}
     warnings = [judged_warning(r, s, value) for r, values in judged.items() for s, value in values.items()

@@ -15,8 +15,9 @@ import pandas as pd
 import sqlite_utils
 
 from .. import db as store
-from .. import metrics as m
 from ..core.times import When, stamp
+from ..metrics.evaluate import n_without_relevant as count_without_relevant
+from ..metrics.registry import parse_metric
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .load import (
     REPORTS,
@@ -127,7 +128,7 @@ class Report:
             order = [o for o in ORIGINS if (values == o).any()] + sorted(set(values) - set(ORIGINS))
             for value in order:
                 part = self.per_query.loc[values == value, [*self.specs, "n_relevant", "n_retrieved"]]
-                out[value] = {"n_queries": len(part), "n_without_relevant": m.n_without_relevant(part),
+                out[value] = {"n_queries": len(part), "n_without_relevant": count_without_relevant(part),
                               "metrics": self._measured.aggregate(list(self.specs), value, seed=self.seed,
                                                                   n_resamples=self.n_resamples)}
             self._memo[key] = out
@@ -173,11 +174,11 @@ class Report:
         ``ks`` defaults to 1, 2, 3, 5, 10, 20 up to the deepest logged rank, plus the specs' cutoffs."""
         if ks is None:
             deepest = int(self.per_query["n_retrieved"].max()) if len(self.per_query) else 10
-            cut = {m.parse_metric(s).k for s in self.specs} - {None}
+            cut = {parse_metric(s).k for s in self.specs} - {None}
             ks = sorted({k for k in (1, 2, 3, 5, 10, 20) if k <= max(deepest, 1)} | cut)
         specs = [f"{name}@{k}" for name in names for k in ks]
         for s in specs:
-            m.parse_metric(s)
+            parse_metric(s)
         rows = []
         if len(self.per_query):
             stats = self.aggregate(specs)
@@ -246,7 +247,7 @@ def retrieval_report(
             queries = queries[queries["origin"] == origin]
         labeled = len(queries)
         mask = measured.mask(origin)
-        cutoffs = sorted({m.parse_metric(s).k for s in specs} - {None}) or [10]
+        cutoffs = sorted({parse_metric(s).k for s in specs} - {None}) or [10]
         judged_specs = [f"judged@{k}" for k in cutoffs]
         extra = [s for s in judged_specs if s not in specs]
         values = measured.frame([*specs, *extra], mask)
@@ -261,7 +262,7 @@ def retrieval_report(
         answers = answer_judgments(db, "answer_faithful", origin=origin, annotator=annotator, since=since,
                                     until=until)
         n_ran = int(np.isin(queries["query_pk"].to_numpy(np.int64), ran).sum())
-        return Report(n_queries=len(values), n_without_relevant=m.n_without_relevant(values), threshold=threshold,
+        return Report(n_queries=len(values), n_without_relevant=count_without_relevant(values), threshold=threshold,
                       retriever=retriever, specs=list(specs), metrics=metrics, judged=judged, per_query=per_q,
                       filters=filters, n_resamples=n_resamples, seed=seed, answers=answers,
                       n_not_run=labeled - n_ran, _measured=measured, _mask=mask)
@@ -311,7 +312,7 @@ def worst_queries(db: sqlite_utils.Database, report: Report, spec: str | None = 
         cut = np.partition(values[keep], limit - 1)[limit - 1]
         keep &= values <= cut + _TIE
     pq = report.per_query[keep]
-    k = m.parse_metric(spec).k or max(1, int(report.per_query["n_retrieved"].max()))
+    k = parse_metric(spec).k or max(1, int(report.per_query["n_retrieved"].max()))
     depth = report.extra_values(["mrr", f"recall@{k}"])[keep]
     mrr = depth["mrr"].to_numpy(dtype=float)
     with np.errstate(divide="ignore"):

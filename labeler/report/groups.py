@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import metrics as m
+from ..metrics.bootstrap import aggregate
+from ..metrics.judgments import COUNT_COLUMNS
 from .core import Report
 
 MIN_GROUP = 5  # queries with a relevant chunk a group needs before its metrics are shown
@@ -18,13 +19,13 @@ def metrics_by_group(report: Report, group_of: Mapping[int, Any], *, min_n: int 
     {spec: {"mean", "ci_low", "ci_high", "n"}} (seeded as the report), or None when fewer than
     ``min_n`` of the group's queries have a relevant chunk (too few for a useful interval)."""
     pq = report.per_query
-    columns = [*report.specs, *m.COUNT_COLUMNS]
+    columns = [*report.specs, *COUNT_COLUMNS]
     groups = pq["query_pk"].map(lambda pk: group_of.get(int(pk)))
     out: dict[Any, dict] = {}
     for group in [g for g in dict.fromkeys(groups.tolist()) if g is not None]:
         part = pq.loc[groups == group, ["query_pk", *columns]].set_index("query_pk")
         measured = int((part["n_relevant"] > 0).sum())
         out[group] = {"n_queries": len(part), "n_measured": measured,
-                      "metrics": m.aggregate(part[columns], n_resamples=report.n_resamples, seed=report.seed)
+                      "metrics": aggregate(part[columns], n_resamples=report.n_resamples, seed=report.seed)
                       if measured >= min_n else None}
     return out

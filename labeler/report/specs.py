@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .. import metrics as m
 from ..errors import LabelerError
+from ..metrics.registry import ALIASES, METRICS, parse_metric
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 DEFAULT_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
@@ -36,14 +36,14 @@ def expand_specs(metrics: Iterable[str] | None = None, ks: Iterable[int] = DEFAU
     out: list[str] = []
     for spec in DEFAULT_METRICS if metrics is None else metrics:
         spec = spec.strip() if isinstance(spec, str) else spec
-        if isinstance(spec, str) and "@" not in spec and spec.lower() in {**m.ALIASES, **dict.fromkeys(m.METRICS)}:
+        if isinstance(spec, str) and "@" not in spec and spec.lower() in {**ALIASES, **dict.fromkeys(METRICS)}:
             name = spec.lower()
-            if m.METRICS[m.ALIASES.get(name, name)].needs_k:
+            if METRICS[ALIASES.get(name, name)].needs_k:
                 if not cutoffs:
                     raise ReportError(f"metric {spec!r} needs a cutoff: give --k, e.g. --k 5,10")
                 out += [f"{spec}@{k}" for k in cutoffs]
                 continue
-        out.append(m.parse_metric(spec).spec)
+        out.append(parse_metric(spec).spec)
     if not out:
         raise ReportError("no metric to compute; give e.g. --metric recall@5")
     return list(dict.fromkeys(out))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import metrics as m
+from ..metrics.bootstrap import interval, resample_sums
+from ..metrics.evaluate import per_query
 
 COUNTS = ("n_relevant", "n_retrieved")
 
@@ -83,7 +84,7 @@ class Measured:
         self._run, self._qrels = _inputs_of(run, qrels, self.pks, len(queries))
         self.boot: dict[tuple[int, int], _Boot] = {}
         if columns is None:
-            first = m.per_query(self._run, self._qrels, [], threshold=threshold)
+            first = per_query(self._run, self._qrels, [], threshold=threshold)
             if not np.array_equal(first.index.to_numpy(np.int64), self.pks):  # every measured query has labels
                 raise AssertionError("per-query index does not match the measured queries")
             columns = {c: first[c].to_numpy(np.int64) for c in COUNTS}
@@ -99,7 +100,7 @@ class Measured:
     def _ensure(self, specs: list[str]) -> None:
         missing = [s for s in dict.fromkeys(specs) if s not in self.columns]
         if missing:
-            values = m.per_query(self._run, self._qrels, missing, threshold=self.threshold)
+            values = per_query(self._run, self._qrels, missing, threshold=self.threshold)
             for s in missing:
                 self.columns[s] = values[s].to_numpy(float)
 
@@ -130,7 +131,7 @@ class Measured:
         rows = np.flatnonzero(relevant)
         origin_of = self.origin[rows]
         cols = [np.where(origin_of == o, 1.0 if s is None else self.columns[s][rows], 0.0) for o, s in wanted]
-        sums = m.resample_sums(self.pks[rows], np.column_stack(cols), seed=seed, n_resamples=n_resamples)
+        sums = resample_sums(self.pks[rows], np.column_stack(cols), seed=seed, n_resamples=n_resamples)
         for j, (origin, s) in enumerate(wanted):
             if s is None:
                 boot.counts[origin] = sums[:, j]
@@ -160,7 +161,7 @@ class Measured:
         out: dict[str, dict] = {}
         if n > 1:
             sums = np.column_stack([sum((boot.sums.get((o, s), zero) for o in origins), zero) for s in specs])
-            low, high = m.interval(sums, counts, confidence)
+            low, high = interval(sums, counts, confidence)
         for j, s in enumerate(specs):
             if n == 0:
                 out[s] = {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
@@ -190,7 +191,7 @@ class Measured:
         if not np.array_equal(pks[~from_fresh], self.pks[old_keep]):
             raise AssertionError("kept queries do not line up")
         run_m, qrels_m = _inputs_of(run, qrels, pks, len(queries))
-        fresh = m.per_query(_rows_of(run_m, fresh_pks), _rows_of(qrels_m, fresh_pks), specs, threshold=self.threshold)
+        fresh = per_query(_rows_of(run_m, fresh_pks), _rows_of(qrels_m, fresh_pks), specs, threshold=self.threshold)
         if not np.array_equal(fresh.index.to_numpy(np.int64), fresh_pks):
             raise AssertionError("per-query index does not match the changed queries")
         columns = {}
@@ -211,7 +212,7 @@ class Measured:
                     part = rows[state.origin[rows] == origin]
                     keyed = [s for s in specs if (origin, s) in nb.sums]
                     cols = [state.columns[s][part] for s in keyed] + [np.ones(part.size)]
-                    sums = m.resample_sums(state.pks[part], np.column_stack(cols), seed=seed,
+                    sums = resample_sums(state.pks[part], np.column_stack(cols), seed=seed,
                                            n_resamples=n_resamples)
                     for j, s in enumerate(keyed):
                         nb.sums[(origin, s)] = nb.sums[(origin, s)] + sign * sums[:, j]

@@ -189,12 +189,12 @@ def _chunk_vectors(db: sqlite_utils.Database, model: str) -> tuple[np.ndarray, n
 
 def _by_embedding(db: sqlite_utils.Database, config: Any, question: str, feedback: list[str],
                   exclude: set[int]) -> list[int]:
-    from .. import llm
+    from ..llm.embeddings import embed
 
     pks, matrix = _chunk_vectors(db, config.embedding_model)
     if not pks.size:
         return []
-    vectors = np.asarray(llm.embed(db, config, [question, *feedback]), dtype=np.float32)
+    vectors = np.asarray(embed(db, config, [question, *feedback]), dtype=np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     probe = vectors.mean(axis=0)  # the question and the relevant chunks, equally weighted (Rocchio)
     scores = matrix @ probe
@@ -205,7 +205,7 @@ def _by_embedding(db: sqlite_utils.Database, config: Any, question: str, feedbac
 def embed_documents(db: sqlite_utils.Database, config: Any, *, batch: int = 1000) -> int:
     """Embed every visible chunk with text that has no cached vector for the model; returns how many
     were embedded (cached ones cost nothing)."""
-    from .. import llm
+    from ..llm.embeddings import embed
 
     if not getattr(config, "embedding_model", None):
         raise LabelerError("no embeddings model: set embedding_model in the [llm] section of secrets.toml "
@@ -216,5 +216,5 @@ def embed_documents(db: sqlite_utils.Database, config: Any, *, batch: int = 1000
         "AND e.doc_pk = d.pk) ORDER BY d.pk", [config.embedding_model]).fetchall()
     for i in range(0, len(rows), batch):
         part = rows[i:i + batch]
-        llm.embed(db, config, [r[1] for r in part], doc_pks=[r[0] for r in part])
+        embed(db, config, [r[1] for r in part], doc_pks=[r[0] for r in part])
     return len(rows)

@@ -21,9 +21,14 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as store
-from .. import llm, owners
+from .. import owners
 from ..accounts.manage import require
 from ..ingest.validate import normalize_question
+from ..llm.batch import store as batch_store
+from ..llm.batch import submitting as batch_submitting
+from ..llm.cache import estimate as estimate_cost
+from ..llm.client import Estimate, LLMConfig, Progress, RunSummary, Task
+from ..llm.direct import run_tasks
 from ..search.tfidf import CorpusIndex
 from .checks import check_item, find_duplicates
 from .models import MAX_CHUNK_CHARS, GeneratedBatch, GeneratedQuestion, Seed, SynthOptions
@@ -75,8 +80,8 @@ class SynthPlan:
     language: str
     examples: list[str]
     seeds: list[Seed]
-    tasks: list[llm.Task]
-    estimate: llm.Estimate
+    tasks: list[Task]
+    estimate: Estimate
     setting: str
     generator: dict[str, Any]
     notes: list[str] = field(default_factory=list)
@@ -95,7 +100,7 @@ class GenerateResult:
 
     run_id: int
     plan: SynthPlan
-    summary: llm.RunSummary
+    summary: RunSummary
     stored: list[int] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     already: int = 0
@@ -152,7 +157,7 @@ def _setting_id(model: str, options: SynthOptions, language: str) -> str:
     return hashlib.sha1(store.dumps(payload).encode()).hexdigest()[:10]
 
 
-def plan_generation(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions | None = None, *,
+def plan_generation(db: sqlite_utils.Database, config: LLMConfig, options: SynthOptions | None = None, *,
                     index: CorpusIndex | None = None) -> SynthPlan:
     """Seeds, requests and the cost/token estimate of ``generate`` with these options; sends nothing."""
     options = options or SynthOptions()
@@ -170,13 +175,13 @@ def plan_generation(db: sqlite_utils.Database, config: llm.LLMConfig, options: S
     return _plan(db, config, options, seeds, examples, language, notes)
 
 
-def _plan(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions, seeds: list[Seed],
+def _plan(db: sqlite_utils.Database, config: LLMConfig, options: SynthOptions, seeds: list[Seed],
           examples: list[str], language: str, notes: list[str]) -> SynthPlan:
     params: dict[str, Any] = {}
     wanted_tokens = 200 + 250 * options.per_chunk * (2 if options.multi_hop else 1)
     if config.max_tokens is not None and config.max_tokens < wanted_tokens:
         params[config.token_limit_param] = wanted_tokens
-    tasks = [llm.Task(key=s.key, messages=build_messages(s, options, examples, language), schema=GeneratedBatch,
+    tasks = [Task(key=s.key, messages=build_messages(s, options, examples, language), schema=GeneratedBatch,
                       params=dict(params), expected_output_tokens=40 + 120 * options.per_chunk) for s in seeds]
     setting = _setting_id(config.model, options, language)
     generator = {"model": config.model, "prompt_version": SYNTH_PROMPT_VERSION, "setting": setting,
@@ -184,21 +189,21 @@ def _plan(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOption
                  "candidates": {"retriever": CANDIDATES_RETRIEVER, "method": "tfidf corpus search",
                                 "k": options.candidates_k}}
     return SynthPlan(options=options, model=config.model, language=language, examples=examples, seeds=seeds,
-                     tasks=tasks, estimate=llm.estimate(db, config, tasks), setting=setting, generator=generator,
+                     tasks=tasks, estimate=estimate_cost(db, config, tasks), setting=setting, generator=generator,
                      notes=notes)
 
 
 # --- running and storing ----------------------------------------------------------------------
 
-def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOptions | None = None, *,
-             progress: Callable[[llm.Progress], None] | None = None, cancel: threading.Event | None = None,
+def generate(db: sqlite_utils.Database, config: LLMConfig, options: SynthOptions | None = None, *,
+             progress: Callable[[Progress], None] | None = None, cancel: threading.Event | None = None,
              index: CorpusIndex | None = None, by: str | None = None, batch: bool = False) -> GenerateResult:
     """Generate, check and store synthetic questions; see the package docstring.
 
     A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
     (``None`` is the local operator).
 
-    ``progress`` is called once per seed as its request finishes (``llm.Progress``). Setting
+    ``progress`` is called once per seed as its request finishes (``Progress``). Setting
     ``cancel`` leaves unstarted seeds undone; what finished is checked and stored, the run is
     recorded as ``cancelled``, and a rerun with the same options resumes from the cache. If
     ``progress`` raises (Streamlit stopping a script), the run stops the same way, stores what it
@@ -213,7 +218,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
     plan = plan_generation(db, config, options, index=index)
     run_id = _start_run(db, plan)
     if batch:
-        submitted = llm.batch.submit(db, config, plan.tasks, owner="synth", run_id=run_id)
+        submitted = batch_submitting.submit(db, config, plan.tasks, owner="synth", run_id=run_id)
         if submitted.batches:
             with store.transaction(db):
                 # the plan as sent: the corpus may change before the batches are collected
@@ -222,7 +227,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
                                          "batches": [b.batch_id for b in submitted.batches],
                                          "language": plan.language, "examples": plan.examples,
                                          "seeds": [asdict(seed) for seed in plan.seeds]}), run_id])
-            result = GenerateResult(run_id=run_id, plan=plan, summary=llm.RunSummary(total=len(plan.tasks)),
+            result = GenerateResult(run_id=run_id, plan=plan, summary=RunSummary(total=len(plan.tasks)),
                                     status="submitted")
             result.batches = [b.batch_id or b.key for b in submitted.batches]
             return result
@@ -230,7 +235,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
     stop = cancel or threading.Event()
     raised: list[BaseException] = []
 
-    def on_progress(event: llm.Progress) -> None:
+    def on_progress(event: Progress) -> None:
         if progress is None or raised:
             return
         try:
@@ -240,7 +245,7 @@ def generate(db: sqlite_utils.Database, config: llm.LLMConfig, options: SynthOpt
             stop.set()
 
     try:
-        summary = llm.run_tasks(db, config, plan.tasks, progress=on_progress, cancel=stop)
+        summary = run_tasks(db, config, plan.tasks, progress=on_progress, cancel=stop)
     except BaseException as e:
         _finish_run(db, run_id, "failed", {"error": str(e)})
         raise
@@ -280,7 +285,7 @@ class _Item:
     call: str
 
 
-def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: llm.RunSummary, result: GenerateResult,
+def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: RunSummary, result: GenerateResult,
                    index: CorpusIndex) -> None:
     items: list[_Item] = []
     for seed, task in zip(plan.seeds, plan.tasks, strict=True):
@@ -360,11 +365,11 @@ def _candidates(index: CorpusIndex, question: str, seed: Seed, k: int) -> list[t
 
 # --- the Batch API engine (labeler.llm.batch calls these when a run's batches are collected) ----
 
-def _finish_batch(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int, plan: SynthPlan,
+def _finish_batch(db: sqlite_utils.Database, config: LLMConfig, run_id: int, plan: SynthPlan,
                   index: CorpusIndex) -> GenerateResult:
-    summary = llm.run_tasks(db, config, plan.tasks, cached_only=True)
+    summary = run_tasks(db, config, plan.tasks, cached_only=True)
     summary.done, summary.cached = summary.cached, 0
-    summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = llm.batch.run_spend(db, "synth", run_id)
+    summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = batch_store.run_spend(db, "synth", run_id)
     result = GenerateResult(run_id=run_id, plan=plan, summary=summary)
     _store_results(db, plan, summary, result, index)
     info = result.to_dict()
@@ -374,7 +379,7 @@ def _finish_batch(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int,
     return result
 
 
-def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int) -> GenerateResult:
+def _batch_finish(db: sqlite_utils.Database, config: LLMConfig, run_id: int) -> GenerateResult:
     """Check and store a batch run's questions (its answers are all in the LLM cache by now): the
     plan is the one sent, from the seeds, examples and language stored at submission, whatever
     the corpus became since (runs submitted before they were stored plan again from the options)."""
@@ -388,4 +393,4 @@ def _batch_finish(db: sqlite_utils.Database, config: llm.LLMConfig, run_id: int)
     return _finish_batch(db, config, run_id, plan, index)
 
 
-llm.batch.register_owner(llm.batch.BatchOwner("synth", lambda db, run_id: GeneratedBatch, _batch_finish))
+batch_store.register_owner(batch_store.BatchOwner("synth", lambda db, run_id: GeneratedBatch, _batch_finish))

@@ -119,9 +119,9 @@ class EmbeddingSpace:
         return int(self._dims or 0)
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
-        from .. import llm
+        from ..llm.embeddings import embed
 
-        vectors = np.asarray(llm.embed(self.db, self.config, list(texts)), dtype=np.float32)
+        vectors = np.asarray(embed(self.db, self.config, list(texts)), dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise TopicsError(f"the embeddings model {self.model} returned no vectors for the questions")
         self._dims = vectors.shape[1]
