@@ -325,15 +325,14 @@ def test_bad_keys_are_explained(db, ingest_tiny):
         L.set_grade(db, pk, 999, "alice", 1)
 
 
-def test_next_item_uses_the_open_index_at_100k(db):
-    """Its speed is measured by tests/bench/bench_next_item.py (a test asserts behaviour)."""
-    n = 100_000
+def labeled_queue(db, n: int) -> None:
+    """``n`` queries, 99% submitted in queue order (overlapped items by two annotators); also the
+    setup of tests/bench/bench_next_item.py."""
     with store.transaction(db):
         db.execute("WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?) "
                    "INSERT INTO queries (pk, query_id, question, norm_question, created_at) "
                    "SELECT n, 'q' || n, 'question ' || n, 'question ' || n, '2026-01-01' FROM i", [n])
     L.sync_queue(db)
-    # label 99% of the items in queue order, overlapped items by two annotators
     with store.transaction(db):
         db.execute("CREATE TEMP TABLE ordered AS SELECT query_pk, needed, "
                    "row_number() OVER (ORDER BY sort_key, query_pk) AS i FROM queue")
@@ -347,6 +346,12 @@ def test_next_item_uses_the_open_index_at_100k(db):
         db.execute("UPDATE queue SET taken = (SELECT count(*) FROM assignments a "
                    "WHERE a.query_pk = queue.query_pk), done = (SELECT count(*) FROM assignments a "
                    "WHERE a.query_pk = queue.query_pk)")
+
+
+def test_next_item_uses_the_open_index_at_100k(db):
+    """Its speed is measured by tests/bench/bench_next_item.py (a test asserts behaviour)."""
+    n = 100_000
+    labeled_queue(db, n)
     assert L.queue_counts(db)["open"] == n - int(n * 0.99)
     plan = " ".join(str(r) for r in db.execute(
         "EXPLAIN QUERY PLAN SELECT query_pk FROM queue u WHERE u.taken < u.needed ORDER BY sort_key, query_pk"))

@@ -16,28 +16,7 @@ import time
 
 from labeler import db as store
 from labeler import labels as L
-
-
-def build(db, n: int) -> None:
-    """``n`` queries, 99% submitted in queue order (overlapped items by two annotators)."""
-    with store.transaction(db):
-        db.execute("WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?) "
-                   "INSERT INTO queries (pk, query_id, question, norm_question, created_at) "
-                   "SELECT n, 'q' || n, 'question ' || n, 'question ' || n, '2026-01-01' FROM i", [n])
-    L.sync_queue(db)
-    with store.transaction(db):
-        db.execute("CREATE TEMP TABLE ordered AS SELECT query_pk, needed, "
-                   "row_number() OVER (ORDER BY sort_key, query_pk) AS i FROM queue")
-        for j in range(2):
-            db.execute("INSERT INTO assignments (query_pk, annotator, state, updated_at) "
-                       "SELECT query_pk, 'a' || ((i + ?) % 8), 'done', '2026' FROM ordered "
-                       "WHERE i <= ? AND needed > ?", [j, int(n * 0.99), j])
-            db.execute("INSERT INTO query_labels (query_pk, annotator, status, created_at, updated_at) "
-                       "SELECT query_pk, 'a' || ((i + ?) % 8), 'submitted', '2026', '2026' FROM ordered "
-                       "WHERE i <= ? AND needed > ?", [j, int(n * 0.99), j])
-        db.execute("UPDATE queue SET taken = (SELECT count(*) FROM assignments a "
-                   "WHERE a.query_pk = queue.query_pk), done = (SELECT count(*) FROM assignments a "
-                   "WHERE a.query_pk = queue.query_pk)")
+from tests.test_labels import labeled_queue  # the test's setup: 99% of the items submitted
 
 
 def main() -> None:
@@ -46,7 +25,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     args = ap.parse_args()
     db = store.connect(":memory:")
-    build(db, args.items)
+    labeled_queue(db, args.items)
     bare, times = [], []
     for k in range(args.rounds):
         started = time.perf_counter()
