@@ -34,7 +34,10 @@ def _free_port() -> int:
 
 
 class AppServer:
-    def __init__(self, db_path: Path, env: dict | None = None, port: int | None = None):
+    def __init__(self, db_path: Path, env: dict | None = None, port: int | None = None, *,
+                 base_env: dict | None = None):
+        """``labeler app`` on ``db_path`` (cwd: its folder), healthy when this returns. ``env`` is
+        added to ``base_env`` (default: this process's environment)."""
         self.db_path = db_path
         self.port = port or _free_port()  # the same port again: a restarted server the page reconnects to
         self.url = f"http://127.0.0.1:{self.port}"
@@ -42,7 +45,7 @@ class AppServer:
         # started as a user starts it (`labeler app`), so the packaged configuration is what is
         # tested; in a session of its own, so that kill() takes the launcher and its server together
         cmd = [sys.executable, "-m", "labeler", "--db", str(db_path), "app", "--headless", "--port", str(self.port)]
-        full_env = dict(os.environ, **(env or {}))
+        full_env = dict(os.environ if base_env is None else base_env, **(env or {}))
         self.proc = subprocess.Popen(cmd, env=full_env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      cwd=db_path.parent, start_new_session=True)
         deadline = time.monotonic() + 60
@@ -55,7 +58,8 @@ class AppServer:
                         return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("streamlit did not become healthy in 60 s")
+        self.kill()
+        raise RuntimeError(f"streamlit did not become healthy in 60 s: {self.log.read_text()[-2000:]}")
 
     def kill(self) -> None:
         """SIGKILL to the launcher and its Streamlit server at once: the server dies as a crash would."""

@@ -5,16 +5,12 @@ widget label on Synth or Settings is cut off at 1400x900."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from labeler.demo import build_demo
+from tests.e2e.conftest import AppServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,12 +22,6 @@ CUT_LABELS = """() => [...document.querySelectorAll(['stWidgetLabel', 'stMetricL
   .map(e => e.innerText.trim()).filter(Boolean)"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def demo_app(tmp_path_factory):
     """``labeler app`` on the demo database, in a folder and a home without any Streamlit config;
@@ -39,32 +29,13 @@ def demo_app(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("shell")
     db = tmp_path / "labeler-demo.db"
     build_demo(db)
-    port = _free_port()
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
     env.update(HOME=str(home), PYTHONPATH=str(ROOT))
-    log = open(tmp_path / "app.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "labeler", "--db", str(db), "app", "--headless", "--port",
-                             str(port)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=1):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError((tmp_path / "app.log").read_text()[-2000:]) from None
-            time.sleep(0.2)
-    yield url
-    proc.terminate()  # `labeler app` passes it on to its server and waits for it
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:  # a loaded machine: the server is stopped all the same
-        proc.kill()
-        proc.wait()
+    server = AppServer(db, base_env=env)
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture
