@@ -242,6 +242,7 @@ def face_imports(found: Iterable[Import], modules: dict[str, Path]) -> list[str]
     packages = {name for name, path in modules.items() if path.name == "__init__.py"}
     defines = {name: any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in ast.parse(
         modules[name].read_text(encoding="utf-8")).body) for name in packages}
+    faces = {name: reexports(name, modules) for name in packages}  # each __init__ read once
     out: list[str] = []
     for imp in found:
         if imp.module == "labeler" or imp.module.startswith(FACES_FOR_ALL) or not imp.target.startswith("labeler."):
@@ -251,7 +252,7 @@ def face_imports(found: Iterable[Import], modules: dict[str, Path]) -> list[str]
             imp.module + ".")
         if own or imp.target not in packages:
             continue
-        if imp.name is not None and imp.name in reexports(imp.target, modules):
+        if imp.name is not None and imp.name in faces[imp.target]:
             out.append(f"face import: {imp.module} takes {imp.name} from the face of {imp.target} [line {imp.line}]")
         elif imp.name is None and not defines[imp.target]:
             out.append(f"face import: {imp.module} imports the face of {imp.target} [line {imp.line}]")
