@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from labeler.app.launch import GRACE_S
+
 ROOT = Path(__file__).resolve().parents[1]
 STOP_WITHIN_S = 5.0
 
@@ -99,10 +101,12 @@ def test_killing_labeler_stops_the_server(tmp_path, command, sig, group):
         else:
             labeler.send_signal(sig)
         freed = _poll(lambda: _refuses(port), STOP_WITHIN_S)
-        left = [pid for pid in servers if _alive(pid)]
         assert freed, f"port {port} still served {STOP_WITHIN_S} s after {sig.name}"
-        assert _poll(lambda: not any(_alive(pid) for pid in servers), 1.0), f"Streamlit left running: {left}"
-        assert labeler.wait(STOP_WITHIN_S) in (0, 128 + sig)  # it waited for the server, then ended
+        # labeler ends only once its server has ended (killed after GRACE_S if it hangs); a loaded
+        # machine may take a moment between closing the port and the process going away
+        assert labeler.wait(GRACE_S + STOP_WITHIN_S) in (0, 128 + sig)
+        left = [pid for pid in servers if _alive(pid)]
+        assert not left, f"Streamlit left running after labeler ended: {left}"
     finally:
         for pid in [*servers, labeler.pid]:  # only what this test started
             if _alive(pid):
