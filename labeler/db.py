@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import sys
 import threading
@@ -22,6 +23,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no turnstile (see Turnstile)
+    fcntl = None  # type: ignore[assignment]
 
 
 def _import_sqlite_utils() -> None:
@@ -50,6 +56,8 @@ BUSY_TIMEOUT_MS = 5000
 # attempt; transaction() tries again until this much time has passed) before the user sees a message
 BUSY_WAIT_S = 30.0
 POLL_MAX_S = 0.002  # a waiting writer tries the lock at least this often (for its first 5 s)
+TURN_SUFFIX = "-turn"  # the turnstile's lock file, next to the database (see Turnstile)
+BULK_YIELD_MAX_S = 1.0  # longest a bulk writer lets waiting writers go first, per transaction
 
 
 
@@ -119,12 +127,18 @@ def begin(conn: sqlite3.Connection, *, wait: float | None = None) -> float:
 
     The lock is polled every ``POLL_MAX_S`` at most rather than through SQLite's busy handler,
     whose sleeps grow to 100 ms: a writer that keeps taking the lock for short transactions (an
-    ingest) leaves gaps of a few milliseconds, which a 100 ms sleeper keeps missing."""
+    ingest) leaves gaps of a few milliseconds, which a 100 ms sleeper keeps missing. On top of
+    that, a connection marked as a bulk writer (``bulk_writes``) lets a waiting writer go first
+    (``Turnstile``): the annotator's write waits for the ingest's current transaction at most,
+    never for the next ones too."""
     wait = BUSY_WAIT_S if wait is None else wait
     start = time.monotonic()
     pause = 0.0005
+    turn = Turnstile(conn, bulk=True) if Turnstile.is_bulk(conn) else None
     conn.execute("PRAGMA busy_timeout = 0")
     try:
+        if turn is not None:
+            turn.yield_to_waiters()
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -137,10 +151,97 @@ def begin(conn: sqlite3.Connection, *, wait: float | None = None) -> float:
                     raise DatabaseBusyError(
                         f"the database is busy: another process kept it locked for {waited:.0f} s; "
                         "nothing was lost, try again") from None
+                if turn is None:
+                    turn = Turnstile(conn, bulk=False)
+                if not turn.bulk:
+                    turn.wait_in_line()
                 time.sleep(min(pause, max(wait - waited, 0.0)))
                 pause = min(pause * 1.5, POLL_MAX_S if waited < 5 else 0.02)
     finally:
+        if turn is not None:
+            turn.leave()
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+class Turnstile:
+    """Who writes next when a bulk writer (an ingest, a big queue sync) and others want the lock.
+
+    SQLite's write lock has no queue: a bulk writer that commits and begins again at once keeps
+    taking it ahead of an annotator's write that waits, sometimes for several of its transactions
+    in a row. The turnstile is a lock file next to the database (``<db>-turn``, ``flock``, so it is
+    let go when a process dies): a writer that finds the database busy holds it shared while it
+    waits; a bulk writer takes it exclusively before each transaction, so it cannot start its next
+    one while anyone waits, and goes ahead anyway after ``BULK_YIELD_MAX_S``. Not on Windows (no
+    ``flock``) nor for in-memory databases: there the ingest's pause between transactions stays
+    the only gap."""
+
+    _bulk: dict[int, int] = {}  # id(connection) -> nesting depth of bulk_writes
+    _lock = threading.Lock()
+
+    def __init__(self, conn: sqlite3.Connection, *, bulk: bool):
+        self.bulk = bulk
+        self.fd: int | None = None
+        self.held = False
+        path = ""
+        if fcntl is not None:
+            row = conn.execute("PRAGMA database_list").fetchone()
+            path = (row[2] if row else "") or ""  # "" in memory
+        if path:
+            try:
+                self.fd = os.open(path + TURN_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:  # a read-only folder: no turnstile, the pauses still leave gaps
+                self.fd = None
+
+    @classmethod
+    def is_bulk(cls, conn: sqlite3.Connection) -> bool:
+        return id(conn) in cls._bulk
+
+    def wait_in_line(self) -> None:
+        """Hold the turnstile shared (once) while this writer waits for the lock."""
+        if self.fd is None or self.held:
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a bulk writer holds it for microseconds
+            self.held = True
+        except OSError:
+            pass  # at the next poll
+
+    def yield_to_waiters(self) -> None:
+        """Take the turnstile exclusively: wait while any writer waits, up to ``BULK_YIELD_MAX_S``."""
+        if self.fd is None:
+            return
+        deadline = time.monotonic() + BULK_YIELD_MAX_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.held = True
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return  # someone has waited long: go ahead anyway rather than stall
+                time.sleep(0.0005)
+
+    def leave(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # lets go of the flock
+            self.fd = None
+        self.held = False
+
+
+@contextlib.contextmanager
+def bulk_writes(db: sqlite_utils.Database) -> Iterator[None]:
+    """Mark ``db``'s connection as a bulk writer for the block: each of its transactions waits
+    for writers already waiting for the lock (see ``Turnstile``)."""
+    key = id(db.conn)
+    with Turnstile._lock:
+        Turnstile._bulk[key] = Turnstile._bulk.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with Turnstile._lock:
+            depth = Turnstile._bulk.pop(key) - 1
+            if depth:
+                Turnstile._bulk[key] = depth
 
 
 @contextlib.contextmanager

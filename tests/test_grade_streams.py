@@ -137,6 +137,42 @@ def test_clear_rest_zero_and_submit_as_events(db, item):
     assert L.apply_grade_events(db, pk, "alice", "t", [ev(9, docs[0], 2)]).applied == [9]
 
 
+def test_a_submit_leases_the_next_item_in_its_own_transaction(db, item):
+    """After Enter the annotator waits for the write lock once: the transaction that applies the
+    submit also leases the next item (behind an ingest, each wait can be one of its transactions)."""
+    pk, docs = item
+    begins: list[str] = []
+    db.conn.set_trace_callback(lambda sql: begins.append(sql) if sql.startswith("BEGIN") else None)
+    r = L.apply_grade_events(db, pk, "alice", "t", [*(ev(1 + i, d, 1) for i, d in enumerate(docs)),
+                                                    ev(len(docs) + 1, submit=True)], lease_next=True, now=at(1))
+    db.conn.set_trace_callback(None)
+    assert r.submitted and r.leased and r.next_error is None
+    assert r.next_item is not None and r.next_item != pk
+    assert begins == ["BEGIN IMMEDIATE"]
+    assert db.execute("SELECT state FROM assignments WHERE query_pk = ? AND annotator = 'alice'",
+                      [r.next_item]).fetchone() == ("leased",)
+    assert L.next_item(db, "alice", now=at(2)) == r.next_item  # the lease is theirs: resumed, not a new one
+    # the last item: the submit still goes in, and nothing is left
+    docs2 = [c.doc_pk for c in L.get_item(db, r.next_item, "alice").chunks]
+    last = L.apply_grade_events(db, r.next_item, "alice", "t2", [*(ev(1 + i, d, 0) for i, d in enumerate(docs2)),
+                                                                 ev(len(docs2) + 1, submit=True)],
+                                lease_next=True, now=at(3))
+    assert last.submitted and last.leased and last.next_item is None
+    # without a submit nothing is leased
+    assert not L.apply_grade_events(db, pk, "alice", "t", [ev(len(docs) + 2, docs[0], 2)], lease_next=True).leased
+
+
+def test_a_failed_lease_keeps_the_submit(db, item):
+    pk, docs = item
+    with store.transaction(db):
+        store.put_setting(db.conn, "queue_order", "no-such-order")  # e.g. written by a newer labeler
+    r = L.apply_grade_events(db, pk, "alice", "t", [*(ev(1 + i, d, 1) for i, d in enumerate(docs)),
+                                                    ev(len(docs) + 1, submit=True)], lease_next=True)
+    assert r.submitted and r.leased and r.next_item is None
+    assert "queue_order" in r.next_error
+    assert L.get_item(db, pk, "alice").status == "submitted"
+
+
 def test_bad_events_are_acknowledged_not_applied(db, item):
     pk, docs = item
     r = L.apply_grade_events(db, pk, "alice", "t", [ev(1, 999, 2), ev(2, docs[0], 7), ev(3, docs[0], 1),

@@ -67,18 +67,20 @@ def write_config(folder: Path, text: str) -> Path:
 def test_the_users_config_files_and_environment_win(tmp_path):
     cwd = write_config(tmp_path / "project", '[theme]\nprimaryColor = "#ff0000"\nbase = "dark"\n')
     home = write_config(tmp_path / "home", "[server]\nmaxUploadSize = 50\n")
+    watch = ["--server.fileWatcherType", "none"]
     gc = ["--runner.postScriptGC", "false"]
     tool = ["--client.toolbarMode", "minimal"]
     flags = launch.default_flags(cwd=cwd, home=home, environ={"STREAMLIT_SERVER_RUN_ON_SAVE": "true"})
-    assert flags == [*gc, *tool]  # the options neither file nor the environment sets
+    assert flags == [*watch, *gc, *tool]  # the options neither file nor the environment sets
     flags = launch.default_flags(cwd=cwd, home=home, environ={"STREAMLIT_SERVER_RUN_ON_SAVE": "true",
                                                               "STREAMLIT_RUNNER_POST_SCRIPT_GC": "true",
-                                                              "STREAMLIT_CLIENT_TOOLBAR_MODE": "auto"})
+                                                              "STREAMLIT_CLIENT_TOOLBAR_MODE": "auto",
+                                                              "STREAMLIT_SERVER_FILE_WATCHER_TYPE": "auto"})
     assert flags == []
     flags = launch.default_flags(cwd=cwd, home=tmp_path / "nobody", environ={})
-    assert flags == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024", *gc, *tool]
+    assert flags == ["--server.runOnSave", "false", *watch, "--server.maxUploadSize", "1024", *gc, *tool]
     everything = launch.default_flags(cwd=tmp_path / "empty", home=tmp_path / "nobody", environ={})
-    assert everything == ["--server.runOnSave", "false", "--server.maxUploadSize", "1024", *gc, *tool,
+    assert everything == ["--server.runOnSave", "false", *watch, "--server.maxUploadSize", "1024", *gc, *tool,
                           "--theme.primaryColor", "#3b5bdb"]
 
 

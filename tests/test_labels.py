@@ -138,8 +138,9 @@ def test_overlap_share_stays_exact_as_queries_arrive(db, ingest_tiny):
     L.sync_queue(db)
     before = {r[0] for r in db.execute("SELECT query_pk FROM queue WHERE needed = 2")}
     assert len(before) == 2  # round(1.5) half up
-    ingest_tiny(db, 25, prefix="b")
-    assert L.sync_queue(db).added == 25
+    ingest_tiny(db, 25, prefix="b")  # the ingest brings the queue in use up to date itself
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 40
+    assert L.sync_queue(db) == L.QueueSync()
     after = {r[0] for r in db.execute("SELECT query_pk FROM queue WHERE needed = 2")}
     assert len(after) == 4 and before <= after  # chosen items keep their target
 
@@ -151,8 +152,9 @@ def test_queries_that_arrive_join_the_queue_as_the_full_plan_would_without_readi
     assert len(drain(db, "alice")) == 40  # the old rows are taken and done
     statements: list[str] = []
     db.conn.set_trace_callback(statements.append)
-    ingest_tiny(db, 37, prefix="b")
-    assert L.sync_queue(db).added == 37
+    ingest_tiny(db, 37, prefix="b")  # (the ingest adds its queries to the queue in use)
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 77
+    assert L.sync_queue(db) == L.QueueSync()
     assert L.next_item(db, "bob") is not None  # (syncs what arrived in between inside its transaction)
     ingest_tiny(db, 23, prefix="c")
     assert L.next_item(db, "bob") is not None

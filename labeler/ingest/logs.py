@@ -16,7 +16,8 @@ import sqlite_utils
 from .. import db as store
 from .. import privacy
 from ..accounts.manage import audit, require
-from ..errors import IngestError
+from ..errors import IngestError, LabelError
+from ..labels.queue import sync_queue
 from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, Row, may_fork
 from .common import IngestResult, Problem, check_path, check_problems, sha256_of
@@ -64,6 +65,12 @@ def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: b
     publish(staging, sha256_of(path), counts)
     with store.transaction(staging.db):
         audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
+    # the new queries join the labeling queue here, in the ingest's bulk writes, rather than in
+    # the next annotator's Enter (which would otherwise wait for them); the ingest is committed
+    # already, so a queue that cannot be brought up to date (a bad queue setting) is left to
+    # next_item, which says why
+    with contextlib.suppress(LabelError):
+        sync_queue(staging.db, if_planned=True)
     if result.records:
         result.documents_without_text = staging.db.execute(
             "SELECT count(*) FROM documents WHERE text IS NULL").fetchone()[0]
@@ -72,17 +79,20 @@ def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: b
 
 @contextlib.contextmanager
 def staged(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Iterator[Staging]:
-    """Claim an ingest for the block; when the block raises, whatever it staged is deleted."""
-    staging = claim(db, kind, shown, fmt)
-    try:
-        yield staging
-    except BaseException:
-        with contextlib.suppress(Exception):  # else the next ingest cleans up
-            discard(db, staging.id)
-        raise
-    finally:
-        release(staging)
-        staging.log_holds()
+    """Claim an ingest for the block; when the block raises, whatever it staged is deleted. Its
+    writes are bulk writes (``db.bulk_writes``): an annotator's write waiting for the lock goes
+    before the ingest's next transaction."""
+    with store.bulk_writes(db):
+        staging = claim(db, kind, shown, fmt)
+        try:
+            yield staging
+        except BaseException:
+            with contextlib.suppress(Exception):  # else the next ingest cleans up
+                discard(db, staging.id)
+            raise
+        finally:
+            release(staging)
+            staging.log_holds()
 
 
 class _Sizer:

@@ -94,14 +94,18 @@ def _set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, store.dumps(value)])
 
 
-def sync_queue(db: sqlite_utils.Database, *, force: bool = False) -> QueueSync:
+def sync_queue(db: sqlite_utils.Database, *, force: bool = False, if_planned: bool = False) -> QueueSync:
     """Bring the queue up to date with the queries and the queue settings; see the module doc.
 
     Cheap (a few index lookups) when nothing changed; ``force=True`` rebuilds regardless (e.g.
     after changing a synthetic query's review state in a way the change check cannot see).
+    ``if_planned=True`` does nothing while no queue was ever planned (an ingest keeps a queue
+    in use current; the first ``next_item`` plans a new one).
     """
-    params = _params(store.get_settings(db))
     conn = db.conn
+    if if_planned and _meta(conn, "fingerprint") is None:
+        return QueueSync()
+    params = _params(store.get_settings(db))
     fingerprint = _fingerprint(conn, params)
     if not force and _meta(conn, "fingerprint") == fingerprint:
         return QueueSync()

@@ -33,8 +33,9 @@ import sqlite_utils
 
 from ..core.names import check_name
 from ..core.times import When
-from ..errors import LabelError
+from ..errors import LabelerError, LabelError
 from .common import check_doc, check_grade, event
+from .queue import next_item, sync_queue
 from .writes import LabelWrite, drop_grade, label_write, pool_ungraded, put_grade, put_status
 
 _CLIENT = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -67,6 +68,11 @@ class StreamResult:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     waiting: int = 0
     submitted: bool = False
+    # with lease_next: the item leased next, in the transaction that applied the submit (None:
+    # nothing left), or why none could be (next_error); leased says whether it was tried
+    leased: bool = False
+    next_item: int | None = None
+    next_error: str | None = None
 
 
 def check_client(client_id: Any) -> str:
@@ -135,7 +141,7 @@ def _apply(w: LabelWrite, query_pk: int, e: GradeEvent) -> None:
 
 def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str, client_id: str,
                        events: list[dict[str, Any]] | list[GradeEvent], *, now: When = None,
-                       per_transaction: int = EVENTS_PER_TRANSACTION) -> StreamResult:
+                       per_transaction: int = EVENTS_PER_TRANSACTION, lease_next: bool = False) -> StreamResult:
     """Apply the events of one stream that were not applied yet, in sequence order; return the
     stream's acknowledged sequence number and what was done.
 
@@ -153,6 +159,11 @@ def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str,
     place in the sequence, after every grade before it. When the item has gone to someone else,
     ``ItemTakenError`` is raised, as ``set_grade`` does, and that transaction writes nothing (the
     events of earlier transactions of the call stay applied and acknowledged in the store).
+
+    ``lease_next=True``: the transaction that applies a submit also leases the annotator's next
+    item (``queue.next_item``), so that after Enter the annotator waits for the write lock once,
+    not twice (behind an ingest, each wait can be one of its transactions); the result says which
+    item (``next_item``, ``leased``), or why none (``next_error``: the submit stays applied).
     """
     annotator = check_name(annotator)
     client_id = check_client(client_id)
@@ -165,8 +176,14 @@ def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str,
     ordered = [parsed[s] for s in sorted(parsed)]
     result = StreamResult(_acked(db.conn, query_pk, annotator, client_id))
     pending = [e for e in ordered if e.seq > result.acked]
+    if lease_next and any(e.submit for e in pending):
+        try:  # new items join the queue outside the lock, as next_item does
+            sync_queue(db)
+        except LabelerError:
+            pass  # the lease says why, after the submit is applied
     while pending:
-        more = _apply_some(db, query_pk, annotator, client_id, pending, result, now, per_transaction)
+        more = _apply_some(db, query_pk, annotator, client_id, pending, result, now, per_transaction,
+                           lease_next)
         pending = [e for e in pending if e.seq > result.acked]
         if not more:
             break
@@ -174,7 +191,8 @@ def apply_grade_events(db: sqlite_utils.Database, query_pk: int, annotator: str,
 
 
 def _apply_some(db: sqlite_utils.Database, query_pk: int, annotator: str, client_id: str,
-                pending: list[GradeEvent], result: StreamResult, now: When, limit: int) -> bool:
+                pending: list[GradeEvent], result: StreamResult, now: When, limit: int,
+                lease_next: bool = False) -> bool:
     """One write transaction of ``apply_grade_events``: the next events in order, up to ``limit``
     or ``HOLD_TARGET_S``; ``result`` is updated only once they are committed. True when it stopped
     at a bound with events still to apply (not at a gap or the end)."""
@@ -207,6 +225,15 @@ def _apply_some(db: sqlite_utils.Database, query_pk: int, annotator: str, client
                 "INSERT INTO grade_streams (query_pk, annotator, client_id, seq, updated_at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (query_pk, annotator, client_id) DO UPDATE SET seq = excluded.seq, "
                 "updated_at = excluded.updated_at", [query_pk, annotator, client_id, acked, w.at])
+        leased, nxt, why = False, None, None
+        if submitted and lease_next:
+            leased = True
+            try:  # a savepoint: when it fails, the submit stays applied
+                nxt = next_item(db, annotator, now=now)
+            except LabelerError as err:
+                why = str(err)
+    if leased:
+        result.leased, result.next_item, result.next_error = True, nxt, why
     result.acked = max(result.acked, acked)
     result.applied += applied
     result.rejected += rejected

@@ -27,6 +27,7 @@ import os
 import threading
 
 import labeler.labels as labels
+import labeler.labels.streams as streams
 
 _GATE = os.environ["LABELER_TEST_SLOW_NEXT"]
 _drawn = threading.Event()
@@ -47,7 +48,8 @@ def get_item(db, query_pk, annotator, **kwargs):
     return _get_item(db, query_pk, annotator, **kwargs)
 
 
-labels.next_item, labels.get_item = next_item, get_item
+# a submit leases the next item in its own transaction (streams), other moves through the face
+labels.next_item, streams.next_item, labels.get_item = next_item, next_item, get_item
 '''
 
 

@@ -75,13 +75,18 @@ def _spent(pk: int | None, shown: float | None) -> tuple[int, float] | None:
     return pk, min(time.monotonic() - shown, 3600.0)
 
 
-def _hand_out(db, *, left: int | None, shown: float | None, notice: str | None = None) -> None:
-    """Lease the next item and put the move to it (hold ``moves.lock``; no session state here)."""
-    try:
-        pk = labels.next_item(db, annotator)
-        error = None
-    except LabelerError as e:
-        pk, error = None, str(e)
+def _hand_out(db, *, left: int | None, shown: float | None, notice: str | None = None,
+              leased: labels.StreamResult | None = None) -> None:
+    """Lease the next item (unless ``leased`` says which one the submit's transaction leased) and
+    put the move to it (hold ``moves.lock``; no session state here)."""
+    if leased is not None and leased.leased:
+        pk, error = leased.next_item, leased.next_error
+    else:
+        try:
+            pk = labels.next_item(db, annotator)
+            error = None
+        except LabelerError as e:
+            pk, error = None, str(e)
     if pk is None:
         notice = "Nothing left in your queue. Thank you!"
     moves.put(state.Move(annotator, pk, notice=notice, error=error, spent=_spent(left, shown)))
@@ -127,7 +132,9 @@ def apply_outbox(box: dict | None) -> bool:
             if not seqs or max(seqs) <= acks.get(ident, 0) or f"refused|{ident}|{max(seqs)}" in notes:
                 continue  # a resend of what is applied (or refused) already
             try:
-                result = labels.apply_grade_events(db_now, item_pk, annotator, client, events)
+                # a submit of the item shown leases the next one in the same transaction
+                result = labels.apply_grade_events(db_now, item_pk, annotator, client, events,
+                                                   lease_next=item_pk == current)
             except ItemTakenError as e:
                 _remember(notes, f"refused|{ident}|{max(seqs)}", [client, item_pk, max(seqs), str(e)])
                 error = str(e)
@@ -141,7 +148,7 @@ def apply_outbox(box: dict | None) -> bool:
             for seq, why in result.rejected:
                 _remember(notes, f"rejected|{ident}|{seq}", [client, item_pk, seq, why])
             if result.submitted and item_pk == current:
-                _hand_out(db_now, left=item_pk, shown=shown, notice="Submitted.")
+                _hand_out(db_now, left=item_pk, shown=shown, notice="Submitted.", leased=result)
     if error is not None:
         st.session_state[state.LABEL_ERROR] = error
     _settle()
