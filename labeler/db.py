@@ -19,7 +19,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,32 @@ def connect(path: str | Path = "labeler.db", *, migrate: bool = True, create: bo
         except sqlite3.DatabaseError as e:
             raise DatabaseError(f"cannot open database {path_str}: {e}") from None
     return db
+
+
+class Abandoned(Exception):
+    """The reads in an ``abandon_when`` block stopped because nobody wants their answer any more.
+    Not a ``LabelerError``: nothing went wrong, and there is nothing to tell the user."""
+
+
+ABANDON_CHECK_EVERY = 20_000  # SQLite virtual machine steps between two checks (well under 1 ms)
+
+
+@contextlib.contextmanager
+def abandon_when(db: sqlite_utils.Database, unwanted: Callable[[], bool]) -> Iterator[None]:
+    """Reads in the block stop soon after ``unwanted()`` turns true, with ``Abandoned`` (SQLite's
+    progress handler interrupts the statement running). For long reads only (a search of the
+    whole corpus, say) whose caller has gone on: e.g. a page run that a newer run replaced, which
+    would otherwise finish its search on a core the newer run needs. Never around writes."""
+    conn = db.conn
+    conn.set_progress_handler(lambda: 1 if unwanted() else 0, ABANDON_CHECK_EVERY)
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        if "interrupted" in str(e) and unwanted():
+            raise Abandoned() from None
+        raise
+    finally:
+        conn.set_progress_handler(None, 0)
 
 
 def is_busy(error: BaseException) -> bool:

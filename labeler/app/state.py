@@ -225,6 +225,22 @@ def reused(fn: Callable[[Any], Any], db) -> Any:
     return value
 
 
+def superseded() -> Callable[[], bool]:
+    """A check that turns true once this script run is no longer wanted: Streamlit (``fastReruns``)
+    starts a newer run for the same page at the next click or key and asks this one to stop, but a
+    run inside a long SQLite statement only notices at its next ``st`` call. Always false where
+    Streamlit does not say (outside a script run, or a Streamlit that keeps it elsewhere)."""
+    try:
+        from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
+        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+    except ImportError:
+        return lambda: False
+    requests = getattr(get_script_run_ctx(), "script_requests", None)
+    if requests is None or not hasattr(requests, "_state"):
+        return lambda: False
+    return lambda: requests._state != ScriptRequestType.CONTINUE
+
+
 def db_path() -> str:
     """The database file, resolved (LABELER_DB, relative to the working folder)."""
     raw = os.environ.get("LABELER_DB", "labeler.db")

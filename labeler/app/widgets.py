@@ -15,6 +15,7 @@ import streamlit as st
 import labeler.labels as labels
 from labeler import search as corpus_search
 from labeler.app import state
+from labeler.db import Abandoned, abandon_when
 
 # every ASCII punctuation character: CommonMark lets each be backslash-escaped and then reads it as a
 # literal character, so escaping them all leaves no syntax at all (links, images, HTML, emphasis,
@@ -152,7 +153,13 @@ def possibly_missed(db: Any, query_pk: int, annotator: str, k: int = 10) -> list
     kept = st.session_state.get(state.MISSED)
     if kept is not None and kept[0] == key:
         return kept[1]
-    found = corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None,
-                                        annotator=annotator)
+    # a run that Enter (or any key) replaced stops its search rather than finish it on a core the
+    # newer run needs: the panel is of the item being left
+    try:
+        with abandon_when(db, state.superseded()):
+            found = corpus_search.search_missed(db, query_pk, k, config=config if config.embedding_model else None,
+                                                annotator=annotator)
+    except Abandoned:
+        st.stop()
     st.session_state[state.MISSED] = (key, found)
     return found

@@ -34,7 +34,7 @@ from .. import owners
 from ..errors import IngestError
 from ..labels.pool import requeue_after_ingest
 
-LOCK_TARGET_S = 0.1  # aim of one write transaction's lock hold; batches adapt to it
+LOCK_TARGET_S = 0.05  # aim of one write transaction's lock hold; batches adapt to it (an annotator waits one at most)
 WAIT_FOR_INGEST_S = 15 * 60.0  # how long an ingest waits for another one to finish
 CHECKPOINT_EVERY_S = 0.5  # checkpoint the WAL after this much write time (the connection's own are off)
 CHUNK = 5000  # rows per clean-up or apply transaction (each a few ms)

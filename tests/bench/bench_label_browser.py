@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -204,7 +206,9 @@ while time.monotonic() < until:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     k += 1
 ''')
-    return subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
+    # its own session: stopping it stops the `labeler ingest` it runs too (killpg), before the
+    # temporary folder goes
+    return subprocess.Popen([sys.executable, str(script)], cwd=ROOT, start_new_session=True)
 
 
 def stats(ms: list[float]) -> dict:
@@ -264,9 +268,11 @@ def main() -> None:
                         loaded = label_latency(b, server.url, args.rounds, "loaded", stalled)
                         base_loaded = echo_latency(b, echo.url, max(args.rounds // 3, 5))
                     finally:
-                        for proc in [*others, ingest]:
+                        for proc in others:
                             proc.terminate()
                             proc.wait(30)
+                        os.killpg(ingest.pid, signal.SIGTERM)
+                        ingest.wait(30)
                     out["load"] = {"annotators": 3, "ingest": "labeler ingest logs, 20k records x 8 chunks per file, "
                                                               "in a loop", "stalled_rounds": len(stalled),
                                    "stall_ms": STALL_MS, **stats(loaded)}
