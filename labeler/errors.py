@@ -54,3 +54,8 @@ class JudgeError(LabelerError):
 
 class GateError(JudgeError):
     """A judge run may not pre-label unlabeled pairs: no calibration run of it passes the gate."""
+
+
+class SourceError(LabelerError):
+    """A live source (``labeler source``) cannot be added, found or read: unknown name, missing key,
+    the trace store refusing or failing after retries. The message never holds a key."""
