@@ -57,8 +57,9 @@ class LangSmithClient:
     def pages(self, start: str, end: str, cursor: str | None) -> Iterator[Page]:
         stop = when(end)
         while True:
-            body: dict[str, Any] = {"run_type": "retriever", "start_time": start, "end_time": end,
-                                    "limit": self.limit}
+            # no end_time in the body (list_runs sends none): runs at or after the window's end are
+            # dropped here, and the next window reads them
+            body: dict[str, Any] = {"run_type": "retriever", "start_time": start, "limit": self.limit}
             if cursor:
                 body["cursor"] = cursor
             runs, cursor = self._query(body)

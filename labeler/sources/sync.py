@@ -27,6 +27,7 @@ import json
 import logging
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,8 @@ EPOCH = "1970-01-01T00:00:00.000000Z"
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 MAX_PROBLEMS = 20
+_running: set[tuple[str, str]] = set()  # (database file, source) synced by a thread of this process now
+_running_lock = threading.Lock()
 
 
 def parse_interval(text: str | float | int) -> float:
@@ -234,6 +237,21 @@ def sync_source(db: sqlite_utils.Database, name: str, *, since: str | None = Non
     source = sources.get_source(db, name)
     now = now or datetime.now(UTC)
     result = SyncResult(source.name, source.kind)
+    busy = (str(db.conn.execute("PRAGMA database_list").fetchone()[2]), source.name)
+    with _running_lock:
+        if busy in _running:  # the app's background sync and a "Sync now" click at once
+            result.ok, result.error = False, f"{source.name}: a sync of it is running already; try again when it ends"
+            return result
+        _running.add(busy)
+    try:
+        return _sync(db, source, result, since=since, by=by, now=now, env=env, secrets=secrets, **http)
+    finally:
+        with _running_lock:
+            _running.discard(busy)
+
+
+def _sync(db: sqlite_utils.Database, source: sources.Source, result: SyncResult, *, since: str | None,
+          by: str | None, now: datetime, env: dict[str, str] | None, secrets: Path | None, **http: Any) -> SyncResult:
     keys: dict[str, str] = {}
     client: Client | None = None
     try:
