@@ -18,6 +18,7 @@ from labeler import sources
 from labeler.cli import cli
 from labeler.errors import RoleError, SourceError
 from labeler.sources import store as source_store
+from labeler.sources import sync as source_sync
 from labeler.sources.http import retry_after
 from tests.fake_tracestores import FakeStore, langfuse_from_run, langsmith_trace, phoenix_root, phoenix_trace
 from tests.test_tool_logs import TOOLS, stored
@@ -52,6 +53,12 @@ def db(tmp_path):
     database.close()
 
 
+@pytest.fixture
+def page_per_ingest(monkeypatch):
+    """Each page is its own ingest (by default pages are gathered up to BATCH_RECORDS records)."""
+    monkeypatch.setattr(source_sync, "BATCH_RECORDS", 1)
+
+
 @pytest.fixture(autouse=True)
 def _no_keys_in_env(monkeypatch):
     for k in [*ENV, "LANGCHAIN_API_KEY"]:
@@ -69,6 +76,7 @@ def test_phoenix_sync_stores_what_its_rest_export_stores(db, tmp_path):
         r = sources.sync_source(db, "px", env=ENV, secrets=Path("/nonexistent"), **FAST)
     # LlamaIndex nests a retriever span without documents in each retrieval: 6 retriever spans, 4 retrievals
     assert r.ok and r.pages == r.spans == 6 and (r.new, r.rejected) == (4, 0), r.to_dict()
+    assert len(r.ingest_ids) == 1  # the pages gathered into one ingest
     exported = labeler.connect(tmp_path / "file.db")
     for f in files:
         labeler.ingest_logs(exported, TOOLS / "phoenix" / f)
@@ -176,7 +184,7 @@ def test_429_with_retry_after_and_5xx_are_retried(db):
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0 and retry_after("x") is None
 
 
-def test_a_page_dropped_mid_way_fails_the_sync_and_the_next_one_resumes_at_its_cursor(db):
+def test_a_page_dropped_mid_way_fails_the_sync_and_the_next_one_resumes_at_its_cursor(db, page_per_ingest):
     with FakeStore("langfuse", key=LF_KEYS, page_size=3) as fake:
         fake.add([langfuse_from_run(r) for n in range(9) for r in langsmith_trace(n, at(n))])
         sources.add_source(db, "langfuse", "lf", url=fake.url)
@@ -195,7 +203,8 @@ def test_a_page_dropped_mid_way_fails_the_sync_and_the_next_one_resumes_at_its_c
     assert sources.get_source(db, "lf").last_error is None
 
 
-def test_killed_between_an_ingest_and_its_cursor_the_page_is_read_again_without_duplicates(db, monkeypatch):
+def test_killed_between_an_ingest_and_its_cursor_the_page_is_read_again_without_duplicates(db, monkeypatch,
+                                                                                          page_per_ingest):
     with FakeStore("phoenix", page_size=2) as fake:
         fake.add([s for n in range(6) for s in phoenix_trace(n, at(n))])
         sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
@@ -217,6 +226,18 @@ def test_killed_between_an_ingest_and_its_cursor_the_page_is_read_again_without_
     assert again.ok and again.resumed and (again.new, again.known) == (2, 2), again.to_dict()
     ids = query_ids(db)
     assert len(ids) == len(set(ids)) == 6
+
+
+def test_pages_gathered_into_one_ingest_are_read_again_when_the_sync_fails_before_it(db):
+    with FakeStore("phoenix", page_size=2) as fake:
+        fake.add([s for n in range(6) for s in phoenix_trace(n, at(n))])
+        sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
+        fake.faults = [None, None, "500", "500"]  # page 1 and its roots, then page 2 fails twice
+        broken = sync(db, "px", retries=1)
+        assert not broken.ok and broken.new == 0 and query_ids(db) == []
+        assert sources.get_source(db, "px").cursor is None  # nothing ingested: the window starts again
+        again = sync(db, "px", now_min=61)
+    assert again.ok and again.resumed and again.new == 6 and len(again.ingest_ids) == 1, again.to_dict()
 
 
 def test_a_failing_source_is_reported_and_does_not_block_the_others(db):

@@ -2,15 +2,15 @@
 
 A sync of one source reads the spans that started in its window, ``[high-water - overlap, now)``
 (the first sync: from the beginning, or ``since``), page by page. For each page it fetches the
-root spans of the pages' traces (the question and the final answer), writes the page's retrievals
-and their roots to a temporary JSONL file, exactly as the tool's own export would hold them, and
-ingests that file with the tool's reader (``labeler.ingest.ingest_logs``): validation, redaction,
-sampling, short transactions, ``labeler ingest list`` and ``ingest undo`` are those of any ingest.
-After each page's ingest the cursor of the next page is saved; after the last page the high-water
-mark moves to the window's end.
+root spans of the page's traces (the question and the final answer); the retrievals and their
+roots, exactly as the tool's own export would hold them, are written to a temporary JSONL file
+(pages are gathered up to ``BATCH_RECORDS`` records) and ingested with the tool's reader
+(``labeler.ingest.ingest_logs``): validation, redaction, sampling, short transactions, ``labeler
+ingest list`` and ``ingest undo`` are those of any ingest. After each ingest the cursor of the next
+page is saved; after the last page the high-water mark moves to the window's end.
 
-Why no span is skipped or duplicated: the cursor moves only after its page is ingested, so a sync
-killed mid-page reads that page again, and a retrieval already stored is left out before the
+Why no span is skipped or duplicated: the cursor moves only after its pages are ingested, so a
+sync killed mid-page reads those pages again, and a retrieval already stored is left out before the
 ingest (re-ingesting it would change nothing anyway). Why late spans are caught: each window starts
 ``overlap`` before the last one ended, so a span the store received up to ``overlap`` late is read
 by the next sync. A retrieval whose trace's root has not arrived yet waits (it is in the next
@@ -56,6 +56,7 @@ EPOCH = "1970-01-01T00:00:00.000000Z"
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 MAX_PROBLEMS = 20
+BATCH_RECORDS = 2000  # records (retrievals and their roots) per ingest: pages are gathered up to it
 _running: set[tuple[str, str]] = set()  # (database file, source) synced by a thread of this process now
 _running_lock = threading.Lock()
 
@@ -149,7 +150,8 @@ def _window(source: sources.Source, since: str | None, now: datetime) -> tuple[s
 
 
 class _SourceSync:
-    """One sync of one source: the pages of its window, each ingested as a file."""
+    """One sync of one source: the pages of its window, ingested as files of up to ``BATCH_RECORDS``
+    records (a page at least), the cursor saved after each ingest."""
 
     def __init__(self, db: sqlite_utils.Database, source: sources.Source, client: Client, result: SyncResult,
                  by: str | None, folder: Path) -> None:
@@ -159,16 +161,23 @@ class _SourceSync:
     def run(self, start: str, end: str, cursor: str | None) -> None:
         first, stop = parse_time(start), parse_time(end)
         settled_before = stop - timedelta(seconds=self.source.overlap_s)
+        lines: list[dict] = []  # what the pages since the last saved cursor bring, not ingested yet
+        spans, first_page = 0, 1
         for page in self.client.pages(start, end, cursor):
             result = self.result
             result.pages += 1
             inside = [r for r in page.records
                       if (t := self.client.started(r)) is None or first <= t < stop]
             result.spans += len(inside)
-            new = self.ingest_page(inside, settled_before) if inside else 0
-            sources.save_cursor(self.db, self.source.name, page.next_cursor, spans=len(inside), new=new)
+            spans += len(inside)
+            lines += self.ready_lines(inside, settled_before) if inside else []
+            if len(lines) >= BATCH_RECORDS or page.next_cursor is None:
+                new = self.ingest(lines, first_page) if lines else 0
+                sources.save_cursor(self.db, self.source.name, page.next_cursor, spans=spans, new=new)
+                lines, spans, first_page = [], 0, result.pages + 1
 
-    def ingest_page(self, records: list[dict], settled_before: datetime) -> int:
+    def ready_lines(self, records: list[dict], settled_before: datetime) -> list[dict]:
+        """The page's retrievals that are ready and not stored yet, with their traces' roots."""
         client, result = self.client, self.result
         traces = {t for r in records if not client.is_root(r) and (t := client.trace_of(r)) is not None}
         roots = client.roots(traces) if traces else {}
@@ -179,10 +188,7 @@ class _SourceSync:
                 ready.append(r)
             else:
                 result.waiting += 1
-        lines = self.unstored(ready, roots)
-        if lines is None:
-            return 0
-        return self.ingest(lines)
+        return self.unstored(ready, roots) or []
 
     def unstored(self, ready: list[dict], roots: dict[str, dict]) -> list[dict] | None:
         """The ready retrievals not stored yet, then their traces' roots; None when none is left."""
@@ -200,16 +206,17 @@ class _SourceSync:
         traces = dict.fromkeys(client.trace_of(r) for r in keep)
         return keep + [roots[t] for t in traces if t in roots]
 
-    def ingest(self, lines: list[dict]) -> int:
+    def ingest(self, lines: list[dict], first_page: int) -> int:
         result, source = self.result, self.source
-        path = self.folder / f"page-{result.pages}.jsonl"
+        path = self.folder / f"pages-{first_page}-{result.pages}.jsonl"
         with open(path, "w", encoding="utf-8") as f:
             for record in lines:
                 f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         if not any(not isinstance(item, Skip) for _, item, _ in Reader(self.client.tool).read(
                 enumerate(lines))):
             return 0  # only retrievers without documents: nothing to ingest
-        name = f"sync {source.name} {result.window_start}..{result.window_end} page {result.pages}"
+        pages = f"page {first_page}" if first_page == result.pages else f"pages {first_page}-{result.pages}"
+        name = f"sync {source.name} {result.window_start}..{result.window_end} {pages}"
         options = LogIngestOptions(tool=self.client.tool, lenient=True, name=name, parallel=False,
                                    sample=source.sample, seed=source.seed)
         done = ingest_logs(self.db, path, options=options, by=self.by)
