@@ -391,3 +391,17 @@ def test_sync_every_sleeps_between_rounds_and_parses_intervals(db):
     assert [r[0].ok for r in rounds] == [True, True] and len(waits) == 1 and 290 < waits[0] <= 300
     assert [sources.parse_interval(t) for t in ("30s", "5m", "2h", "1d", "90")] == [30, 300, 7200, 86400, 90]
     assert sources.parse_since("2026-12-01T00:00:00Z") == "2026-12-01T00:00:00.000000Z"
+
+
+def test_a_langfuse_page_file_is_recognised_and_io_as_json_text_is_read(tmp_path):
+    observations = [langfuse_from_run(r) for r in langsmith_trace(7, at(1), question="Where is my parcel?")]
+    for o in observations:  # what the API returns without parseIoAsJson
+        o["input"], o["output"] = json.dumps(o["input"]), json.dumps(o["output"])
+    file = tmp_path / "page.json"
+    file.write_text(json.dumps({"data": observations, "meta": {}}))
+    db = labeler.connect(tmp_path / "p.db")
+    r = labeler.ingest_logs(db, file)  # a page of the API: recognised without --format
+    assert (r.new, r.rejected, r.tool) == (1, 0, None)
+    question, answer = db.execute("SELECT question, answer FROM queries").fetchone()
+    assert (question, answer) == ("Where is my parcel?", "answer 7")
+    assert [d for (d,) in db.execute("SELECT doc_id FROM documents ORDER BY pk")] == ["doc-7-0", "doc-7-1"]

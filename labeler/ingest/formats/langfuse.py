@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..jsontext import loads_or_text
 from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
 
 
@@ -24,6 +25,8 @@ def is_page(record: dict) -> bool:
 
 
 def _documents(output: Any) -> list | None:
+    if isinstance(output, str) and output.strip()[:1] in "[{":  # the API without parseIoAsJson
+        output = loads_or_text(output.strip())
     if isinstance(output, dict):
         output = output.get("documents")
     if isinstance(output, list) and output:
