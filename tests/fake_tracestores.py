@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 KINDS = ("phoenix", "langfuse", "langsmith")
 PROJECT_ID = "5c0b8f0e-1d5e-4a57-9b0e-3f1d2c4b5a69"
+TENANT_ID = "9a1e2b3c-4d5e-4f60-8a7b-6c5d4e3f2a10"
 
 
 def _time(value: Any) -> datetime:
@@ -151,7 +152,10 @@ class FakeStore:
                 return 200, {"data": data, "meta": {"cursor": cursor} if cursor else {}}
         else:
             if method == "GET" and path == "/sessions":
-                return 200, [{"id": PROJECT_ID, "name": self.project}] if one.get("name") == self.project else []
+                project = {"id": PROJECT_ID, "name": self.project, "tenant_id": TENANT_ID, "reference_dataset_id": None,
+                           "start_time": "2026-11-01T00:00:00.000000", "end_time": None, "description": None,
+                           "extra": None, "run_count": len(self.records)}
+                return 200, [project] if one.get("name") == self.project else []
             if method == "POST" and path == "/runs/query":
                 if body.get("session") != [PROJECT_ID]:
                     return 404, {"detail": "session not found"}

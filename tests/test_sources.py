@@ -405,3 +405,24 @@ def test_a_langfuse_page_file_is_recognised_and_io_as_json_text_is_read(tmp_path
     question, answer = db.execute("SELECT question, answer FROM queries").fetchone()
     assert (question, answer) == ("Where is my parcel?", "answer 7")
     assert [d for (d,) in db.execute("SELECT doc_id FROM documents ORDER BY pk")] == ["doc-7-0", "doc-7-1"]
+
+
+def test_the_fake_langsmith_answers_as_the_langsmith_sdk_expects():
+    """The loopback LangSmith is read by the real SDK's list_runs (cursor paging, the project by
+    name, Run objects), so the client under test is tested against the shapes the SDK reads."""
+    from langsmith import Client
+
+    with FakeStore("langsmith", key=LS_KEY, page_size=2) as fake:
+        fake.add([r for n in range(5) for r in langsmith_trace(n, at(n))])
+        client = Client(api_url=fake.url, api_key=LS_KEY, auto_batch_tracing=False)
+        runs = list(client.list_runs(project_name="rag", run_type="retriever"))
+        bodies = [q["body"] for q in fake.requests if q["path"] == "/runs/query"]
+    assert sorted(str(r.id)[-12:] for r in runs) == [f"{n:012x}" for n in range(5)]
+    assert all(r.run_type == "retriever" and r.outputs["documents"] for r in runs)
+    assert len(bodies) == 3 and "cursor" in bodies[1] and bodies[0]["session"] == [fake_project_id()]
+
+
+def fake_project_id() -> str:
+    from tests.fake_tracestores import PROJECT_ID
+
+    return PROJECT_ID
