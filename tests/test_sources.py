@@ -426,3 +426,18 @@ def fake_project_id() -> str:
     from tests.fake_tracestores import PROJECT_ID
 
     return PROJECT_ID
+
+
+def test_a_store_that_pages_in_a_circle_is_stopped(db, monkeypatch):
+    from labeler.sources.page import Page
+    from labeler.sources.phoenix import PhoenixClient
+
+    def circle(self, start, end, cursor):
+        while True:
+            yield Page(phoenix_trace(1, at(1))[:1], "same-cursor")
+
+    monkeypatch.setattr(PhoenixClient, "pages", circle)
+    monkeypatch.setattr(PhoenixClient, "roots", lambda self, traces: {})
+    sources.add_source(db, "phoenix", "px", url="http://127.0.0.1:9", project="rag")
+    r = sync(db, "px")
+    assert not r.ok and "cursor of an earlier page" in r.error and r.pages == 2

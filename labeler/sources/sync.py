@@ -163,9 +163,14 @@ class _SourceSync:
         settled_before = stop - timedelta(seconds=self.source.overlap_s)
         lines: list[dict] = []  # what the pages since the last saved cursor bring, not ingested yet
         spans, first_page = 0, 1
+        seen = {cursor}
         for page in self.client.pages(start, end, cursor):
             result = self.result
             result.pages += 1
+            if page.next_cursor is not None and page.next_cursor in seen:  # a store paging in a circle
+                raise SourceError(f"{self.source.name}: the store gave the cursor of an earlier page again "
+                                  f"(page {result.pages}); stopped")
+            seen.add(page.next_cursor)
             inside = [r for r in page.records
                       if (t := self.client.started(r)) is None or first <= t < stop]
             result.spans += len(inside)
