@@ -11,7 +11,7 @@ LangSmith ``x-api-key``) and logs every request. A page holds at most ``page_siz
 whatever limit the client asks for, so a few records make many pages. ``faults`` is a list the
 handler pops from for each data request: ``429`` (with ``Retry-After: retry_after``), ``500``,
 ``503``, ``drop`` (headers and half the body, then the connection closes), ``echo-key`` (a 401
-whose body repeats the key it was sent); ``None`` answers normally.
+whose body repeats the key it was sent), ``500-echo`` (the same as a 500); ``None`` answers normally.
 """
 
 from __future__ import annotations
@@ -212,9 +212,9 @@ class FakeStore:
                 if fault in ("500", "503"):
                     self._send(int(fault), {"message": "internal error"})
                     return
-                if fault == "echo-key":
+                if fault in ("echo-key", "500-echo"):
                     sent = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
-                    self._send(401, {"message": f"key {sent} is not valid"})
+                    self._send(401 if fault == "echo-key" else 500, {"message": f"key {sent} is not valid"})
                     return
                 status, payload = fake.answer(method, split.path, query, body)
                 self._send(status, payload, drop=fault == "drop")

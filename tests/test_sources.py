@@ -171,6 +171,19 @@ def test_a_retrieval_whose_root_never_comes_goes_in_once_older_than_the_overlap(
 
 # --- faults ------------------------------------------------------------------------------------------
 
+def test_a_5xx_body_that_echoes_the_key_is_neither_logged_nor_stored(db, caplog):
+    with FakeStore("phoenix", key=PX_KEY) as fake:
+        sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
+        fake.faults = ["echo-key"]  # a 401 first: the key goes nowhere
+        assert PX_KEY not in sync(db, "px").error
+        with caplog.at_level("INFO", logger="labeler.sources"):
+            fake.faults = ["500-echo"] * 3
+            r = sync(db, "px", retries=2)
+    assert not r.ok and "***" in r.error and PX_KEY not in r.error
+    assert caplog.records and not any(PX_KEY in rec.getMessage() for rec in caplog.records)
+    assert not any(PX_KEY in line for line in db.conn.iterdump())
+
+
 def test_429_with_retry_after_and_5xx_are_retried(db):
     waits: list[float] = []
     with FakeStore("langsmith", key=LS_KEY, page_size=2) as fake:
@@ -407,6 +420,7 @@ def test_a_langfuse_page_file_is_recognised_and_io_as_json_text_is_read(tmp_path
     assert [d for (d,) in db.execute("SELECT doc_id FROM documents ORDER BY pk")] == ["doc-7-0", "doc-7-1"]
 
 
+@pytest.mark.filterwarnings("ignore:list_runs\\(\\) is deprecated")
 def test_the_fake_langsmith_answers_as_the_langsmith_sdk_expects():
     """The loopback LangSmith is read by the real SDK's list_runs (cursor paging, the project by
     name, Run objects), so the client under test is tested against the shapes the SDK reads."""

@@ -59,6 +59,15 @@ class Http:
                                    follow_redirects=False, trust_env=False)
         self.attempts = 0  # every request sent, retries included (tests and the sync report read it)
         self.retried = 0
+        # what an error body might echo back: the header values, their last word (a bearer token), auth
+        self._secrets = sorted({w for v in (headers or {}).values() for w in (v, v.split()[-1] if v.split() else v)}
+                               | set(auth or ()), key=len, reverse=True)
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
 
     def close(self) -> None:
         self.client.close()
@@ -83,7 +92,7 @@ class Http:
             try:
                 response = self.client.request(method, path.lstrip("/"), **kwargs)
             except httpx.TransportError as e:  # refused, reset, timed out: the store may be restarting
-                problem = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                problem = self._clean(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
             else:
                 status = response.status_code
                 if status < 400:
@@ -95,7 +104,7 @@ class Http:
                             break
                         self._pause(attempt, None, where, problem)
                         continue
-                problem = f"HTTP {status}{_detail(response)}"
+                problem = self._clean(f"HTTP {status}{_detail(response)}")
                 if status != 429 and status < 500:
                     hint = " (check the key: it comes from the environment or .streamlit/secrets.toml)" \
                         if status in (401, 403) else " (check the URL and the project)" if status == 404 else ""
