@@ -42,6 +42,7 @@ from ..core.times import parse_time, stamp
 from ..errors import LabelerError, LabelError, SourceError
 from ..ingest.formats import Reader, Skip
 from ..ingest.logs import LogIngestOptions, ingest_logs
+from ..ingest.undo import ingest_id_of
 from ..ingest.writer import stored_query_ids
 from . import keys as source_keys
 from . import store as sources
@@ -230,7 +231,7 @@ class _SourceSync:
         result.rejected += done.rejected
         result.skipped += done.skipped
         result.problems += [str(p) for p in done.problems][:MAX_PROBLEMS - len(result.problems)]
-        ingest_id = self.db.execute("SELECT max(id) FROM ingests WHERE path = ?", [done.path]).fetchone()[0]
+        ingest_id = ingest_id_of(self.db, done.path)
         if ingest_id is not None:
             result.ingest_ids.append(int(ingest_id))
         return done.new
