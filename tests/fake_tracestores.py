@@ -20,7 +20,7 @@ import base64
 import json
 import threading
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -49,10 +49,12 @@ class _Server(ThreadingHTTPServer):
 
 class FakeStore:
     def __init__(self, kind: str, *, key: str | tuple[str, str] | None = None, project: str = "rag",
-                 page_size: int = 3) -> None:
+                 page_size: int = 3, smithdb_only: bool = False) -> None:
         if kind not in KINDS:
             raise ValueError(kind)
         self.kind, self.key, self.project, self.page_size = kind, key, project, page_size
+        # LangSmith: a deployment that serves only the v2 runs query (its /info instance flags say so)
+        self.smithdb_only = smithdb_only
         self.records: list[dict[str, Any]] = []
         self.faults: list[str | None] = []
         self.retry_after = "0"
@@ -156,7 +158,19 @@ class FakeStore:
                            "start_time": "2026-11-01T00:00:00.000000", "end_time": None, "description": None,
                            "extra": None, "run_count": len(self.records)}
                 return 200, [project] if one.get("name") == self.project else []
+            if method == "GET" and path == "/info":
+                return 200, {"version": "0.16.0", "instance_flags": {"ch_query_enabled": not self.smithdb_only,
+                                                                     "sdb_query_enabled": self.smithdb_only}}
+            if method == "POST" and path == "/api/v2/runs/query":
+                if body.get("project_ids") != [PROJECT_ID]:
+                    return 404, {"detail": "project not found"}
+                start = body.get("min_start_time") or (datetime.now(UTC) - timedelta(days=1)).isoformat()
+                data, cursor = self.select(kind=body.get("run_type"), start=start, end=body.get("max_start_time"),
+                                           ids=body.get("ids"), cursor=body.get("cursor"), newest_first=True)
+                return 200, {"items": [v2_run(r, body.get("selects") or ["ID"]) for r in data], "next_cursor": cursor}
             if method == "POST" and path == "/runs/query":
+                if self.smithdb_only:
+                    return 404, {"detail": "Not Found"}
                 if body.get("session") != [PROJECT_ID]:
                     return 404, {"detail": "session not found"}
                 data, cursor = self.select(kind=body.get("run_type"), start=body.get("start_time"),
@@ -290,6 +304,26 @@ def langsmith_trace(n: int, start: str, *, question: str | None = None, chunks: 
          "inputs": {"question": question}, "outputs": {"output": f"answer {n}"}, "parent_run_id": None,
          "dotted_order": f"{start}{trace}"},
     ]
+
+
+def v2_run(run: dict[str, Any], selects: list[str]) -> dict[str, Any]:
+    """A run as LangSmith's v2 runs query returns it (langsmith-sdk ``types/run.py``): only the
+    selected fields, ``parent_run_ids`` (the ancestors, root first) for ``parent_run_id``,
+    ``project_id`` for ``session_id``, the run type and status in upper case."""
+    out: dict[str, Any] = {}
+    for field in selects:
+        name = field.lower()
+        if name == "parent_run_ids":
+            parent = run.get("parent_run_id")
+            out[name] = [] if parent is None else ([run["trace_id"]] if parent == run["trace_id"]
+                                                   else [run["trace_id"], parent])
+        elif name == "project_id":
+            out[name] = run.get("session_id")
+        elif name in ("run_type", "status"):
+            out[name] = None if run.get(name) is None else str(run[name]).upper()
+        elif name in run:
+            out[name] = run[name]
+    return out
 
 
 def langfuse_from_run(run: dict[str, Any]) -> dict[str, Any]:

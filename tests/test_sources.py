@@ -333,7 +333,7 @@ def test_keys_are_never_stored_or_printed(tmp_path, monkeypatch):
         listed = runner.invoke(cli, ["--db", str(db_path), "source", "list", "--json"])
         table = runner.invoke(cli, ["--db", str(db_path), "source", "list", "--table"])
     error = json.loads(listed.output)[0]["last_error"]
-    assert error.startswith("prod: GET /sessions: HTTP 401: key *** is not valid"), error
+    assert error.startswith("prod: GET /info: HTTP 401: key *** is not valid"), error
     for output in (out.output, synced.output, failed.output, listed.output, table.output):
         assert LS_KEY not in output
     database = labeler.connect(db_path)
@@ -455,3 +455,32 @@ def test_a_store_that_pages_in_a_circle_is_stopped(db, monkeypatch):
     sources.add_source(db, "phoenix", "px", url="http://127.0.0.1:9", project="rag")
     r = sync(db, "px")
     assert not r.ok and "cursor of an earlier page" in r.error and r.pages == 2
+
+
+def test_a_langsmith_that_serves_only_the_v2_query_is_read_through_it(db, tmp_path):
+    runs = [json.loads(line) for line in (TOOLS / "langsmith" / "runs.jsonl").read_text().splitlines()]
+    with FakeStore("langsmith", key=LS_KEY, page_size=1, smithdb_only=True) as fake:
+        fake.add(runs)
+        sources.add_source(db, "langsmith", "ls", url=fake.url, project="rag")
+        r = sources.sync_source(db, "ls", env=ENV, secrets=Path("/nonexistent"), **FAST)
+        paths = {q["path"] for q in fake.requests}
+    assert r.ok and (r.new, r.rejected) == (2, 0), r.to_dict()
+    assert "/api/v2/runs/query" in paths and "/runs/query" not in paths
+    exported = labeler.connect(tmp_path / "file.db")
+    labeler.ingest_logs(exported, TOOLS / "langsmith" / "runs.jsonl")
+    assert stored(db) == stored(exported)
+
+
+def test_the_fake_v2_runs_query_answers_as_the_langsmith_sdk_expects():
+    from langsmith import Client
+
+    with FakeStore("langsmith", key=LS_KEY, page_size=2, smithdb_only=True) as fake:
+        fake.add([r for n in range(5) for r in langsmith_trace(n, at(n))])
+        client = Client(api_url=fake.url, api_key=LS_KEY, auto_batch_tracing=False)
+        # (Client.runs is the async resource; the sync one is what Client itself pages with)
+        pager = client._get_langsmith_api_sync().runs.query_v2(project_ids=[fake_project_id()], run_type="RETRIEVER",
+                                     min_start_time=at(-60), max_start_time=at(60),
+                                     selects=["ID", "RUN_TYPE", "PARENT_RUN_IDS", "OUTPUTS", "TRACE_ID"])
+        runs = list(pager)
+    assert len(runs) == 5 and all(r.run_type == "RETRIEVER" and r.parent_run_ids == [r.trace_id] for r in runs)
+    assert all(r.outputs["documents"] for r in runs)

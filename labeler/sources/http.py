@@ -85,7 +85,9 @@ class Http:
         return self.request("POST", path, json=body)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        where = f"{self.source}: {method} /{path.lstrip('/')}"
+        shown = path if path.startswith(("http://", "https://")) else "/" + path.lstrip("/")
+        where = f"{self.source}: {method} {httpx.URL(shown).path if shown.startswith('http') else shown}"
+        status: int | None = None
         for attempt in range(self.retries + 1):
             self.attempts += 1
             wait: float | None = None
@@ -108,12 +110,12 @@ class Http:
                 if status != 429 and status < 500:
                     hint = " (check the key: it comes from the environment or .streamlit/secrets.toml)" \
                         if status in (401, 403) else " (check the URL and the project)" if status == 404 else ""
-                    raise SourceError(f"{where}: {problem}{hint}")
+                    raise SourceError(f"{where}: {problem}{hint}", status)
                 wait = retry_after(response.headers.get("Retry-After"))
             if attempt >= self.retries:
                 break
             self._pause(attempt, wait, where, problem)
-        raise SourceError(f"{where}: {problem}, still failing after {self.retries + 1} attempts")
+        raise SourceError(f"{where}: {problem}, still failing after {self.retries + 1} attempts", status)
 
     def _pause(self, attempt: int, wait: float | None, where: str, problem: str) -> None:
         if wait is None:
