@@ -121,7 +121,8 @@ def _sync_output(results: list[Any], exit_on_failure: bool) -> Output:
               help="Read from this time (ISO 8601, or an interval back from now such as 2h) instead of "
                    "the source's high-water mark.")
 @click.option("--every", "every_s", callback=_interval, metavar="INTERVAL",
-              help="Keep syncing at this interval (e.g. 5m) until interrupted; prints each round.")
+              help="Keep syncing at this interval (e.g. 5m) until interrupted; prints each round (with "
+                   "--json one document per round).")
 @click.option("--rounds", type=click.IntRange(1), help="With --every: stop after this many rounds.")
 @output_options()
 @click.pass_context
