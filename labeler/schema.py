@@ -903,6 +903,10 @@ _M024_SOURCES = [
     "last_sync_at TEXT, last_ok_at TEXT, last_error TEXT, failures INTEGER NOT NULL DEFAULT 0, "
     "syncs INTEGER NOT NULL DEFAULT 0, spans INTEGER NOT NULL DEFAULT 0, queries_new INTEGER NOT NULL DEFAULT 0, "
     "last_new INTEGER, created_at TEXT NOT NULL, created_by TEXT)",
+    # The retrievals a source's sample left out, so that reading the overlap again neither ingests
+    # nor counts them (records seen) twice; pruned once they start before the overlap.
+    "CREATE TABLE source_skipped (source TEXT NOT NULL REFERENCES sources (name) ON DELETE CASCADE, "
+    "query_id TEXT NOT NULL, started TEXT, PRIMARY KEY (source, query_id)) WITHOUT ROWID",
 ]
 
 
@@ -910,6 +914,7 @@ _M024_SOURCES = [
 def m024_sources(db: sqlite_utils.Database) -> None:
     """Live sources (``labeler source add``): a trace store (Phoenix, Langfuse, LangSmith) that
     ``labeler sync`` reads incrementally, with its high-water mark (time, and the window and cursor
-    of a sync in progress), its last sync and error, and counts. Keys are never stored."""
+    of a sync in progress), its last sync and error, and counts; ``source_skipped``: the retrievals its
+    sample left out (not read again). Keys are never stored."""
     for statement in _M024_SOURCES:
         db.execute(statement)

@@ -303,12 +303,15 @@ def test_a_sampled_source_keeps_the_same_queries_as_ingest_sample(db, tmp_path):
         spans = [s for n in range(40) for s in phoenix_trace(n, at(n / 2))]
         fake.add(spans)
         sources.add_source(db, "phoenix", "px", url=fake.url, project="rag", sample=0.5, seed=3)
-        r = sync(db, "px")
+        r = sync(db, "px", now_min=20)
+        again = sync(db, "px", now_min=21)  # the overlap again: the left-out ones are neither ingested nor counted
     file = tmp_path / "spans.jsonl"
     file.write_text("".join(json.dumps(s) + "\n" for s in spans))
     other = labeler.connect(tmp_path / "file.db")
     labeler.ingest_logs(other, file, tool="phoenix", sample=0.5, seed=3)
     assert 0 < r.new < 40 and query_ids(db) == query_ids(other)
+    assert (again.new, again.known, again.ingest_ids) == (0, 10, []), again.to_dict()
+    assert labeler.population(db)["records_seen"] == labeler.population(other)["records_seen"] == 40
 
 
 # --- keys, roles, the CLI ------------------------------------------------------------------------------
@@ -484,3 +487,14 @@ def test_the_fake_v2_runs_query_answers_as_the_langsmith_sdk_expects():
         runs = list(pager)
     assert len(runs) == 5 and all(r.run_type == "RETRIEVER" and r.parent_run_ids == [r.trace_id] for r in runs)
     assert all(r.outputs["documents"] for r in runs)
+
+
+def test_a_clock_set_back_never_moves_the_high_water_mark_back(db):
+    with FakeStore("phoenix", page_size=5) as fake:
+        fake.add([s for n in range(3) for s in phoenix_trace(n, at(n))])
+        sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
+        assert sync(db, "px", now_min=60).new == 3
+        mark = sources.get_source(db, "px").high_water
+        back = sync(db, "px", now_min=30)  # the clock says half an hour earlier
+    assert back.ok and back.spans == 0 and back.window_start == back.window_end  # an empty window
+    assert sources.get_source(db, "px").high_water == back.high_water == mark

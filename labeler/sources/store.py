@@ -129,6 +129,7 @@ def remove_source(db: sqlite_utils.Database, name: str, *, by: str | None = None
     source = get_source(db, name)
     at = store.now()
     with store.transaction(db):
+        db.execute("DELETE FROM source_skipped WHERE source = ?", [name])
         db.execute("DELETE FROM sources WHERE name = ?", [name])
         audit(db.conn, at, by, "source_remove", name, None)
     return source
@@ -149,10 +150,29 @@ def save_cursor(db: sqlite_utils.Database, name: str, cursor: str | None, *, spa
                    [cursor, spans, new, name])
 
 
-def finish_sync(db: sqlite_utils.Database, name: str, high_water: str, new: int) -> None:
-    """Every page of the window was read: the high-water mark moves on and the window is closed."""
+def skipped_ids(db: sqlite_utils.Database, name: str, query_ids: list[str]) -> set[str]:
+    """Which of ``query_ids`` the source's sample left out before (``add_skipped``)."""
+    if not query_ids:
+        return set()
+    return {q for (q,) in db.execute(
+        "SELECT query_id FROM source_skipped WHERE source = ? AND query_id IN (SELECT value FROM json_each(?))",
+        [name, store.dumps(query_ids)])}
+
+
+def add_skipped(db: sqlite_utils.Database, name: str, rows: list[tuple[str, str | None]]) -> None:
+    """Remember ``(query_id, started)`` of retrievals the source's sample left out."""
+    if rows:
+        with store.transaction(db):
+            db.conn.executemany("INSERT OR IGNORE INTO source_skipped (source, query_id, started) VALUES (?, ?, ?)",
+                                [(name, q, t) for q, t in rows])
+
+
+def finish_sync(db: sqlite_utils.Database, name: str, high_water: str, new: int, *, forget_before: str) -> None:
+    """Every page of the window was read: the high-water mark moves on and the window is closed;
+    the left-out retrievals that started before ``forget_before`` (no sync reads them again) go."""
     at = store.now()
     with store.transaction(db):
+        db.execute("DELETE FROM source_skipped WHERE source = ? AND started < ?", [name, forget_before])
         db.execute("UPDATE sources SET high_water = ?, window_start = NULL, window_end = NULL, cursor = NULL, "
                    "last_sync_at = ?, last_ok_at = ?, last_error = NULL, failures = 0, syncs = syncs + 1, "
                    "last_new = ? WHERE name = ?", [high_water, at, at, new, name])

@@ -42,6 +42,7 @@ from ..core.times import parse_time, stamp
 from ..errors import LabelerError, LabelError, SourceError
 from ..ingest.formats import Reader, Skip
 from ..ingest.logs import LogIngestOptions, ingest_logs
+from ..ingest.sampling import kept_by_rate
 from ..ingest.undo import ingest_id_of
 from ..ingest.writer import stored_query_ids
 from . import keys as source_keys
@@ -99,7 +100,7 @@ class SyncResult:
     pages: int = 0
     spans: int = 0  # retrieval spans (or runs, or observations) read in the window
     waiting: int = 0  # retrievals whose trace root has not arrived yet (read again next sync)
-    known: int = 0  # retrievals stored already (the overlap re-read), left out
+    known: int = 0  # retrievals stored already, or left out by the sample before (the overlap re-read)
     new: int = 0
     unchanged: int = 0
     rejected: int = 0
@@ -147,7 +148,8 @@ def _window(source: sources.Source, since: str | None, now: datetime) -> tuple[s
         start = stamp(parse_time(source.high_water) - timedelta(seconds=source.overlap_s))
     else:
         start = EPOCH
-    return start, stamp(now), None, False
+    # a clock set back (or a since in the future) gives an empty window, never a high-water mark moved back
+    return start, max(stamp(now), start), None, False
 
 
 class _SourceSync:
@@ -158,6 +160,7 @@ class _SourceSync:
                  by: str | None, folder: Path) -> None:
         self.db, self.source, self.client, self.result, self.by = db, source, client, result, by
         self.folder = folder
+        self.pending: list[tuple[str, str | None]] = []  # (query id, start) of the retrievals not ingested yet
 
     def run(self, start: str, end: str, cursor: str | None) -> None:
         first, stop = parse_time(start), parse_time(end)
@@ -179,8 +182,16 @@ class _SourceSync:
             lines += self.ready_lines(inside, settled_before) if inside else []
             if len(lines) >= BATCH_RECORDS or page.next_cursor is None:
                 new = self.ingest(lines, first_page) if lines else 0
+                self.remember_left_out()
                 sources.save_cursor(self.db, self.source.name, page.next_cursor, spans=spans, new=new)
                 lines, spans, first_page = [], 0, result.pages + 1
+
+    def remember_left_out(self) -> None:
+        """The retrievals just ingested that the source's sample left out: not read again."""
+        source, pending, self.pending = self.source, self.pending, []
+        if source.sample is not None:
+            sources.add_skipped(self.db, source.name, [(q, t) for q, t in pending
+                                                       if not kept_by_rate(q, source.sample, source.seed)])
 
     def ready_lines(self, records: list[dict], settled_before: datetime) -> list[dict]:
         """The page's retrievals that are ready and not stored yet, with their traces' roots."""
@@ -204,9 +215,12 @@ class _SourceSync:
         for line, item, _ in Reader(client.tool).read(enumerate(candidates)):
             if isinstance(item, dict) and isinstance(item.get("query_id"), str) and line < len(ready):
                 query_of[line] = item["query_id"]
-        stored = stored_query_ids(self.db, sorted(set(query_of.values())))
+        ids = sorted(set(query_of.values()))
+        stored = stored_query_ids(self.db, ids) | sources.skipped_ids(self.db, self.source.name, ids)
         keep = [r for i, r in enumerate(ready) if query_of.get(i) not in stored]
         self.result.known += len(ready) - len(keep)
+        self.pending += [(query_of[i], stamp(t) if (t := client.started(r)) else None)
+                         for i, r in enumerate(ready) if i in query_of and query_of[i] not in stored]
         if not keep:
             return None
         traces = dict.fromkeys(client.trace_of(r) for r in keep)
@@ -276,8 +290,10 @@ def _sync(db: sqlite_utils.Database, source: sources.Source, result: SyncResult,
         client = make_client(source, keys, **http)
         with tempfile.TemporaryDirectory(prefix="labeler-sync-") as folder:
             _SourceSync(db, source, client, result, by, Path(folder)).run(start, end, cursor)
-        result.high_water = end
-        sources.finish_sync(db, source.name, end, result.new)
+        # never back: a window after a clock was set back ends before the mark
+        result.high_water = mark = max(end, source.high_water or end)
+        sources.finish_sync(db, source.name, mark, result.new,
+                            forget_before=stamp(parse_time(mark) - timedelta(seconds=source.overlap_s)))
     except Exception as e:  # noqa: BLE001 - one failing source never stops the others
         if not isinstance(e, LabelerError):
             log.exception("sync of %s failed", source.name)
