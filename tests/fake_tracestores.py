@@ -265,12 +265,11 @@ def phoenix_trace(n: int, start: str, *, question: str | None = None, chunks: in
     RETRIEVER span below it whose documents are flattened attributes."""
     trace, root_id, ret_id = f"{n:032x}", f"{n:012x}aaaa", f"{n:012x}bbbb"
     question = question or f"question {n}?"
-    attrs = {"input.value": question, "openinference.span.kind": "RETRIEVER"}
+    attrs: dict[str, Any] = {"input.value": question}  # the API pops openinference.span.kind into span_kind
     for i in range(chunks):
         attrs[f"retrieval.documents.{i}.document.id"] = f"doc-{n}-{i}"
         attrs[f"retrieval.documents.{i}.document.content"] = f"text of chunk {i} for question {n}"
         attrs[f"retrieval.documents.{i}.document.score"] = 0.9 - i / 10
-    attrs.pop("openinference.span.kind")
     out = [{"id": f"S{n}r", "name": "retrieve", "context": {"trace_id": trace, "span_id": ret_id},
             "span_kind": "RETRIEVER", "parent_id": root_id, "start_time": start, "end_time": start,
             "status_code": "OK", "status_message": "", "attributes": attrs, "events": []}]

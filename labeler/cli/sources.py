@@ -33,11 +33,12 @@ def source_group() -> None:
 def _interval(_ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
+    from ..errors import SourceError
     from ..sources import parse_interval
 
     try:
         return parse_interval(value)
-    except Exception as e:  # noqa: BLE001 - a bad interval is a usage error of this option
+    except SourceError as e:  # a bad interval is a usage error of this option
         raise click.BadParameter(str(e), param=param) from None
 
 

@@ -5,8 +5,8 @@ records of their traces (the question the user asked and the answer the app gave
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..core.times import parse_time
@@ -19,8 +19,7 @@ class Page:
 
     records: list[dict[str, Any]]
     next_cursor: str | None
-    raw_count: int = 0  # what the store answered, before the sync dropped what lies outside its window
-    notes: list[str] = field(default_factory=list)
+    raw_count: int = 0  # what the store answered, before the client dropped what lies outside the window
 
 
 class Client(Protocol):
@@ -54,8 +53,6 @@ def when(value: Any) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, int | float):  # nanoseconds, milliseconds or seconds since the epoch
-        from datetime import UTC
-
         seconds = value / 1e9 if value > 1e14 else value / 1e3 if value > 1e11 else value
         return datetime.fromtimestamp(seconds, UTC)
     try:
