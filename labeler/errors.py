@@ -54,3 +54,13 @@ class JudgeError(LabelerError):
 
 class GateError(JudgeError):
     """A judge run may not pre-label unlabeled pairs: no calibration run of it passes the gate."""
+
+
+class SourceError(LabelerError):
+    """A live source (``labeler source``) cannot be added, found or read: unknown name, missing key,
+    the trace store refusing or failing after retries (``status``: its last HTTP status, if any).
+    The message never holds a key."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status

@@ -888,3 +888,33 @@ def m023_batch_collector(db: sqlite_utils.Database) -> None:
     lines directly and re-send an expired batch's rest, paying twice."""
     db.execute("ALTER TABLE llm_batches ADD COLUMN collector TEXT")
     db.execute("ALTER TABLE llm_batches ADD COLUMN collecting_until TEXT")
+
+
+# --- m024: live sources: trace stores synced incrementally (labeler.sources) ------------------------
+
+_M024_SOURCES = [
+    # One row per configured trace store. ``high_water``: spans that started before it (less the
+    # overlap, re-read on every sync for spans that arrive late) are settled. A sync in progress
+    # keeps its time window and the cursor of the next page to read, so a killed sync resumes
+    # there. Never a key or secret: those come from the environment or .streamlit/secrets.toml.
+    "CREATE TABLE sources (name TEXT PRIMARY KEY, kind TEXT NOT NULL, url TEXT NOT NULL, project TEXT, "
+    "every_s REAL, overlap_s REAL NOT NULL DEFAULT 300, sample REAL, seed INTEGER NOT NULL DEFAULT 0, "
+    "high_water TEXT, window_start TEXT, window_end TEXT, cursor TEXT, "
+    "last_sync_at TEXT, last_ok_at TEXT, last_error TEXT, failures INTEGER NOT NULL DEFAULT 0, "
+    "syncs INTEGER NOT NULL DEFAULT 0, spans INTEGER NOT NULL DEFAULT 0, queries_new INTEGER NOT NULL DEFAULT 0, "
+    "last_new INTEGER, created_at TEXT NOT NULL, created_by TEXT)",
+    # The retrievals a source's sample left out, so that reading the overlap again neither ingests
+    # nor counts them (records seen) twice; pruned once they start before the overlap.
+    "CREATE TABLE source_skipped (source TEXT NOT NULL REFERENCES sources (name) ON DELETE CASCADE, "
+    "query_id TEXT NOT NULL, started TEXT, PRIMARY KEY (source, query_id)) WITHOUT ROWID",
+]
+
+
+@migrations()
+def m024_sources(db: sqlite_utils.Database) -> None:
+    """Live sources (``labeler source add``): a trace store (Phoenix, Langfuse, LangSmith) that
+    ``labeler sync`` reads incrementally, with its high-water mark (time, and the window and cursor
+    of a sync in progress), its last sync and error, and counts; ``source_skipped``: the retrievals its
+    sample left out (not read again). Keys are never stored."""
+    for statement in _M024_SOURCES:
+        db.execute(statement)

@@ -30,6 +30,7 @@ from labeler.ingest import ingest_logs
 @pytest.fixture(autouse=True)
 def _no_background_warmup(monkeypatch):
     monkeypatch.setenv("LABELER_WARM_METRICS", "0")
+    monkeypatch.setenv("LABELER_BACKGROUND_SYNC", "0")
 
 
 TEST_SCRYPT_COST = {"n": 2 ** 10, "r": 8, "p": 1}

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ NOTICE = "notice"  # a one-off message ("Submitted", "Nothing left")
 INGEST_RESULT = "ingest_result"
 UNDO_CONFIRM = "undo_pending"  # the ingest id whose undo the Data page asks to confirm
 UNDO_RESULT = "undo_done"  # the summary line of the last undo on the Data page
+SYNC_RESULT = "sync_result"  # what the Data page's last "Sync now" did ({"results": [...]} or {"error": ...})
 OPEN_QUERY = "open_query"  # a query pk another page asked the Label page to open
 LEAD_ERROR = "lead_error"  # a LabelerError raised by a lead's action on the Items page or the lead view
 LEAD_NOTICE = "lead_notice"  # what the lead's last action did ("Sent back to bob")
@@ -200,6 +202,53 @@ def warm_metrics(again: bool = False) -> None:
     warmer = _warmer(db_path())
     if again and os.environ.get("LABELER_WARM_METRICS", "1") != "0":
         warmer.start()
+
+
+class _Syncer:
+    """Syncs the live sources that have an interval (``labeler source add --every``) whenever it is
+    due, in a background thread of the app's server, on a connection of its own."""
+
+    POLL_S = 15.0
+
+    def __init__(self, path: str):
+        self.path = path
+        self.thread = threading.Thread(target=self._run, name="labeler-sync-sources", daemon=True)
+
+    def once(self) -> list:
+        """Sync the sources that are due; their results (errors are kept on each source)."""
+        from labeler import sources
+
+        db = labeler.connect(self.path, migrate=False)
+        try:
+            if not any(s.every_s for s in sources.list_sources(db)):
+                return []
+            return sources.sync_sources(db, due_only=True)
+        finally:
+            db.conn.close()
+
+    def _run(self) -> None:
+        log = logging.getLogger(__name__)
+        while True:
+            try:
+                for r in self.once():
+                    log.info("background sync: %s", r.summary())
+            except Exception as e:  # noqa: BLE001 - a background job: the Data page shows each source's error
+                log.warning("background sync failed: %s", e)
+            time.sleep(self.POLL_S)
+
+
+@st.cache_resource
+def _syncer(path: str) -> _Syncer:
+    syncer = _Syncer(path)
+    syncer.thread.start()
+    return syncer
+
+
+def sync_in_background() -> None:
+    """Run the configured syncs at their intervals in the background (once per server and database).
+    ``LABELER_BACKGROUND_SYNC=0`` turns this off."""
+    if os.environ.get("LABELER_BACKGROUND_SYNC", "1") != "0":
+        _syncer(db_path())
 
 
 _REUSED: dict[tuple, tuple[Any, Any]] = {}  # (function, database file) -> (data token, value)

@@ -24,6 +24,7 @@ if annotator is None:
 with st.sidebar:
     auth.flush_cookie()  # first, so the cookie reaches the browser even when the next click cuts this run short
 state.warm_metrics()  # the Metrics page's numbers, computed in the background once per server
+state.sync_in_background()  # the live sources that have an interval, synced when due
 
 pages = [
     # the root URL only forwards to /label: a default page is served at "/" alone, and /label must work too

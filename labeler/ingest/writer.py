@@ -292,3 +292,13 @@ class LogWriter:
                  if not (pks[r.query_id] in staged or pks[r.query_id] >= first_new)])
         return rejected
 
+
+
+def stored_query_ids(db: sqlite_utils.Database, query_ids: list[str]) -> set[str]:
+    """Which of ``query_ids`` are stored and visible (a live sync leaves those out: re-reading its
+    overlap window then writes nothing and makes no empty ingest)."""
+    if not query_ids:
+        return set()
+    return {qid for (qid,) in db.execute(
+        f"SELECT q.query_id FROM queries q WHERE q.query_id IN (SELECT value FROM json_each(?)) AND {store.visible('q')}",
+        [json.dumps(query_ids)])}

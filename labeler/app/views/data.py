@@ -8,7 +8,7 @@ import streamlit as st
 import labeler
 from labeler import export as golden_export
 from labeler import report as reports
-from labeler.app import auth, state, topic_sections, widgets
+from labeler.app import auth, sources_panel, state, topic_sections, widgets
 from labeler.errors import LabelerError
 from labeler.ingest import undo as ingest_undo
 
@@ -29,6 +29,7 @@ widgets.stat_tiles({
 lead = auth.is_lead()
 st.caption("By origin: " + ", ".join(f"{k} {v}" for k, v in s["queries_by_origin"].items())
            + (f" · database {widgets.escape_markdown(state.db_path())}" if lead else ""))
+sources_panel.sources_panel(db)  # live sources for everyone; Sync now for leads
 if not lead:
     st.info("Uploading logs and exporting the golden set are for leads.", icon=":material/lock:")
     st.stop()

@@ -3,7 +3,9 @@ into canonical log records (``mapping.canonical``'s shape), or into a reason to 
 
 Built in: ``phoenix`` (OpenInference spans: Phoenix's dataframe as JSONL/Parquet, its REST JSON,
 ``get_retrieved_documents()`` rows), ``otel`` (the OpenTelemetry console exporter's spans),
-``otlp`` (OTLP/JSON requests), ``langsmith`` (run dumps, whole traces), and ``plain`` (a record
+``otlp`` (OTLP/JSON requests), ``langsmith`` (run dumps, whole traces), ``langfuse`` (observations
+of its v2 API; an observation has an ``input`` field, which reads as a plain record's question, so
+a Langfuse file needs ``--format langfuse``), and ``plain`` (a record
 with a question and its chunks under any alias; LangChain Documents, LlamaIndex nodes and
 ``Response`` dumps, Ragas and Hugging Face datasets are plain records whose chunk shapes
 validation knows). ``langchain``, ``llamaindex`` and ``ragas`` are names for ``plain``.
@@ -22,7 +24,7 @@ from ...errors import IngestError
 from ..common import FieldError
 from ..mapping import LOG_ALIASES, canonical, map_chunks
 from ..readers import BadRecord
-from . import langsmith, openinference, otlp
+from . import langfuse, langsmith, openinference, otlp
 from .spans import TraceJoin
 
 
@@ -53,6 +55,8 @@ def register_tool(name: str, description: str, detect: Callable[[dict], bool]) -
 
 register_tool("otlp", "OTLP/JSON requests (resourceSpans)", otlp.is_envelope)
 register_tool("langsmith", "LangSmith run dumps (whole traces)", langsmith.is_run)
+register_tool("langfuse", "Langfuse observations (its v2 observations API; pass --format langfuse)",
+              lambda r: langfuse.is_observation(r) or langfuse.is_page(r))
 register_tool("otel", "OpenTelemetry console exporter spans",
               lambda r: str(r.get("kind", "")).startswith("SpanKind") and openinference.is_span(r))
 register_tool("phoenix", "Phoenix / OpenInference spans (dataframe, REST JSON, retrieved documents)",
@@ -105,7 +109,7 @@ class Reader:
 
     def _join(self, tool: str) -> TraceJoin:
         if tool not in self.joins:
-            self.joins[tool] = TraceJoin(tool, "run" if tool == "langsmith" else "span")
+            self.joins[tool] = TraceJoin(tool, {"langsmith": "run", "langfuse": "observation"}.get(tool, "span"))
         return self.joins[tool]
 
     def read(self, records: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any, Any]]:
@@ -137,6 +141,12 @@ class Reader:
             if not otlp.is_envelope(raw):
                 raise FieldError("resourceSpans", "missing (not an OTLP/JSON request)")
             yield from self._spans("otlp", ((line, openinference.span(s)) for s in otlp.spans(raw)))
+        elif tool == "langfuse":
+            observations = raw["data"] if langfuse.is_page(raw) else [raw]
+            for observation in observations:
+                if not langfuse.is_observation(observation):
+                    raise FieldError("traceId", "missing (not a Langfuse observation)")
+            yield from self._spans("langfuse", ((line, langfuse.span(o)) for o in observations))
         elif tool == "langsmith":
             if not langsmith.is_run(raw):
                 raise FieldError("run_type", "missing (not a LangSmith run)")

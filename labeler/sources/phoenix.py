@@ -1,0 +1,78 @@
+"""Arize Phoenix: its REST span API, ``GET /v1/projects/{project}/spans``.
+
+Retriever spans (``span_kind=RETRIEVER``) that started in the sync's window (``start_time``
+inclusive, ``end_time`` exclusive), sorted by start time, ``limit`` per page, paged by
+``cursor``/``next_cursor``; then the root spans of their traces (``trace_id`` repeated,
+``parent_id=null``). Each span is the JSON the API returns, which is what Phoenix's REST export
+is, so ``labeler.ingest.formats`` reads it with its ``phoenix`` reader. The key, if Phoenix asks
+for one, goes as ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from .http import Http
+from .page import Page, chunks, when
+
+PAGE_LIMIT = 500  # spans per page (Phoenix allows up to 1000)
+TRACES_PER_REQUEST = 50
+
+
+class PhoenixClient:
+    tool = "phoenix"
+
+    def __init__(self, name: str, url: str, project: str, keys: dict[str, str], *, limit: int = PAGE_LIMIT,
+                 **http: Any) -> None:
+        headers = {"Authorization": f"Bearer {keys['PHOENIX_API_KEY']}"} if keys.get("PHOENIX_API_KEY") else {}
+        self.http = Http(name, url, headers, **http)
+        self.path = f"v1/projects/{quote(project, safe='')}/spans"
+        self.limit = limit
+
+    def close(self) -> None:
+        self.http.close()
+
+    def pages(self, start: str, end: str, cursor: str | None) -> Iterator[Page]:
+        while True:
+            params: dict[str, Any] = {"span_kind": "RETRIEVER", "start_time": start, "end_time": end,
+                                      "limit": self.limit, "sort": "start_time", "order": "asc"}
+            if cursor:
+                params["cursor"] = cursor
+            body = self.http.get(self.path, params=params)
+            data = body.get("data") if isinstance(body, dict) else None
+            spans = [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
+            cursor = body.get("next_cursor") if isinstance(body, dict) else None
+            yield Page(spans, cursor or None, len(spans))
+            if not cursor:
+                return
+
+    def roots(self, trace_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for part in chunks(sorted(set(trace_ids)), TRACES_PER_REQUEST):
+            cursor = None
+            while True:
+                params: list[tuple[str, Any]] = [("trace_id", t) for t in part]
+                params += [("parent_id", "null"), ("limit", 1000)] + ([("cursor", cursor)] if cursor else [])
+                body = self.http.get(self.path, params=params)
+                for span in body.get("data") or []:
+                    trace = self.trace_of(span)
+                    if trace is not None and span.get("parent_id") is None:
+                        found[trace] = span
+                cursor = body.get("next_cursor")
+                if not cursor:
+                    break
+        return found
+
+    def trace_of(self, record: dict[str, Any]) -> str | None:
+        context = record.get("context")
+        trace = context.get("trace_id") if isinstance(context, dict) else None
+        return str(trace) if trace else None
+
+    def is_root(self, record: dict[str, Any]) -> bool:
+        return record.get("parent_id") is None
+
+    def started(self, record: dict[str, Any]) -> datetime | None:
+        return when(record.get("start_time"))
