@@ -121,6 +121,12 @@ def list_ingests(db: sqlite_utils.Database) -> list[IngestInfo]:
     return out
 
 
+def ingest_id_of(db: sqlite_utils.Database, path: str) -> int | None:
+    """The id of the latest ingest that stored ``path`` as its file's name (``ingests.path``), if any."""
+    row = db.execute("SELECT max(id) FROM ingests WHERE path = ?", [path]).fetchone()
+    return row[0] if row else None
+
+
 # --- undo --------------------------------------------------------------------------------------
 
 def undo_ingest(db: sqlite_utils.Database, ingest_id: int, *, force: bool = False, by: str | None = None,

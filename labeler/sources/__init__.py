@@ -1,0 +1,1 @@
+"""Live traffic: sync from trace stores and the OTLP receiver, each writing through ingest/."""
