@@ -356,11 +356,12 @@ class Collector:
                 return
             self._flush(everything=False)
 
-    def flush(self) -> FlushResult | None:
-        """Write every trace held now, ready or not (what ``close`` does last); None if none."""
-        return self._flush(everything=True)
+    def flush(self, *, everything: bool = True) -> FlushResult | None:
+        """Write now every trace held (what ``close`` does last) or, with ``everything=False``, only
+        the ready ones (their root came, or they waited ``hold``); None when there was none."""
+        return self._flush(everything=everything, now=True)
 
-    def _take(self, everything: bool) -> tuple[list[_Trace], int] | None:
+    def _take(self, everything: bool, forced: bool) -> tuple[list[_Trace], int] | None:
         """The traces to write now (under the lock), and how many of them lack their root."""
         with self._lock:
             now = time.monotonic()
@@ -370,7 +371,7 @@ class Collector:
                     break
                 self._drop_root()
             pressed = self._held > self.max_buffer * 3 // 4
-            due = (everything or pressed or self._ready >= self.options.batch
+            due = (everything or forced or pressed or self._ready >= self.options.batch
                    or now - self._last_flush >= self.options.flush_every)
             if not due or not self._traces:
                 return None
@@ -394,9 +395,9 @@ class Collector:
             self._last_flush = now
             return taken, without_root
 
-    def _flush(self, everything: bool) -> FlushResult | None:
+    def _flush(self, everything: bool, now: bool = False) -> FlushResult | None:
         with self._flush_lock:
-            got = self._take(everything)
+            got = self._take(everything, now)
             if got is None:
                 return None
             traces, without_root = got
