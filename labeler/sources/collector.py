@@ -255,7 +255,8 @@ class Collector:
             t.join()
         self._threads = []
         with contextlib.suppress(Exception):
-            self._flush(everything=True)
+            while self._flush(everything=True) is not None:
+                pass
         self._server = None
         self._spool.cleanup()
         return self.summary
@@ -357,8 +358,9 @@ class Collector:
             self._flush(everything=False)
 
     def flush(self, *, everything: bool = True) -> FlushResult | None:
-        """Write now every trace held (what ``close`` does last) or, with ``everything=False``, only
-        the ready ones (their root came, or they waited ``hold``); None when there was none."""
+        """Write now the traces held, ready or not (what ``close`` does last) or, with
+        ``everything=False``, only the ready ones (their root came, or they waited ``hold``): one
+        batch, oldest first (call again while it returns one); None when there was none."""
         return self._flush(everything=everything, now=True)
 
     def _take(self, everything: bool, forced: bool) -> tuple[list[_Trace], int] | None:
@@ -376,8 +378,11 @@ class Collector:
             if not due or not self._traces:
                 return None
             taken: list[_Trace] = []
-            without_root = 0
+            without_root = spans = 0
             for trace_id in list(self._traces):
+                if spans >= self.options.batch:  # a flush is one batch; the next one follows at once
+                    self._wake.set()
+                    break
                 trace = self._traces[trace_id]
                 late = now - trace.first >= self.options.hold
                 if not (everything or trace.root or late or self._held > self.max_buffer // 2):
@@ -385,6 +390,7 @@ class Collector:
                 del self._traces[trace_id]
                 taken.append(trace)
                 without_root += not trace.root
+                spans += len(trace.lines)
                 self._held -= trace.size
                 self._held_spans -= len(trace.lines)
                 if trace.root:
