@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlite_utils
 
@@ -43,7 +43,8 @@ from .otlp_proto import JSON, PROTOBUF, PayloadError, Received
 
 TRACES_PATH = "/v1/traces"
 MiB = 1024 * 1024
-KEPT_FLUSHES = 1000  # the summary lists the last flushes, not every one of a long run
+KEPT_FLUSHES = 1000
+DECODING = 4  # requests read and decoded at once (each up to max_request_mb, a few times that decoded)  # the summary lists the last flushes, not every one of a long run
 
 
 class CollectError(LabelerError):
@@ -164,7 +165,14 @@ class _Trace:
     first: float  # when its first span came (monotonic)
     lines: list[bytes] = field(default_factory=list)
     size: int = 0
-    root: bool = False
+    root: bytes | None = None  # the root's line, once it came
+    resent: int = 0  # 1 when the root was written before, with earlier retrievals of the trace
+
+
+class _Root(NamedTuple):
+    at: float  # when it came, or when it was written (monotonic)
+    line: bytes
+    written: bool  # kept after its trace was written, for retrievals of the trace that come late
 
 
 @dataclass
@@ -195,18 +203,22 @@ class Collector:
         self.max_buffer = int(self.options.max_buffer_mb * MiB)
         self.max_request = int(self.options.max_request_mb * MiB)
         self._redactor = privacy.redactor_for(db, self.options.redact, self.options.ingest_options("check").redact_patterns)
+        self.decoding = threading.BoundedSemaphore(DECODING)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._traces: OrderedDict[str, _Trace] = OrderedDict()
-        self._roots: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # roots of traces with no retrieval yet
+        # roots of traces with no retrieval held: waiting for one, or written and kept for late ones
+        self._roots: OrderedDict[str, _Root] = OrderedDict()
+        self._waiting_roots = 0  # of them, the roots not written yet
         self._held = 0  # bytes of every line held (traces and roots)
         self._held_spans = 0  # lines in _traces
         self._ready = 0  # lines in traces whose root has come
         self._roots_bytes = 0
         self._last_flush = time.monotonic()
         self._closing = False
+        self._callback_error: Exception | None = None
         self._number = 0
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -223,6 +235,11 @@ class Collector:
     def url(self) -> str:
         """The endpoint an exporter is given: ``http://HOST:PORT/v1/traces``."""
         return f"http://{self.address}{TRACES_PATH}"
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the spans held now (never more than ``max_buffer``)."""
+        return self._held
 
     def start(self) -> Collector:
         try:
@@ -259,6 +276,8 @@ class Collector:
                 pass
         self._server = None
         self._spool.cleanup()
+        if self._callback_error is not None:
+            raise self._callback_error
         return self.summary
 
     def __enter__(self) -> Collector:
@@ -271,6 +290,9 @@ class Collector:
 
     def receive(self, raw: bytes, content_type: str | None, content_encoding: str | None = None) -> Reply:
         """Take one request's body: 200 when its spans are held, else the status and reason."""
+        with self._lock:
+            if self._held >= self.max_buffer and not self._closing:  # full: not worth decoding
+                return self._full()
         try:
             spans = otlp_proto.decode(otlp_proto.body_of(raw, content_encoding, self.max_request), content_type)
         except PayloadError as e:
@@ -284,42 +306,45 @@ class Collector:
                 self.summary.refused += 1
                 return Reply(503, "the collector is shutting down", {"Retry-After": "5"})
             if self._held + size > self.max_buffer:
-                self.summary.refused += 1
-                self._wake.set()
-                wait = max(1, math.ceil(self.options.flush_every))
-                return Reply(429, f"the buffer is full ({self.max_buffer // MiB} MiB held); try again in {wait} s",
-                             {"Retry-After": str(wait)})
+                return self._full()
             self.summary.requests += 1
             self.summary.spans_received += len(spans)
             self.summary.spans_dropped += len(spans) - len(keep)
             now = time.monotonic()
             for span in keep:
                 self._hold(span, now)
-            self.summary.spans_buffered = self._held_spans + len(self._roots)
+            self.summary.spans_buffered = self._held_spans + self._waiting_roots
             if self._ready >= self.options.batch or self._held > self.max_buffer * 3 // 4:
                 self._wake.set()
         return Reply(200)
+
+    def _full(self) -> Reply:
+        """429 (under the lock): the buffer cannot take the request until a flush frees room."""
+        self.summary.refused += 1
+        self._wake.set()
+        wait = max(1, math.ceil(self.options.flush_every))
+        return Reply(429, f"the buffer is full ({self.max_buffer / MiB:g} MiB held); try again in {wait} s",
+                     {"Retry-After": str(wait)})
 
     def _hold(self, span: Received, now: float) -> None:
         """Hold one span (under the lock): a retrieval joins its trace (and the root waiting for it,
         if any); a root completes its trace, or waits for a retrieval of it."""
         trace = self._traces.get(span.trace_id)
         if trace is None and not span.retrieval:
-            self._add_root(span.trace_id, now, span.line)
+            self._add_root(span.trace_id, _Root(now, span.line, written=False))
             return
         if trace is None:
             trace = self._traces[span.trace_id] = _Trace(now)
-            early = self._roots.pop(span.trace_id, None)
-            if early is not None:  # its root came first
-                self._roots_bytes -= len(early[1])
-                self._held -= len(early[1])
-                self._append(trace, early[1])
-                trace.root = True
+            early = self._pop_root(span.trace_id)
+            if early is not None:  # its root came first (or was written with earlier retrievals)
+                self._append(trace, early.line)
+                trace.root = early.line
+                trace.resent = int(early.written)
         self._append(trace, span.line)
-        if span.root and not trace.root:
-            trace.root = True
+        if span.root and trace.root is None:
+            trace.root = span.line
             self._ready += len(trace.lines) - 1
-        if trace.root:
+        if trace.root is not None:
             self._ready += 1
 
     def _append(self, trace: _Trace, line: bytes) -> None:
@@ -328,23 +353,28 @@ class Collector:
         self._held += len(line)
         self._held_spans += 1
 
-    def _add_root(self, trace_id: str, now: float, line: bytes) -> None:
-        old = self._roots.pop(trace_id, None)
-        if old is not None:
-            self._roots_bytes -= len(old[1])
-            self._held -= len(old[1])
-        self._roots[trace_id] = (now, line)
-        self._roots_bytes += len(line)
-        self._held += len(line)
+    def _add_root(self, trace_id: str, root: _Root) -> None:
+        self._pop_root(trace_id)
+        self._roots[trace_id] = root
+        self._roots_bytes += len(root.line)
+        self._held += len(root.line)
+        self._waiting_roots += not root.written
         # roots that no retrieval claims are not kept past a quarter of the buffer
         while self._roots_bytes > self.max_buffer // 4:
             self._drop_root()
 
+    def _pop_root(self, trace_id: str) -> _Root | None:
+        root = self._roots.pop(trace_id, None)
+        if root is not None:
+            self._roots_bytes -= len(root.line)
+            self._held -= len(root.line)
+            self._waiting_roots -= not root.written
+        return root
+
     def _drop_root(self) -> None:
-        _, (_, line) = self._roots.popitem(last=False)
-        self._roots_bytes -= len(line)
-        self._held -= len(line)
-        self.summary.spans_dropped += 1
+        root = self._pop_root(next(iter(self._roots)))
+        if root is not None and not root.written:
+            self.summary.spans_dropped += 1
 
     # --- flushing -----------------------------------------------------------------------------
 
@@ -367,9 +397,8 @@ class Collector:
         """The traces to write now (under the lock), and how many of them lack their root."""
         with self._lock:
             now = time.monotonic()
-            while self._roots:  # roots whose retrievals never came
-                trace_id, (at, _) = next(iter(self._roots.items()))
-                if now - at < self.options.hold and not everything:
+            while self._roots:  # roots whose retrievals never came (or no more came)
+                if now - next(iter(self._roots.values())).at < self.options.hold and not everything:
                     break
                 self._drop_root()
             pressed = self._held > self.max_buffer * 3 // 4
@@ -385,17 +414,19 @@ class Collector:
                     break
                 trace = self._traces[trace_id]
                 late = now - trace.first >= self.options.hold
-                if not (everything or trace.root or late or self._held > self.max_buffer // 2):
+                if not (everything or trace.root is not None or late or self._held > self.max_buffer // 2):
                     continue  # (under pressure the oldest go without their root until half is free)
                 del self._traces[trace_id]
                 taken.append(trace)
-                without_root += not trace.root
+                without_root += trace.root is None
                 spans += len(trace.lines)
                 self._held -= trace.size
                 self._held_spans -= len(trace.lines)
-                if trace.root:
+                if trace.root is not None:
                     self._ready -= len(trace.lines)
-            self.summary.spans_buffered = self._held_spans + len(self._roots)
+                    if not everything:  # a retrieval of this trace that comes later still finds its root
+                        self._add_root(trace_id, _Root(now, trace.root, written=True))
+            self.summary.spans_buffered = self._held_spans + self._waiting_roots
             if not taken:
                 return None
             self._last_flush = now
@@ -414,7 +445,7 @@ class Collector:
             with open(path, "wb") as f:
                 for trace in traces:
                     f.writelines(trace.lines)
-                    spans += len(trace.lines)
+                    spans += len(trace.lines) - trace.resent
             result = FlushResult(self._number, store.now(), name, spans, len(traces), without_root)
             del traces
             start = time.perf_counter()
@@ -429,7 +460,10 @@ class Collector:
             with self._lock:
                 self.summary.add(result)
             if self.on_flush is not None:
-                self.on_flush(result)
+                try:
+                    self.on_flush(result)
+                except Exception as e:  # noqa: BLE001 - raised again by close(), after the last flush
+                    self._callback_error = self._callback_error or e
             return result
 
     def _name(self, number: int) -> str:
@@ -481,9 +515,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(media, Reply(413, f"the body is over {collector.max_request} bytes; send smaller batches"))
             self.close_connection = True
             return
-        body = self.rfile.read(int(length))
-        self._reply(media, collector.receive(body, self.headers.get("Content-Type"),
-                                             self.headers.get("Content-Encoding")))
+        # a few requests are read and decoded at a time: the memory of those in flight is bounded too
+        if not collector.decoding.acquire(timeout=30):
+            self._reply(media, Reply(429, "too many requests at once; try again", {"Retry-After": "1"}))
+            self.close_connection = True
+            return
+        try:
+            body = self.rfile.read(int(length))
+            reply = collector.receive(body, self.headers.get("Content-Type"), self.headers.get("Content-Encoding"))
+        finally:
+            collector.decoding.release()
+        self._reply(media, reply)
 
     def do_GET(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
