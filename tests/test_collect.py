@@ -370,6 +370,32 @@ def test_a_full_buffer_answers_429_with_retry_after_instead_of_growing(collect, 
     assert post(collector, json_request(retrieval("f" * 32, "f" * 16)))[0] == 200  # room again
 
 
+def test_the_real_exporter_waits_out_a_429_and_nothing_is_lost(collect, file_db, monkeypatch):
+    gate = threading.Event()
+    real_ingest, real_full = C.ingest_logs, C.Collector._full
+
+    def slow_ingest(*args: Any, **kwargs: Any) -> Any:
+        assert gate.wait(30)
+        return real_ingest(*args, **kwargs)
+
+    def full(self: C.Collector) -> C.Reply:
+        gate.set()  # the first refusal opens the database again
+        return real_full(self)
+
+    monkeypatch.setattr(C, "ingest_logs", slow_ingest)
+    monkeypatch.setattr(C.Collector, "_full", full)
+    collector = collect(max_buffer_mb=0.02, max_request_mb=0.02, flush_every=0.01)
+    provider, _ = traced_app(collector.url)
+    tracer = provider.get_tracer("app")
+    calls = [(f"Question {i}?", [(f"doc-{i}", "y" * 500, 0.5)], f"Answer {i}.") for i in range(30)]
+    for question, docs, answer in calls:
+        rag_call(tracer, question, docs, answer)
+    provider.shutdown()
+    collector.close()
+    assert collector.summary.refused >= 1 and collector.summary.new == 30
+    assert file_db.execute("SELECT count(*) FROM queries").fetchone() == (30,)
+
+
 def test_close_flushes_what_is_held_and_refuses_what_comes_after(collect, file_db):
     collector = collect()
     post(collector, json_request(retrieval()))  # no root yet
