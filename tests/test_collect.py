@@ -493,6 +493,30 @@ def test_cli_collects_until_sigterm_then_writes_what_it_holds(tmp_path):
     assert check.execute("SELECT query_id FROM queries").fetchall() == [("eee19b7ec3c1b174",)]
 
 
+def test_cli_ctrl_c_with_json_prints_the_summary_document(tmp_path):
+    db = tmp_path / "cli.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "labeler", "--db", str(db), "collect", "--otlp", "127.0.0.1:0",
+                             "--flush-every", "1h", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path)
+    try:
+        first = proc.stderr.readline()  # the address goes to stderr in every format
+        port = int(first.split("127.0.0.1:")[1].split("/")[0])
+        target = C.Collector.__new__(C.Collector)
+        target.host, target.port = "127.0.0.1", port
+        assert post(target, json_request(retrieval(), root()))[0] == 200
+        assert post(target, b"{", "application/json")[0] == 400
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    document = json.loads(out)
+    assert (document["requests"], document["bad_requests"], document["new"], document["flush_count"]) == (1, 1, 1, 1)
+    assert document["flushes"][0]["ingest_id"] == 1 and document["address"] == f"127.0.0.1:{port}"
+
+
 def test_cli_rejects_a_bad_address_in_one_line(tmp_path):
     r = CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "collect", "--otlp", "nope"])
     assert r.exit_code == 1 and r.output == "Error: --otlp takes HOST:PORT, e.g. 127.0.0.1:4318; got 'nope'\n"

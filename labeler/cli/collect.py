@@ -77,9 +77,10 @@ def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int
     until their trace's root span (the question and the final answer) arrives, then written in
     batches, each an ingest of its own (labeler ingest list shows it, labeler ingest undo ID removes
     it) with the same validation and redaction as labeler ingest logs; other spans are counted and
-    dropped. One line per write; --nl prints each as a JSON line, --json / --csv / --table print the
-    summary or the writes at the end. Protobuf requests need the otlp extra (pip install
-    'rag-labeler[otlp]'); JSON ones do not. A payload that cannot be read gets 400 with the reason.
+    dropped. The address goes to stderr at start; then one line per write (--nl: one JSON line),
+    or with --json / --csv / --table the summary or the writes at the end. Protobuf requests need
+    the otlp extra (pip install 'rag-labeler[otlp]'); JSON ones do not. A payload that cannot be
+    read gets 400 with the reason.
 
     Example:
 
@@ -98,10 +99,10 @@ def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int
     live = output_format in ("text", "nl")
 
     def on_start(collector: Any) -> None:
-        if output_format == "text":
-            click.echo(Note(f"collecting OTLP traces on {collector.url} (Ctrl-C to stop)"), err=True)
-            if not protobuf_available():
-                click.echo(Note(f"only JSON requests can be read: protobuf needs {OTLP_EXTRA}"), err=True)
+        # on stderr in every format: with port 0 it is the only way to learn the port
+        click.echo(Note(f"collecting OTLP traces on {collector.url} (Ctrl-C to stop)"), err=True)
+        if not protobuf_available():
+            click.echo(Note(f"only JSON requests can be read: protobuf needs {OTLP_EXTRA}"), err=True)
 
     def on_flush(flush: Any) -> None:
         if output_format == "nl":
