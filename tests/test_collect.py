@@ -559,3 +559,53 @@ def test_an_instrumented_langchain_retriever(collect, file_db):
                                "2 prices for: How much is a bike?")]
     assert [(rank, doc) for _, rank, doc, _ in got["retrievals"]] == [(1, "pricing-1"), (2, "pricing-2")]
     assert got["documents"] == [(d.id, d.page_content) for d in corpus]
+
+
+def _fixed_retriever_chain(corpus):
+    from langchain_core.documents import Document  # noqa: F401 - the corpus' type
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda
+
+    class FixedRetriever(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list:
+            return corpus
+
+    return ({"docs": FixedRetriever(), "question": RunnableLambda(lambda q: q)}
+            | RunnableLambda(lambda x: f"{len(x['docs'])} prices for: {x['question']}"))
+
+
+def test_an_openllmetry_instrumented_langchain_retriever(collect, file_db, tmp_path):
+    """OpenLLMetry (Traceloop) writes no document ids: the chunks get ids made from their texts, the
+    same whether the spans are collected or ingested from the exported file."""
+    required("langchain_core")
+    instrumentation = required("opentelemetry.instrumentation.langchain")
+    from google.protobuf.json_format import MessageToJson
+    from langchain_core.documents import Document
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    corpus = [Document(page_content="A city bike costs 12 euros per day.", metadata={"s": 1}),
+              Document(page_content="E-bikes cost 29 euros per day.", metadata={"s": 2})]
+    collector = collect()
+    provider, memory = traced_app(collector.url)
+    instrumentor = instrumentation.LangchainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert _fixed_retriever_chain(corpus).invoke("How much is a bike?") == "2 prices for: How much is a bike?"
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    flush = collector.flush()
+    assert flush.error is None and (flush.new, flush.without_root, flush.spans) == (1, 0, 2)
+    retriever_span = next(s for s in memory.get_finished_spans()
+                          if s.attributes.get("gen_ai.operation.name") == "vector_db_retrieve")
+    got = stored(file_db)
+    assert got["queries"] == [(f"{retriever_span.context.span_id:016x}", "How much is a bike?",
+                               "2 prices for: How much is a bike?")]
+    texts = dict(got["documents"])
+    assert all(doc.startswith("sha1:") for doc in texts)  # made from the text: no id was exported
+    assert [texts[doc] for _, _, doc, _ in got["retrievals"]] == [d.page_content for d in corpus]
+    exported = tmp_path / "exported.json"
+    exported.write_text(MessageToJson(encode_spans(memory.get_finished_spans()), indent=None) + "\n")
+    other = store.connect(tmp_path / "file.db")
+    ingest_logs(other, exported, tool="otlp")
+    assert stored(other) == got

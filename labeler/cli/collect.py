@@ -70,8 +70,9 @@ def flush_line(f: Any) -> str:
 def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int, hold: float, max_buffer_mb: float,
                 redact: bool | None, redact_patterns: tuple[str, ...], sample: float | None, seed: int,
                 output_format: str) -> Output | None:
-    """Receive OpenTelemetry traces straight from an app instrumented with OpenInference and store
-    its retriever spans as they arrive, until Ctrl-C or SIGTERM (then what is held is written).
+    """Receive OpenTelemetry traces straight from an app instrumented with OpenInference (or
+    OpenLLMetry's LangChain instrumentation) and store its retriever spans as they arrive, until
+    Ctrl-C or SIGTERM (then what is held is written).
 
     Point the app's OTLP/HTTP exporter at http://HOST:PORT/v1/traces. Retriever spans are held
     until their trace's root span (the question and the final answer) arrives, then written in

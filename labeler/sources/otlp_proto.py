@@ -27,6 +27,9 @@ JSON = "application/json"
 OTLP_EXTRA = "pip install 'rag-labeler[otlp]'"
 _KIND_KEY = "openinference.span.kind"
 _DOCS_KEY = "retrieval.documents"
+# OpenLLMetry (ingest.formats.traceloop): a retriever is this operation with documents in its output
+_OPERATION_KEY, _RETRIEVE = "gen_ai.operation.name", "vector_db_retrieve"
+_OUTPUT_KEY = "traceloop.entity.output"
 
 
 class PayloadError(Exception):
@@ -35,6 +38,36 @@ class PayloadError(Exception):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class _Kind:
+    """What a span's attributes say about it, as the reader will decide (``openinference.span``)."""
+
+    __slots__ = ("documents", "kind", "operation", "output_documents")
+
+    def __init__(self) -> None:
+        self.documents = False  # OpenInference retrieval.documents
+        self.kind: Any = None  # openinference.span.kind
+        self.operation: Any = None  # OpenLLMetry gen_ai.operation.name
+        self.output_documents = False  # OpenLLMetry documents in traceloop.entity.output
+
+    def see(self, key: str, value: Any) -> None:
+        """One attribute; ``value`` is an ``AnyValue`` object, or a plain value."""
+        if key == _DOCS_KEY or key.startswith(_DOCS_KEY + "."):
+            self.documents = True
+        elif key in (_KIND_KEY, _OPERATION_KEY, _OUTPUT_KEY):
+            text = value.get("stringValue", value.get("string_value")) if isinstance(value, dict) else value
+            if key == _KIND_KEY:
+                self.kind = text
+            elif key == _OPERATION_KEY:
+                self.operation = text
+            else:
+                self.output_documents = isinstance(text, str) and '"documents"' in text
+
+    def retrieval(self) -> bool:
+        if self.documents:
+            return self.kind is None or str(self.kind).upper() == "RETRIEVER"
+        return self.kind is None and self.operation == _RETRIEVE and self.output_documents
 
 
 class Received(NamedTuple):
@@ -131,21 +164,17 @@ def _json_span(span: dict[str, Any], where: str) -> Received:
     if parent is not None and not isinstance(parent, str):
         raise PayloadError(400, f"{where}.parentSpanId must be a hex string, got {type(parent).__name__}")
     attributes = span.get("attributes")
-    retrieval, kind = False, None
+    kind = _Kind()
     if isinstance(attributes, dict):  # already an object (not the spec, but the reader takes it)
-        retrieval = any(k == _DOCS_KEY or k.startswith(_DOCS_KEY + ".") for k in attributes)
-        kind = attributes.get(_KIND_KEY)
+        for key, value in attributes.items():
+            kind.see(str(key), value)
     else:
         for a, pair in enumerate(_list(attributes, f"{where}.attributes")):
             key = _object(pair, f"{where}.attributes[{a}]").get("key")
             if not isinstance(key, str):
                 raise PayloadError(400, f"{where}.attributes[{a}].key must be a string")
-            if key == _DOCS_KEY or key.startswith(_DOCS_KEY + "."):
-                retrieval = True
-            elif key == _KIND_KEY and isinstance(pair.get("value"), dict):
-                kind = pair["value"].get("stringValue", pair["value"].get("string_value"))
-    retrieval = retrieval and (kind is None or str(kind).upper() == "RETRIEVER")
-    return Received(norm_id(trace_id) or "", is_root(norm_id(parent)), retrieval, _line(span))
+            kind.see(key, pair.get("value"))
+    return Received(norm_id(trace_id) or "", is_root(norm_id(parent)), kind.retrieval(), _line(span))
 
 
 # --- protobuf -----------------------------------------------------------------------------------
@@ -185,15 +214,11 @@ def _pb_span(span: Any, where: str) -> Received:
     if not span.trace_id or not span.span_id:
         raise PayloadError(400, f"{where} has no {'traceId' if not span.trace_id else 'spanId'}")
     attributes = []
-    retrieval, kind = False, None
+    kind = _Kind()
     for pair in span.attributes:
-        key = pair.key
         value = _any(pair.value)
-        attributes.append({"key": key, "value": value})
-        if key == _DOCS_KEY or key.startswith(_DOCS_KEY + "."):
-            retrieval = True
-        elif key == _KIND_KEY:
-            kind = value.get("stringValue")
+        attributes.append({"key": pair.key, "value": value})
+        kind.see(pair.key, value)
     trace_id = span.trace_id.hex()
     parent = span.parent_span_id.hex()
     out = {
@@ -208,8 +233,7 @@ def _pb_span(span: Any, where: str) -> Received:
     }
     if span.HasField("status"):
         out["status"] = {"code": span.status.code, **({"message": span.status.message} if span.status.message else {})}
-    retrieval = retrieval and (kind is None or str(kind).upper() == "RETRIEVER")
-    return Received(trace_id, is_root(parent or None), retrieval, _line(out))
+    return Received(trace_id, is_root(parent or None), kind.retrieval(), _line(out))
 
 
 def _any(value: Any) -> dict[str, Any]:
