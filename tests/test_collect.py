@@ -435,6 +435,20 @@ def test_no_redact_keeps_the_text(collect, file_db):
     assert file_db.execute("SELECT question FROM queries").fetchone() == ("Mail bob@example.com",)
 
 
+def test_a_sample_keeps_the_same_retrievals_as_sampling_the_file(collect, file_db, tmp_path):
+    collector = collect(sample=0.5, seed=3)
+    spans = [retrieval(f"{i + 1:032x}", f"a{i:015x}", f"Question {i}?", [(f"d{i}", f"text {i}", 0.5)])
+             for i in range(40)]
+    post(collector, json_request(*spans))
+    flush = collector.flush()
+    assert flush.new + flush.sampled_out == 40 and 0 < flush.new < 40
+    exported = tmp_path / "exported.json"
+    exported.write_bytes(json_request(*spans))
+    other = store.connect(tmp_path / "file.db")
+    ingest_logs(other, exported, tool="otlp", sample=0.5, seed=3)
+    assert stored(other) == stored(file_db)
+
+
 def test_ingest_list_shows_each_flush_and_undo_removes_it(collect, file_db, db_path):
     collector = collect()
     post(collector, json_request(retrieval(), root()))

@@ -55,7 +55,7 @@ def flush_line(f: Any) -> str:
 @click.option("--flush-every", type=Duration(), default="2s", show_default=True,
               help="Write what is ready at least this often.")
 @click.option("--batch", type=click.IntRange(1), default=5000, show_default=True,
-              help="Write as soon as this many spans are ready.")
+              help="Write as soon as this many spans are ready; at most this many per ingest.")
 @click.option("--hold", type=Duration(), default="30s", show_default=True,
               help="How long a trace's retrievals wait for its root span (the question and the answer) "
                    "before they are written without it.")
