@@ -370,6 +370,22 @@ def test_a_full_buffer_answers_429_with_retry_after_instead_of_growing(collect, 
     assert post(collector, json_request(retrieval("f" * 32, "f" * 16)))[0] == 200  # room again
 
 
+def test_a_buffer_three_quarters_full_writes_the_oldest_traces_without_their_roots(collect):
+    done = threading.Event()
+    collector = collect(max_buffer_mb=0.02, max_request_mb=0.02, hold=3600.0)
+    collector.on_flush = lambda flush: done.set()
+    i = 0
+    while not done.is_set() and i < 100:  # roots never come
+        status, _, _ = post(collector, json_request(
+            retrieval(f"{i + 1:032x}", f"a{i:015x}", f"Question {i}?", [(f"d{i}", "z" * 400, 0.5)])))
+        assert status in (200, 429)
+        i += 1
+    assert done.wait(10)
+    flush = collector.summary.flushes[0]
+    assert flush.error is None and flush.without_root == flush.traces > 0
+    assert collector.buffered_bytes <= collector.max_buffer
+
+
 def test_the_real_exporter_waits_out_a_429_and_nothing_is_lost(collect, file_db, monkeypatch):
     gate = threading.Event()
     real_ingest, real_full = C.ingest_logs, C.Collector._full
