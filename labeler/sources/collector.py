@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import socket
 import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,12 +37,12 @@ from ..errors import LabelerError
 from ..ingest.logs import LogIngestOptions, ingest_logs
 from ..ingest.undo import ingest_id_of
 from . import otlp_proto
-from .otlp_proto import JSON, PROTOBUF, PayloadError, Received
+from .otlp_http import TRACES_PATH, Reply, make_server
+from .otlp_proto import PayloadError, Received
 
-TRACES_PATH = "/v1/traces"
 MiB = 1024 * 1024
-KEPT_FLUSHES = 1000
-DECODING = 4  # requests read and decoded at once (each up to max_request_mb, a few times that decoded)  # the summary lists the last flushes, not every one of a long run
+KEPT_FLUSHES = 1000  # the summary lists the last flushes, not every one of a long run
+DECODING = 4  # requests read and decoded at once (each up to max_request_mb, a few times that decoded)
 
 
 class CollectError(LabelerError):
@@ -175,15 +173,6 @@ class _Root(NamedTuple):
     written: bool  # kept after its trace was written, for retrievals of the trace that come late
 
 
-@dataclass
-class Reply:
-    """What the server answers one request: an HTTP status, a one-line reason, extra headers."""
-
-    status: int
-    reason: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
 class Collector:
     """An OTLP/HTTP receiver writing into ``db``; ``start()`` listens on ``host:port`` (port 0: a
     free one, then ``port`` says which) with a server thread and a flusher thread, ``close()``
@@ -243,12 +232,11 @@ class Collector:
 
     def start(self) -> Collector:
         try:
-            server = (_Server6 if ":" in self.host else _Server)((self.host, self.port), _Handler)
+            server = make_server(self.host, self.port, self)
         except OSError as e:
             self._spool.cleanup()
             raise CollectError(f"cannot listen on {self.host}:{self.port}: {e.strerror or e}; "
                                "pick another --otlp HOST:PORT (port 0: any free port)") from None
-        server.collector = self
         self._server = server
         self.port = server.server_address[1]
         self.summary.address = self.address
@@ -479,86 +467,6 @@ class Collector:
         result.redactions = dict(ingested.redactions)
         result.problems = [str(p) for p in ingested.problems[:5]]
         result.ingest_id = ingest_id_of(self.db, result.name)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    collector: Collector
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # exporters keep their connection open between batches
-    server_version = "labeler-collect"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        pass  # the collector reports per flush, not per request
-
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        collector = self.server.collector
-        media = otlp_proto.media_type(self.headers.get("Content-Type"))
-        if self.path.split("?", 1)[0] != TRACES_PATH:
-            self._reply(media, Reply(404, f"no such path {self.path[:80]!r}; OTLP traces go to {TRACES_PATH}"), drain=True)
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
-            chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
-            self._reply(media, Reply(411, "send a Content-Length" + (" (chunked bodies are not read)" if chunked else "")))
-            self.close_connection = True
-            return
-        if int(length) > collector.max_request:
-            self._reply(media, Reply(413, f"the body is over {collector.max_request} bytes; send smaller batches"))
-            self.close_connection = True
-            return
-        # a few requests are read and decoded at a time: the memory of those in flight is bounded too
-        if not collector.decoding.acquire(timeout=30):
-            self._reply(media, Reply(429, "too many requests at once; try again", {"Retry-After": "1"}))
-            self.close_connection = True
-            return
-        try:
-            body = self.rfile.read(int(length))
-            reply = collector.receive(body, self.headers.get("Content-Type"), self.headers.get("Content-Encoding"))
-        finally:
-            collector.decoding.release()
-        self._reply(media, reply)
-
-    def do_GET(self) -> None:  # noqa: N802
-        path = self.path.split("?", 1)[0]
-        if path == TRACES_PATH:
-            self._reply(JSON, Reply(405, f"{TRACES_PATH} takes POST", {"Allow": "POST"}))
-        else:
-            self._reply(JSON, Reply(404, f"no such path; OTLP traces go to POST {TRACES_PATH}"))
-
-    def _reply(self, media: str, reply: Reply, *, drain: bool = False) -> None:
-        if drain:  # read what was sent, so that the connection can be used again
-            length = self.headers.get("Content-Length")
-            if length and length.strip().isdigit() and int(length) <= self.server.collector.max_request:
-                self.rfile.read(int(length))
-            else:
-                self.close_connection = True
-        media = media if media in (PROTOBUF, JSON) else JSON
-        if reply.status == 200:
-            body = b"" if media == PROTOBUF else b"{}"  # an empty ExportTraceServiceResponse
-        else:
-            body = otlp_proto.status_body(media, _rpc_code(reply.status), reply.reason)
-        phrase = " ".join(reply.reason.split())[:200] if reply.reason else None
-        self.send_response(reply.status, phrase or HTTPStatus(reply.status).phrase)
-        self.send_header("Content-Type", media)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in reply.headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def _rpc_code(status: int) -> int:
-    """The ``google.rpc.Code`` of an HTTP status (INVALID_ARGUMENT, RESOURCE_EXHAUSTED...)."""
-    return {400: 3, 404: 5, 405: 12, 411: 3, 413: 3, 415: 3, 429: 8, 503: 14}.get(status, 2)
 
 
 def serve(db: sqlite_utils.Database, host: str = "127.0.0.1", port: int = 4318, *,
