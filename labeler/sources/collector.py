@@ -1,7 +1,9 @@
 """The OTLP receiver: ``POST /v1/traces`` from an instrumented app (OpenInference: its retriever
-spans carry ``retrieval.documents.N.document.*``), stored as it arrives through the log ingest.
+spans carry ``retrieval.documents.N.document.*``; OpenLLMetry's LangChain retrievers too), stored
+as it arrives through the log ingest.
 
-A collect is an ingest like any other. Each request is decoded at once (``otlp_proto``; a payload
+A collect is an ingest like any other. Each request is served by ``otlp_http`` and decoded at once
+(``otlp_proto``; a payload
 that cannot be read gets a 4xx with its reason, and nothing of it is kept); the retrieval spans and
 the roots of their traces are held in a bounded buffer, the other spans are counted and dropped.
 A trace is ready when its root has come (it carries the question and the final answer, and exporters
