@@ -283,6 +283,24 @@ def test_wrong_path_method_and_size(collect):
     assert status == 413 and "once decompressed" in json.loads(body)["message"]
 
 
+def test_a_request_bigger_than_the_whole_buffer_is_413_not_429(collect):
+    """Protobuf is compact: a body within the size allowed may decode to more than the buffer holds."""
+    required("opentelemetry.proto")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    span.attributes.append(KeyValue(key="retrieval.documents.0.document.id", value=AnyValue(string_value="d")))
+    for i in range(80):
+        span.attributes.append(KeyValue(key=f"k{i}", value=AnyValue(int_value=i)))
+    body = request.SerializeToString()
+    collector = collect(max_buffer_mb=0.002, max_request_mb=0.002)  # 2 KiB
+    assert len(body) < collector.max_request
+    status, _, answer = post(collector, body, "application/x-protobuf")
+    assert status == 413 and b"more than the whole buffer" in answer
+
+
 def test_protobuf_without_the_package_is_415_naming_the_extra(collect, monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1.trace_service_pb2", None)
     collector = collect()

@@ -291,6 +291,11 @@ class Collector:
             return Reply(e.status, e.reason)
         keep = [s for s in spans if s.retrieval or s.root]
         size = sum(len(s.line) for s in keep)
+        if size > self.max_buffer:  # it would never fit: asking again would not help
+            with self._lock:
+                self.summary.bad_requests += 1
+            return Reply(413, f"the request holds {size / MiB:.1f} MiB of spans to keep, more than the whole buffer "
+                              f"({self.max_buffer / MiB:g} MiB); send smaller batches")
         with self._lock:
             if self._closing:
                 self.summary.refused += 1
