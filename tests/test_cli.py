@@ -107,7 +107,7 @@ def test_db_in_missing_folder_exit_1(tmp_path):
 
 # --- a missing database: only commands that write data of their own create it -----------------------
 
-CREATE = {"ingest logs", "ingest corpus", "import golden", "users add", "demo", "app", "source add"}
+CREATE = {"ingest logs", "ingest corpus", "import golden", "users add", "demo", "app", "source add", "collect"}
 READ = {  # command -> the arguments it needs to get as far as opening the database
     "stats": [], "annotators": [], "queue": [], "metrics": [], "export": ["-o", "golden.jsonl"],
     "audit": [], "users list": [], "users passwd": ["bob", "--link"], "users role": ["bob", "lead"],

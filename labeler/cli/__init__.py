@@ -11,6 +11,7 @@ or ``from labeler.cli.synth import ...`` reach those).
 
 from __future__ import annotations
 
+from . import collect as _collect  # noqa: F401 - registers `labeler collect`
 from . import ingests as _ingests  # noqa: F401 - registers `labeler ingest` and `queries remove`
 from . import items as _items  # noqa: F401 - registers `labeler items`
 from . import llm as _llm  # noqa: F401 - registers `labeler llm`

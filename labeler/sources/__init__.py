@@ -1,4 +1,5 @@
-"""Live sources: trace stores (Phoenix, Langfuse, LangSmith) synced incrementally into the store.
+"""Live traffic: trace stores (Phoenix, Langfuse, LangSmith) synced incrementally, and the OTLP
+receiver (``collector``, ``otlp_http``, ``otlp_proto``: ``labeler collect``), each writing through ingest/.
 
 ``store`` keeps the ``sources`` table (kind, URL, project, interval, overlap, sample; the high-water
 mark and a sync's window and cursor; last sync, error and counts; never a key); ``keys`` reads the

@@ -3,6 +3,7 @@ layout they are exported in: Phoenix's spans dataframe (flattened ``attributes.*
 ``attributes`` object, nested or with dotted keys), Phoenix's REST span JSON, the OpenTelemetry
 console exporter's JSON, and OTLP spans (``otlp`` turns them into the same shape first); plus
 Phoenix's ``get_retrieved_documents()`` rows, one per document, grouped back into their span.
+A span in these layouts that carries OpenLLMetry's attributes instead is read by ``traceloop``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..jsontext import loads_or_text
+from . import traceloop
 from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
 
 _DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
@@ -89,7 +91,7 @@ def is_span(record: dict) -> bool:
     attrs = record.get("attributes")
     return isinstance(attrs, dict) and (
         "openinference.span.kind" in attrs or "retrieval" in attrs or "retrieval.documents" in attrs
-        or "input.value" in attrs or isinstance(attrs.get("input"), dict))
+        or "input.value" in attrs or isinstance(attrs.get("input"), dict) or traceloop.KIND in attrs)
 
 
 def span(record: dict) -> Span:
@@ -103,6 +105,8 @@ def span(record: dict) -> Span:
         docs = None
     question = attrs.get("input.value")
     answer = attrs.get("output.value")
+    if kind is None and docs is None and question is None and answer is None and traceloop.is_traceloop(attrs):
+        return _traceloop_span(flat, attrs)
     if docs is not None and kind == "RETRIEVER":
         _ids_from_output(docs, answer)
         answer = None  # a retriever's output is its documents, not an answer
@@ -116,6 +120,22 @@ def span(record: dict) -> Span:
         start=flat.get("start_time"),
         docs=docs,
         meta={"span_name": flat.get("name"), "kind": kind},
+    )
+
+
+def _traceloop_span(flat: dict[str, Any], attrs: dict[str, Any]) -> Span:
+    """A span OpenLLMetry wrote (``traceloop``), which has no OpenInference attributes."""
+    docs = traceloop.documents(attrs)
+    return Span(
+        trace_id=norm_id(flat.get("context.trace_id", flat.get("trace_id"))),
+        span_id=norm_id(flat.get("context.span_id", flat.get("span_id"))),
+        parent_id=norm_id(flat.get("parent_id", flat.get("parent_span_id"))),
+        retrieval=docs is not None,
+        question=traceloop.question(attrs),
+        answer=None if docs is not None else traceloop.answer(attrs),
+        start=flat.get("start_time"),
+        docs=docs,
+        meta={"span_name": flat.get("name"), "kind": traceloop.kind(attrs)},
     )
 
 
