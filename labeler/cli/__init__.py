@@ -15,6 +15,7 @@ from . import collect as _collect  # noqa: F401 - registers `labeler collect`
 from . import ingests as _ingests  # noqa: F401 - registers `labeler ingest` and `queries remove`
 from . import items as _items  # noqa: F401 - registers `labeler items`
 from . import llm as _llm  # noqa: F401 - registers `labeler llm`
+from . import route as _route  # noqa: F401 - registers `labeler route`
 from . import search as _search  # noqa: F401 - registers `labeler search`
 from . import sources as _sources  # noqa: F401 - registers `labeler source` and `labeler sync`
 from . import topics as _topics  # noqa: F401 - registers topics, coverage, drift and split

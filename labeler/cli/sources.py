@@ -145,6 +145,8 @@ def sync_cmd(ctx: click.Context, name: str | None, since: str | None, every_s: f
 
         labeler sync --every 5m
     """
+    import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner
+
     from ..sources import sync_every, sync_sources
 
     db = open_db(ctx)

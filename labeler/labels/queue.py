@@ -27,7 +27,8 @@ Rules:
 - **Order** (``queue_order``): the sort keys, and how the ``active`` and ``stratified`` orders
   pick and record a hand-out, are in ``labeler.labels.orders``; ties by query pk.
 - **What is queued**: logged and imported queries; synthetic queries only once their
-  ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``). ``sync_queue`` adds what is missing; ``next_item``,
+  ``review_state`` is ``accepted``; never a query a lead discarded (``labels.desk``), nor a live
+  query the routing rules left out (``labels.routing``). ``sync_queue`` adds what is missing; ``next_item``,
   ``progress`` and ``queue_counts`` call it, and it only does work when the queries, an ingest,
   the accepted synthetic set or a queue setting changed since the last sync.
 """
@@ -44,7 +45,7 @@ from ..accounts.manage import ensure_annotator
 from ..core.names import check_name
 from ..core.times import When, stamp
 from ..errors import ItemTakenError, LabelError
-from . import orders
+from . import orders, routing
 from .common import lease_until, query_row
 
 # re-exported: the orders lived here before ``labels.orders``
@@ -81,7 +82,8 @@ def _fingerprint(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
         " WHERE state = 'staging')), (SELECT max(id) FROM ingests WHERE state = 'done'), "
         "(SELECT count(*) || ':' || total(pk) FROM queries "
         " WHERE origin = 'synthetic' AND review_state = 'accepted')").fetchone()
-    return store.dumps([list(row), params, *orders.fingerprint_extra(conn, params["order"])])
+    return store.dumps([list(row), params, *orders.fingerprint_extra(conn, params["order"]),
+                        *routing.fingerprint(conn)])
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> Any:
@@ -167,7 +169,7 @@ def _arrivals(conn: sqlite3.Connection, params: dict[str, Any], fingerprint: str
             for pk, query_id in conn.execute(
                 "SELECT q.pk, q.query_id FROM queries q WHERE q.pk > ? AND (q.origin != 'synthetic' "
                 "OR q.review_state = 'accepted') AND q.discarded_at IS NULL AND " + store.visible("q")
-                + " AND NOT EXISTS (SELECT 1 FROM queue u WHERE u.query_pk = q.pk)", [max_before])]
+                + " AND " + routing.LEFT_OUT_SQL + " AND NOT EXISTS (SELECT 1 FROM queue u WHERE u.query_pk = q.pk)", [max_before])]
 
 
 def _joining(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[tuple, list[int]] | None:
@@ -226,7 +228,7 @@ def _plan(conn: sqlite3.Connection, params: dict[str, Any]) -> tuple[list, list,
     for pk, query_id, seen, occurrences, score, origin in conn.execute(
         f"SELECT q.pk, q.query_id, coalesce(q.first_seen, q.created_at), q.occurrences, {score_sql}, q.origin "
         f"FROM queries q WHERE (q.origin != 'synthetic' OR q.review_state = 'accepted') "
-        f"AND q.discarded_at IS NULL AND {store.visible('q')}", args
+        f"AND q.discarded_at IS NULL AND {store.visible('q')} AND {routing.LEFT_OUT_SQL}", args
     ):
         old = have.get(pk)
         # reuse_order: only under ``random``, whose key depends on the seed and query id alone

@@ -45,6 +45,7 @@ from ..ingest.logs import LogIngestOptions, ingest_logs
 from ..ingest.sampling import kept_by_rate
 from ..ingest.undo import ingest_id_of
 from ..ingest.writer import stored_query_ids
+from ..labels.routing import route_ingest
 from . import keys as source_keys
 from . import store as sources
 from .langfuse import LangfuseClient
@@ -110,6 +111,7 @@ class SyncResult:
     requests: int = 0
     retries: int = 0
     problems: list[str] = field(default_factory=list)
+    routing: dict[str, int] = field(default_factory=dict)  # new queries by routing decision (rules set)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +122,9 @@ class SyncResult:
         waiting = f", {self.waiting} waiting for their trace" if self.waiting else ""
         rejected = f", {self.rejected} rejected" if self.rejected else ""
         ingests = f" (ingest {', '.join(map(str, self.ingest_ids))})" if self.ingest_ids else ""
+        if self.routing:
+            routed = sum(n for r, n in self.routing.items() if r != "not-sampled")
+            ingests += f"; routed {routed} of {sum(self.routing.values())} to the queue"
         return (f"{self.name}: {self.spans} retrievals read in {self.pages} page(s): {self.new} new queries, "
                 f"{self.known + self.unchanged} already stored{waiting}{rejected}{ingests}; "
                 f"synced up to {self.high_water}")
@@ -248,6 +253,8 @@ class _SourceSync:
         ingest_id = ingest_id_of(self.db, done.path)
         if ingest_id is not None:
             result.ingest_ids.append(int(ingest_id))
+            for reason, n in route_ingest(self.db, int(ingest_id)).items():
+                result.routing[reason] = result.routing.get(reason, 0) + n
         return done.new
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..jsontext import loads_or_text
-from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
+from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, signal_meta, text_of
 
 
 def is_observation(record: dict) -> bool:
@@ -46,5 +46,6 @@ def span(record: dict) -> Span:
         answer=None if kind == "RETRIEVER" else text_of(record.get("output"), ANSWER_KEYS, where="output"),
         start=record.get("startTime"), docs=docs,
         meta={"observation_name": record.get("name"), "kind": kind or None,
-              "session_id": record.get("sessionId"), "user_id": record.get("userId")},
+              "session_id": record.get("sessionId"), "user_id": record.get("userId"),
+              **signal_meta(record.get("metadata"), record.get("level"))},
     )

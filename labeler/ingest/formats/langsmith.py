@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
+from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, signal_meta, text_of
 
 
 def is_run(record: dict) -> bool:
@@ -32,7 +32,9 @@ def span(record: dict) -> Span:
         answer=text_of(_answer_side(outputs), ANSWER_KEYS, where="outputs"),
         start=record.get("start_time"), docs=docs,
         meta={"run_name": record.get("name"), "kind": "RETRIEVER" if run_type == "retriever" else run_type,
-              "session_id": record.get("session_id")},
+              "session_id": record.get("session_id"),
+              **signal_meta(extra.get("metadata") if isinstance(extra := record.get("extra"), dict) else None,
+                            error=record.get("error"))},
     )
 
 

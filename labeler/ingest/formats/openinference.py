@@ -14,7 +14,7 @@ from typing import Any
 
 from ..jsontext import loads_or_text
 from . import traceloop
-from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, text_of
+from .spans import ANSWER_KEYS, QUESTION_KEYS, Span, norm_id, signal_meta, text_of
 
 _DOC_KEY = re.compile(r"^retrieval\.documents\.(\d+)\.(.+)$")
 _ATTR = "attributes."
@@ -119,8 +119,20 @@ def span(record: dict) -> Span:
         answer=_text(answer, attrs.get("output.mime_type"), input_side=False),
         start=flat.get("start_time"),
         docs=docs,
-        meta={"span_name": flat.get("name"), "kind": kind},
+        meta={"span_name": flat.get("name"), "kind": kind, **signal_meta(
+            _metadata(record, attrs), flat.get("status_code", flat.get("status.status_code", flat.get("status.code"))))},
     )
+
+
+def _metadata(record: dict, attrs: dict[str, Any]) -> Any:
+    """The span's ``metadata`` attribute (JSON text, or an object: then ``flatten`` spread it)."""
+    if "metadata" in attrs:
+        return attrs["metadata"]
+    nested = record.get("attributes")
+    if isinstance(nested, dict) and isinstance(nested.get("metadata"), dict):
+        return nested["metadata"]
+    spread = {k[len("metadata."):]: v for k, v in attrs.items() if k.startswith("metadata.")}
+    return spread or None
 
 
 def _traceloop_span(flat: dict[str, Any], attrs: dict[str, Any]) -> Span:

@@ -74,4 +74,7 @@ def spans(record: dict) -> Iterator[dict[str, Any]]:
                     "parent_id": _get(s, "parentSpanId", "parent_span_id") or None,
                     "start_time": _get(s, "startTimeUnixNano", "start_time_unix_nano"),
                     "attributes": _attributes(s.get("attributes")),
+                    # STATUS_CODE_ERROR (2) is an outcome signal (labeler.signals: error)
+                    "status": {"code": (s.get("status") or {}).get("code")} if isinstance(s.get("status"), dict)
+                    else None,
                 }

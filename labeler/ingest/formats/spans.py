@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ..common import FieldError
-from ..jsontext import BadJSON, load_json
+from ..jsontext import BadJSON, load_json, loads_or_text
 
 SKIP_NOT_RETRIEVAL = "{unit}s that are not retrievals"
 SKIP_NO_DOCUMENTS = "retriever {unit}s without documents"
@@ -48,6 +48,26 @@ class Span(NamedTuple):
     start: Any
     docs: list | None  # raw chunk objects (None: the span has no documents)
     meta: dict[str, Any]
+
+
+SIGNAL_META = ("metadata", "error")  # meta keys a root passes to its trace's retrievals (labeler.signals)
+_ERROR_CODES = ("ERROR", "STATUS_CODE_ERROR", "2")  # Langfuse's level ERROR too
+
+
+def signal_meta(metadata: Any = None, status: Any = None, error: Any = None) -> dict[str, Any]:
+    """The meta that carries a span's outcome signals (``labeler.signals`` reads them): its
+    ``metadata`` object (JSON text is parsed; e.g. ``{"thumbs_down": true}``) and ``error`` (true, or
+    the error message) when the span's status code is ERROR (OpenTelemetry's 2) or ``error`` is set."""
+    out: dict[str, Any] = {}
+    if isinstance(metadata, str) and metadata[:1] == "{":
+        metadata = loads_or_text(metadata)  # JSON that cannot be stored stays text (and is left out)
+    if isinstance(metadata, dict) and metadata:
+        out["metadata"] = metadata
+    if error:
+        out["error"] = error if isinstance(error, str) else True
+    elif status is not None and str(status).strip().upper() in _ERROR_CODES:
+        out["error"] = True
+    return out
 
 
 def norm_id(value: Any) -> str | None:
@@ -122,7 +142,8 @@ class TraceJoin:
     def feed(self, line: int, span: Span) -> Iterator[tuple[int, dict | str]]:
         root = is_root(span.parent_id)
         if root and span.trace_id is not None:
-            self.roots[span.trace_id] = (span.question, span.answer)
+            self.roots[span.trace_id] = (span.question, span.answer,
+                                         {k: span.meta[k] for k in SIGNAL_META if span.meta.get(k) is not None})
             if len(self.roots) > 4 * MAX_WAITING:
                 self.roots.pop(next(iter(self.roots)))
             for waiting_line, waiting in self.waiting.pop(span.trace_id, []):
@@ -152,10 +173,12 @@ class TraceJoin:
         self.count = 0
 
     def _record(self, span: Span) -> dict[str, Any]:
-        question, answer = self.roots.get(span.trace_id, (None, None)) if span.trace_id else (None, None)
+        question, answer, signals = self.roots.get(span.trace_id, (None, None, {})) if span.trace_id else \
+            (None, None, {})
         if is_root(span.parent_id):  # a trace that is only a retrieval
-            question, answer = None, None
-        meta = {k: v for k, v in span.meta.items() if k != "kind" and v is not None}
+            question, answer, signals = None, None, {}
+        # the trace's outcome (thumbs down, an error) is usually on its root: the retrieval carries it
+        meta = {**signals, **{k: v for k, v in span.meta.items() if k != "kind" and v is not None}}
         meta["tool"] = self.tool
         if span.trace_id:
             meta["trace_id"] = span.trace_id

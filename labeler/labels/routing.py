@@ -1,0 +1,391 @@
+"""Routing: which queries that arrive from live sources enter the labeling queue, and with what
+inclusion probability, so the all-traffic estimates stay unbiased.
+
+The rules (setting ``routing``; ``labeler route set``, the Settings page) are decided once per
+query, in arrival order (first seen, then query id), when a sync (or the OTLP collector) has
+ingested it; each decision is a ``routing_decisions`` row and the queue leaves out the queries
+whose row says ``routed = 0``. Queries that came any other way (a file ingest, synthetic, imported)
+have no row and are queued as before. In order:
+
+1. **Signals** (``always_signals``, on by default): a query with a negative signal (thumbs down,
+   low rating, escalation, retry, error: ``labeler.signals.unhappy``) is routed, probability 1.
+2. **New topics** (``new_topics``): a query that drift would call new, i.e. far from every topic
+   of the current model (no known word, or its similarity to its topic below the model's
+   ``far_threshold``), is routed, probability 1.
+3. **Quotas** (``quotas``, {topic: n}): the first ``n`` queries of each listed topic on a day are
+   routed, probability 1 (meant for topics the golden set under-covers: ``labeler topics coverage``).
+4. **The rest**: routed when a seeded hash of the query id falls under the rate in effect,
+   which is the ``rate``, or ``rate_after_cap`` once the day's routed queries of this step and
+   the last reach ``daily_cap`` (signals and new topics are never capped). The probability
+   recorded is that rate in effect.
+
+Why the estimates stay unbiased: the hash of a query id is uniform and independent of every other
+query's, so given the queries decided before it, a query of step 4 is routed with exactly the
+probability recorded for it (a fixed rate, or the lowered one once the cap was reached); steps 1-3
+decide by properties of the query and the order of arrival alone (probability 1). So each routed
+query's indicator divided by its recorded probability has expectation 1, and the Horvitz-Thompson
+sums (``labeler.estimate.designs.routed_mean``) are unbiased for the traffic the rules saw. A cap
+that stopped routing altogether (a rate of 0) would leave the rest of the day out of every sample
+and break this: ``rate_after_cap`` must be above 0. The day is the UTC day the query was first seen.
+
+Decisions are made once and stored: a re-sync, a re-run or a changed rule never re-decides a query
+(``preview`` shows what the current rules would decide for the last day, without writing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlite_utils
+
+from .. import db as store
+from ..accounts.settings import set_setting
+from ..core.times import parse_time, stamp
+from ..errors import LabelError
+from ..signals import normalise, unhappy
+
+SETTING = "routing"
+REASONS = ("signal", "new-topic", "quota", "sampled", "not-sampled")
+AFTER_CAP_FACTOR = 0.1  # the default rate after the cap: a tenth of the rate
+_SCALE = float(1 << 64)
+
+# topic assigners (``labeler.topics`` registers one when loaded): give the queries that arrived
+# since the topic model was built their topic, so quotas and new topics can be decided
+_assigners: list[Callable[[sqlite_utils.Database], Any]] = []
+
+
+def register_topic_assigner(assign: Callable[[sqlite_utils.Database], Any]) -> None:
+    """Register ``assign(db)``, called before deciding when the rules need topics."""
+    if assign not in _assigners:
+        _assigners.append(assign)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The routing rules; see the module doc."""
+
+    rate: float = 1.0
+    always_signals: bool = True
+    daily_cap: int | None = None
+    rate_after_cap: float | None = None  # None: AFTER_CAP_FACTOR * rate
+    quotas: dict[int, int] = field(default_factory=dict)
+    new_topics: bool = False
+    seed: int = 0
+
+    @property
+    def after_cap(self) -> float:
+        return self.rate * AFTER_CAP_FACTOR if self.rate_after_cap is None else self.rate_after_cap
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["quotas"] = {str(t): n for t, n in sorted(self.quotas.items())}
+        out["after_cap"] = self.after_cap if self.daily_cap is not None else None
+        return out
+
+    def describe(self) -> str:
+        """One line: how the rules draw the labeled set."""
+        parts = ["every query with a negative signal"] if self.always_signals else []
+        if self.new_topics:
+            parts.append("every query of a new topic")
+        if self.quotas:
+            parts.append("per day the first " + ", ".join(f"{n} of topic {t}" for t, n in sorted(self.quotas.items())))
+        rest = f"{self.rate:g} of the rest"
+        if self.daily_cap is not None:
+            rest += f" (after {self.daily_cap} a day: {self.after_cap:g})"
+        parts.append(rest)
+        return "routed live queries: " + "; ".join(parts) + f" (seed {self.seed})"
+
+
+def _number(name: str, value: Any, *, low: float, high: float, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise LabelError(f"routing {name} {value!r} must be a number from {low:g} to {high:g} (e.g. {example})")
+    return float(value)
+
+
+def _whole(name: str, value: Any, *, low: int, example: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise LabelError(f"routing {name} {value!r} must be a whole number >= {low} (e.g. {example})")
+    return int(value)
+
+
+def check_rules(values: Mapping[str, Any]) -> Rules:
+    """Rules from stored or given ``values``; a LabelError of one line names a bad value and the fix."""
+    unknown = set(values) - {"rate", "always_signals", "daily_cap", "rate_after_cap", "quotas", "new_topics", "seed"}
+    if unknown:
+        raise LabelError(f"unknown routing rule(s) {', '.join(sorted(unknown))}; use rate, always_signals, "
+                         "daily_cap, rate_after_cap, quotas, new_topics, seed")
+    rate = _number("rate", values.get("rate", 1.0), low=0.0, high=1.0, example="0.05")
+    cap = values.get("daily_cap")
+    cap = None if cap is None else _whole("daily cap", cap, low=1, example="200")
+    after = values.get("rate_after_cap")
+    after = None if after is None else _number("rate after the cap", after, low=0.0, high=rate, example="0.005")
+    if cap is not None and rate > 0 and (after if after is not None else rate * AFTER_CAP_FACTOR) <= 0:
+        raise LabelError("routing rate after the cap must be above 0: a query the rules can never route leaves "
+                         "the estimates biased; give e.g. --rate-after-cap 0.001")
+    quotas: dict[int, int] = {}
+    for topic, n in (values.get("quotas") or {}).items():
+        try:
+            t = int(topic)
+        except (TypeError, ValueError):
+            raise LabelError(f"routing quota topic {topic!r} is not a topic id; see `labeler topics show`") from None
+        quotas[t] = _whole(f"quota of topic {t}", n, low=1, example="20")
+    for flag in ("always_signals", "new_topics"):
+        if not isinstance(values.get(flag, flag == "always_signals"), bool):
+            raise LabelError(f"routing {flag} {values[flag]!r} must be true or false")
+    seed = _whole("seed", values.get("seed", 0), low=0, example="7")
+    return Rules(rate, values.get("always_signals", True), cap, after, quotas, values.get("new_topics", False), seed)
+
+
+def parse_quotas(items: Iterable[str]) -> dict[int, int]:
+    """``["3=20", "5=10"]`` (TOPIC=N) as {3: 20, 5: 10}; a LabelError names a bad item."""
+    out: dict[int, int] = {}
+    for item in items:
+        topic, sep, n = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[int(topic.strip())] = int(n.strip())
+        except ValueError:
+            raise LabelError(f"quota {item!r} must be TOPIC=N, e.g. 3=20") from None
+    return out
+
+
+def get_rules(db: sqlite_utils.Database) -> Rules | None:
+    """The routing rules, or None when none are set (every live query is queued)."""
+    value = store.get_setting(db, SETTING)
+    return None if not value else check_rules(value)
+
+
+def set_rules(db: sqlite_utils.Database, *, by: str | None = None, **changes: Any) -> Rules:
+    """Change the routing rules (leads only, ``by``): the given rules change, the others keep their
+    value (the defaults on the first call). Decisions already made stay. Returns the new rules."""
+    current = get_rules(db)
+    values = {**(current.to_dict() if current else {}), **{k: v for k, v in changes.items() if v is not None}}
+    values.pop("after_cap", None)
+    if "daily_cap" in changes and changes["daily_cap"] == 0:
+        values["daily_cap"] = None  # 0: no cap
+    rules = check_rules(values)
+    stored = rules.to_dict()
+    stored.pop("after_cap")
+    set_setting(db, SETTING, stored, by=by)
+    return rules
+
+
+def clear_rules(db: sqlite_utils.Database, *, by: str | None = None) -> None:
+    """Stop routing (leads only): live queries are queued again; decisions already made stay."""
+    set_setting(db, SETTING, None, by=by)
+
+
+# --- deciding -------------------------------------------------------------------------------------------------
+
+def unit_hash(seed: int, query_id: str) -> float:
+    """The query's uniform number in [0, 1) under ``seed`` (the same every time)."""
+    digest = hashlib.blake2b(f"{seed}\x1froute\x1f{query_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / _SCALE
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A query to decide: its pk and id, the UTC day it was first seen, whether it carries a negative
+    signal, its topic (None: unknown) and whether it is far from every topic."""
+
+    pk: int
+    query_id: str
+    day: str
+    unhappy: bool = False
+    topic: int | None = None
+    far: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    pk: int
+    routed: bool
+    inclusion_prob: float
+    reason: str
+    day: str
+    topic: int | None
+
+
+class DayCounts:
+    """What the days seen so far routed under the cap (steps 3-4) and per quota topic."""
+
+    def __init__(self, capped: Mapping[str, int] | None = None,
+                 quota: Mapping[tuple[str, int], int] | None = None) -> None:
+        self.capped = dict(capped or {})
+        self.quota = dict(quota or {})
+
+
+def decide(rules: Rules, candidates: Iterable[Candidate], counts: DayCounts | None = None) -> list[Decision]:
+    """The decisions for ``candidates`` taken in the order given, after the days' ``counts``
+    (updated); see the module doc. Pure."""
+    counts = counts or DayCounts()
+    out: list[Decision] = []
+    for c in candidates:
+        if rules.always_signals and c.unhappy:
+            out.append(Decision(c.pk, True, 1.0, "signal", c.day, c.topic))
+            continue
+        if rules.new_topics and c.far:
+            out.append(Decision(c.pk, True, 1.0, "new-topic", c.day, c.topic))
+            continue
+        capped = counts.capped.get(c.day, 0)
+        if c.topic is not None and c.topic in rules.quotas and counts.quota.get((c.day, c.topic), 0) < rules.quotas[c.topic]:
+            counts.quota[(c.day, c.topic)] = counts.quota.get((c.day, c.topic), 0) + 1
+            counts.capped[c.day] = capped + 1
+            out.append(Decision(c.pk, True, 1.0, "quota", c.day, c.topic))
+            continue
+        rate = rules.rate if rules.daily_cap is None or capped < rules.daily_cap else rules.after_cap
+        routed = unit_hash(rules.seed, c.query_id) < rate
+        if routed:
+            counts.capped[c.day] = capped + 1
+        out.append(Decision(c.pk, routed, rate, "sampled" if routed else "not-sampled", c.day, c.topic))
+    return out
+
+
+def _day(seen: Any, fallback: str) -> str:
+    try:
+        return stamp(parse_time(seen))[:10] if seen else fallback[:10]
+    except LabelError:
+        return fallback[:10]
+
+
+def _topics(conn: sqlite3.Connection, pks: list[int]) -> dict[int, tuple[int, bool]]:
+    """{query pk: (topic, far)} under the current topic model (queries without a topic are absent)."""
+    model = conn.execute("SELECT id, far_threshold FROM topic_models ORDER BY id DESC LIMIT 1").fetchone()
+    if model is None or not pks:
+        return {}
+    out = {}
+    for pk, topic, sim in conn.execute(
+            "SELECT query_pk, topic, similarity FROM query_topics WHERE model_id = ? AND query_pk IN "
+            "(SELECT value FROM json_each(?))", [model[0], store.dumps(pks)]):
+        out[int(pk)] = (int(topic), int(topic) == -1 or (model[1] is not None and sim < model[1]))
+    return out
+
+
+def candidates(db: sqlite_utils.Database, rules: Rules, pks: list[int], *, at: str) -> list[Candidate]:
+    """The queries ``pks`` as candidates, in arrival order (first seen, then query id)."""
+    if rules.quotas or rules.new_topics:
+        for assign in _assigners:
+            assign(db)
+    rows = db.execute("SELECT pk, query_id, coalesce(first_seen, created_at), meta FROM queries WHERE pk IN "
+                      "(SELECT value FROM json_each(?))", [store.dumps(pks)]).fetchall()
+    topics = _topics(db.conn, pks) if rules.quotas or rules.new_topics else {}
+    out = []
+    for pk, query_id, seen, meta in rows:
+        topic, far = topics.get(pk, (None, False))
+        out.append(Candidate(pk, query_id, _day(seen, at), unhappy(normalise(store.loads(meta) if meta else None)),
+                             topic, far))
+    return sorted(out, key=lambda c: (c.day, c.query_id))
+
+
+def _counts(conn: sqlite3.Connection, days: set[str]) -> DayCounts:
+    packed = store.dumps(sorted(days))
+    capped = dict(conn.execute(
+        "SELECT day, count(*) FROM routing_decisions WHERE routed = 1 AND reason IN ('quota', 'sampled') AND day IN "
+        "(SELECT value FROM json_each(?)) GROUP BY day", [packed]).fetchall())
+    quota = {(d, int(t)): int(n) for d, t, n in conn.execute(
+        "SELECT day, topic, count(*) FROM routing_decisions WHERE reason = 'quota' AND day IN "
+        "(SELECT value FROM json_each(?)) GROUP BY day, topic", [packed])}
+    return DayCounts(capped, quota)
+
+
+def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetime | None = None) -> dict[str, int]:
+    """Decide the queries ``pks`` that have no decision yet under the current rules (nothing when no
+    rules are set) and store the decisions; returns how many per reason."""
+    rules = get_rules(db)
+    wanted = sorted({int(p) for p in pks})
+    if rules is None or not wanted:
+        return {}
+    at = stamp(now or datetime.now(UTC))
+    done = {r[0] for r in db.execute("SELECT query_pk FROM routing_decisions WHERE query_pk IN "
+                                     "(SELECT value FROM json_each(?))", [store.dumps(wanted)])}
+    todo = candidates(db, rules, [p for p in wanted if p not in done], at=at)
+    if not todo:
+        return {}
+    with store.transaction(db):  # the day counts are read under the lock: two syncs never both take a slot
+        decisions = decide(rules, todo, _counts(db.conn, {c.day for c in todo}))
+        db.conn.executemany(
+            "INSERT OR IGNORE INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, "
+            "decided_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(d.pk, int(d.routed), d.inclusion_prob, d.reason, d.day, d.topic, rules.seed, at) for d in decisions])
+    out: dict[str, int] = {}
+    for d in decisions:
+        out[d.reason] = out.get(d.reason, 0) + 1
+    return out
+
+
+def route_ingest(db: sqlite_utils.Database, ingest_id: int, *, now: datetime | None = None) -> dict[str, int]:
+    """Decide the logged queries the ingest ``ingest_id`` brought (called after each live ingest)."""
+    pks = [r[0] for r in db.execute("SELECT pk FROM queries WHERE ingest_id = ? AND origin = 'log'", [ingest_id])]
+    return route_queries(db, pks, now=now)
+
+
+def fingerprint(conn: sqlite3.Connection) -> list[Any]:
+    """What re-plans the queue: new decisions ([] while there are none, so nothing changes then)."""
+    row = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM routing_decisions").fetchone()
+    return [] if not row[0] else [["routing", row[0], row[1]]]
+
+
+LEFT_OUT_SQL = "NOT EXISTS (SELECT 1 FROM routing_decisions rd WHERE rd.query_pk = q.pk AND rd.routed = 0)"
+
+
+# --- reading back ---------------------------------------------------------------------------------------------
+
+def preview(db: sqlite_utils.Database, *, since: str | None = None, now: datetime | None = None,
+            rules: Rules | None = None) -> dict[str, Any]:
+    """What ``rules`` (default: the current ones) would route among the logged queries first seen
+    since ``since`` (an ISO time; default one day before ``now``), decided afresh from empty day
+    counts, without writing: {"rules", "since", "queries", "routed", "by_reason", "expected_routed",
+    "queries_detail": [...]}."""
+    now = now or datetime.now(UTC)
+    rules = rules or get_rules(db) or Rules()
+    since = since or stamp(now - timedelta(days=1))
+    pks = [r[0] for r in db.execute(
+        f"SELECT q.pk FROM queries q WHERE q.origin = 'log' AND coalesce(q.first_seen, q.created_at) >= ? "
+        f"AND {store.visible('q')}", [since])]
+    decided = decide(rules, candidates(db, rules, pks, at=stamp(now)))
+    ids = dict(db.execute("SELECT pk, query_id FROM queries WHERE pk IN (SELECT value FROM json_each(?))",
+                          [store.dumps(pks)]).fetchall())
+    by_reason = {r: 0 for r in REASONS}
+    for d in decided:
+        by_reason[d.reason] += 1
+    return {"rules": rules.to_dict(), "since": since, "queries": len(decided),
+            "routed": sum(d.routed for d in decided), "by_reason": by_reason,
+            "expected_routed": round(sum(d.inclusion_prob for d in decided), 3),
+            "queries_detail": [{"query_id": ids.get(d.pk), "routed": d.routed, "reason": d.reason,
+                                "inclusion_prob": d.inclusion_prob, "day": d.day, "topic": d.topic}
+                               for d in decided]}
+
+
+def inclusion_probs(db: sqlite_utils.Database, pks: Iterable[int]) -> dict[int, float]:
+    """{query pk: routing inclusion probability} of the queries among ``pks`` that routing decided
+    and routed (the others were not routed, or came some other way: probability 1 as far as routing goes)."""
+    return {int(pk): float(p) for pk, p in db.execute(
+        "SELECT query_pk, inclusion_prob FROM routing_decisions WHERE routed = 1 AND query_pk IN "
+        "(SELECT value FROM json_each(?))", [store.dumps([int(p) for p in pks])])}
+
+
+def routing_summary(db: sqlite_utils.Database) -> dict[str, Any]:
+    """The rules and what they decided: {"rules" (None when unset), "describe", "decided", "routed",
+    "by_reason", "labeled_by_reason"} (labeled: a submitted label)."""
+    rules = get_rules(db)
+    by_reason = {r: 0 for r in REASONS}
+    labeled = {r: 0 for r in REASONS}
+    for reason, n, k in db.execute(
+            "SELECT reason, count(*), sum(EXISTS (SELECT 1 FROM query_labels l WHERE l.query_pk = d.query_pk "
+            "AND l.status = 'submitted')) FROM routing_decisions d GROUP BY reason"):
+        by_reason[reason], labeled[reason] = int(n), int(k or 0)
+    decided = sum(by_reason.values())
+    routed = decided - by_reason["not-sampled"]
+    if rules is None:
+        text = "no routing rules: every live query is queued" + (
+            f" ({decided} decided while rules were set)" if decided else "")
+    else:
+        text = rules.describe()
+    return {"rules": None if rules is None else rules.to_dict(), "describe": text, "decided": decided,
+            "routed": routed, "by_reason": by_reason, "labeled_by_reason": labeled}
