@@ -107,7 +107,8 @@ def test_db_in_missing_folder_exit_1(tmp_path):
 
 # --- a missing database: only commands that write data of their own create it -----------------------
 
-CREATE = {"ingest logs", "ingest corpus", "import golden", "users add", "demo", "app", "source add", "collect"}
+CREATE = {"ingest logs", "ingest corpus", "import golden", "users add", "demo", "app", "source add", "collect",
+          "route set"}
 READ = {  # command -> the arguments it needs to get as far as opening the database
     "stats": [], "annotators": [], "queue": [], "metrics": [], "export": ["-o", "golden.jsonl"],
     "audit": [], "users list": [], "users passwd": ["bob", "--link"], "users role": ["bob", "lead"],
@@ -119,6 +120,7 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "ingest list": [], "ingest undo": ["1"], "queries remove": ["q1"],
     "llm batches": [], "llm collect": ["--all"], "llm cancel": ["batch_1"],
     "source list": [], "source remove": ["prod"], "sync": [],
+    "route show": [], "route preview": [], "route clear": [],
 }
 
 
