@@ -163,12 +163,18 @@ def get_rules(db: sqlite_utils.Database) -> Rules | None:
 
 def set_rules(db: sqlite_utils.Database, *, by: str | None = None, **changes: Any) -> Rules:
     """Change the routing rules (leads only, ``by``): the given rules change, the others keep their
-    value (the defaults on the first call). Decisions already made stay. Returns the new rules."""
+    value (the defaults on the first call); ``daily_cap=0`` removes the cap. Decisions already made
+    stay. Returns the new rules."""
     current = get_rules(db)
     values = {**(current.to_dict() if current else {}), **{k: v for k, v in changes.items() if v is not None}}
-    values.pop("after_cap", None)
-    if "daily_cap" in changes and changes["daily_cap"] == 0:
-        values["daily_cap"] = None  # 0: no cap
+    if changes.get("daily_cap") == 0:
+        values["daily_cap"] = None
+    return replace_rules(db, values, by=by)
+
+
+def replace_rules(db: sqlite_utils.Database, values: Mapping[str, Any], *, by: str | None = None) -> Rules:
+    """Set the routing rules to ``values`` (leads only; rules not given take their defaults)."""
+    values = {k: v for k, v in values.items() if k != "after_cap"}
     rules = check_rules(values)
     stored = rules.to_dict()
     stored.pop("after_cap")
@@ -389,3 +395,16 @@ def routing_summary(db: sqlite_utils.Database) -> dict[str, Any]:
         text = rules.describe()
     return {"rules": None if rules is None else rules.to_dict(), "describe": text, "decided": decided,
             "routed": routed, "by_reason": by_reason, "labeled_by_reason": labeled}
+
+
+def how_drawn(db: sqlite_utils.Database) -> str:
+    """One line for the Metrics page: how the labeled set was drawn (the queue order, and the routing
+    rules with what the labeled live queries were routed for)."""
+    settings = store.get_settings(db)
+    line = f"Labeled set drawn by the queue, order {settings.get('queue_order')} (seed {settings.get('queue_seed')})"
+    summary = routing_summary(db)
+    if summary["rules"] is None and not summary["decided"]:
+        return line + "; no routing rules (every live query is queued)."
+    labeled = ", ".join(f"{n} {r}" for r, n in summary["labeled_by_reason"].items() if n and r != "not-sampled")
+    return (f"{line}; {summary['describe']}. Labeled live queries by routing: {labeled or 'none yet'} "
+            "(weighted by 1 / inclusion probability for all-traffic numbers).")

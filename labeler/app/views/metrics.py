@@ -17,6 +17,7 @@ import labeler.labels as labels
 from labeler import report as reports
 from labeler.app import auth, charts, state, topic_sections, widgets
 from labeler.errors import LabelerError
+from labeler.labels import routing
 
 FAMILIES = ["recall", "precision", "hit", "ndcg", "ndcg_exp", "mrr", "ap"]
 KS = [1, 3, 5, 10, 20]
@@ -77,6 +78,7 @@ not_run = f" · {rep.n_not_run} labeled queries it never ran (left out)" if rep.
 st.caption(f"Retriever **{widgets.escape_markdown(rep.retriever)}** · {rep.n_queries} labeled queries · "
            f"{rep.n_without_relevant} without a relevant chunk (left out of the means){not_run} · relevant = "
            f"grade ≥ {rep.threshold} · 95% bootstrap CIs ({rep.n_resamples} resamples, seed {rep.seed})")
+st.caption(widgets.escape_markdown(routing.how_drawn(db)))
 if rep.n_queries == 0:
     st.info("No labeled queries match yet: submit some on the Label page (or import a golden set) and the "
             "numbers appear here.")

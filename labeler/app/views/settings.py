@@ -1,5 +1,5 @@
 """Settings (lead): grade scale and threshold, overlap, queue order, the pool (depth, show sources),
-guidelines, accounts and roles.
+guidelines, routing of live queries, accounts and roles.
 
 Every write passes the signed-in account as ``by``: the library refuses it unless that account is
 a lead, whoever reached this page."""
@@ -12,7 +12,7 @@ from labeler import accounts
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 from labeler.estimate import active as estimate
-from labeler.labels import strata
+from labeler.labels import routing, strata
 
 db = state.get_db()
 me = auth.require_lead("Settings")
@@ -103,6 +103,53 @@ if saved:
         st.success("Saved.")
     except LabelerError as e:
         widgets.show_error(e)
+
+# --- routing: which live queries enter the queue -------------------------------------------------------
+
+st.subheader("Routing of live queries")
+st.caption("Which queries synced from live sources enter the queue (labeler route set). Each routed query "
+           "records its inclusion probability, so all-traffic numbers stay unbiased.")
+rules = routing.get_rules(db)
+shown = rules or routing.Rules()
+
+
+@auth.guarded
+def save_routing() -> None:
+    get = st.session_state.get
+    try:
+        if not get("route_on"):
+            if routing.get_rules(db) is not None:
+                routing.clear_rules(db, by=me)
+            return
+        cap = int(get("route_cap") or 0)
+        after = float(get("route_after_cap") or 0)
+        routing.replace_rules(db, {
+            "rate": float(get("route_rate")), "always_signals": bool(get("route_signals")),
+            "daily_cap": cap or None, "rate_after_cap": after if cap and after > 0 else None,
+            "quotas": routing.parse_quotas([q for q in (get("route_quotas") or "").split(",") if q.strip()]),
+            "new_topics": bool(get("route_new_topics")), "seed": int(get("route_seed") or 0)}, by=me)
+    except LabelerError as e:
+        st.session_state[state.LABEL_ERROR] = str(e)
+
+
+with st.form("routing_form"):
+    st.checkbox("Route live queries by these rules (off: every live query is queued)", value=rules is not None,
+                key="route_on")
+    c1, c2, c3, c4 = st.columns(4)
+    c1.number_input("Rate for the rest", 0.0, 1.0, float(shown.rate), step=0.01, format="%.3f", key="route_rate")
+    c2.number_input("Daily cap (0 = none)", 0, 10_000_000, int(shown.daily_cap or 0), key="route_cap")
+    c3.number_input("Rate after the cap (0 = a tenth of the rate)", 0.0, 1.0, float(shown.rate_after_cap or 0.0),
+                    step=0.001, format="%.4f", key="route_after_cap")
+    c4.number_input("Seed", 0, 2**31 - 1, int(shown.seed), key="route_seed")
+    c1, c2, c3 = st.columns([1, 1, 2])
+    c1.checkbox("Always route negative signals", value=shown.always_signals, key="route_signals")
+    c2.checkbox("Route every query of a new topic", value=shown.new_topics, key="route_new_topics")
+    c3.text_input("Quotas per day (TOPIC=N, comma separated)",
+                  value=", ".join(f"{t}={n}" for t, n in sorted(shown.quotas.items())), key="route_quotas")
+    st.form_submit_button("Save routing", on_click=save_routing)
+if error := st.session_state.pop(state.LABEL_ERROR, None):
+    st.error(widgets.escape_markdown(error))
+st.caption(widgets.escape_markdown(routing.routing_summary(db)["describe"]))
 
 # --- accounts -------------------------------------------------------------------------------------
 
