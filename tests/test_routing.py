@@ -290,3 +290,38 @@ def test_routing_weights_read_the_recorded_probabilities(db):
     assert weights.tolist() == [1 / p for _, p in rows]
     assert 1.0 in weights.tolist() and 2.0 in weights.tolist()
     assert routing_weights(db, [10**6]).tolist() == [1.0]
+
+
+# --- quotas and new topics, with real topics ------------------------------------------------------------
+
+def test_a_sync_routes_quota_topics_and_new_topics_with_the_topic_model(db, write_log):
+    from labeler.ingest import ingest_logs
+    from labeler.topics import build_topics
+    from tests import planted
+
+    six = list(planted.TOPICS)[:6]
+    old = planted.records(600, six, seed=1)
+    ingest_logs(db, write_log(old))
+    build_topics(db, k=6, seed=0)
+    pk_of = dict(db.execute("SELECT query_id, pk FROM queries").fetchall())
+    topic_of = dict(db.execute("SELECT query_pk, topic FROM query_topics").fetchall())
+    votes: dict[int, dict[str, int]] = {}
+    for r in old:
+        t = topic_of[pk_of[r["query_id"]]]
+        votes.setdefault(t, {}).setdefault(r["topic"], 0)
+        votes[t][r["topic"]] += 1
+    timesheet = max(votes, key=lambda t: votes[t].get("timesheet", 0))
+    routing.set_rules(db, rate=0.0, quotas={timesheet: 5}, new_topics=True, always_signals=True)
+    new = planted.records(80, [*six, "garden"], seed=2, prefix="n", weights=[1, 1, 1, 1, 1, 3, 3])
+    traces = [s for i, r in enumerate(new) for s in phoenix_trace(1000 + i, at(i * 0.5), question=r["question"])]
+    res = sync_px(db, traces)
+    assert res.ok and res.new == 80, res.to_dict()
+    got = decisions(db)
+    assert len(got) == 80
+    assert res.routing["quota"] == 5  # the first 5 of the day of the under-covered topic
+    assert {t for (t,) in db.execute("SELECT t.topic FROM routing_decisions d JOIN query_topics t "
+                                     "ON t.query_pk = d.query_pk WHERE d.reason = 'quota'")} == {timesheet}
+    garden = {f"{1000 + i:012x}bbbb" for i, r in enumerate(new) if r["topic"] == "garden"}
+    routed_new = {q for q, (_, _, reason) in got.items() if reason == "new-topic"}
+    assert len(routed_new & garden) >= 0.8 * len(garden) and len(routed_new - garden) <= 2
+    assert all(p == 1.0 for routed, p, _ in got.values() if routed)
