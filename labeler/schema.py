@@ -926,10 +926,12 @@ def m024_sources(db: sqlite_utils.Database) -> None:
 def m025_routing(db: sqlite_utils.Database) -> None:
     """Routing (``labeler route set``): one row per query that arrived from a live source while
     routing rules were set, deciding once whether it enters the labeling queue (``routed``), why
-    (``signal``, ``quota``, ``sampled``, ``not-sampled``), with the inclusion probability it was
-    decided under (the rate in effect for its day), the day whose cap it counts against, its topic
-    when a quota decided it, and the seed; the queue leaves out the rows with ``routed = 0``."""
+    (``signal``, ``new-topic``, ``quota``, ``sampled``, ``not-sampled``; ``pending`` from just before
+    its ingest commits until it is decided), with the inclusion probability it was decided under
+    (the rate in effect for its day), the day whose cap it counts against, its topic, the seed and
+    the ingest that brought it; the queue leaves out the rows with ``routed = 0``."""
     db.execute("CREATE TABLE routing_decisions (query_pk INTEGER PRIMARY KEY REFERENCES queries (pk) "
                "ON DELETE CASCADE, routed INTEGER NOT NULL, inclusion_prob REAL NOT NULL, reason TEXT NOT NULL, "
-               "day TEXT NOT NULL, topic INTEGER, seed INTEGER NOT NULL, decided_at TEXT NOT NULL)")
+               "day TEXT NOT NULL, topic INTEGER, seed INTEGER NOT NULL, decided_at TEXT NOT NULL, "
+               "ingest_id INTEGER)")
     db.execute("CREATE INDEX routing_day ON routing_decisions (day, reason)")

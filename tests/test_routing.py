@@ -325,3 +325,52 @@ def test_a_sync_routes_quota_topics_and_new_topics_with_the_topic_model(db, writ
     routed_new = {q for q, (_, _, reason) in got.items() if reason == "new-topic"}
     assert len(routed_new & garden) >= 0.8 * len(garden) and len(routed_new - garden) <= 2
     assert all(p == 1.0 for routed, p, _ in got.values() if routed)
+
+
+# --- no annotator gets a live query before it is decided --------------------------------------------------
+
+def test_a_live_ingest_holds_its_queries_until_they_are_decided(db, monkeypatch):
+    from labeler.ingest import logs as ingest_logs_module
+
+    routing.set_rules(db, rate=0.0, always_signals=True)
+    sync_queue(db)  # a queue in use: the ingest brings it up to date itself
+    seen_between = []
+    decide_now = ingest_logs_module.route_ingest
+
+    def late(database, ingest_id, **kw):  # another annotator asks for an item between commit and routing
+        sync_queue(database)
+        seen_between.append(database.execute("SELECT count(*) FROM queue").fetchone()[0])
+        return decide_now(database, ingest_id, **kw)
+
+    monkeypatch.setattr(ingest_logs_module, "route_ingest", late)
+    r = sync_px(db, [s for n in range(6) for s in phoenix_trace(n, at(n))] + unhappy_trace(9, at(9), "status"))
+    assert r.ok and r.new == 7 and r.routing == {"signal": 1, "not-sampled": 6}
+    assert seen_between == [0]  # visible, but pending: nothing queued
+    sync_queue(db)
+    assert [q for (q,) in db.execute("SELECT q.query_id FROM queue u JOIN queries q ON q.pk = u.query_pk")] == \
+        ["000000000009bbbb"]
+
+
+def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch):
+    from labeler.ingest import logs as ingest_logs_module
+
+    routing.set_rules(db, rate=1.0)
+    monkeypatch.setattr(ingest_logs_module, "route_ingest", lambda *a, **k: {})  # stopped before deciding
+    assert sync_px(db, [s for n in range(4) for s in phoenix_trace(n, at(n))]).ok
+    assert {reason for _, _, reason in decisions(db).values()} == {"pending"}
+    sync_queue(db)
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+    monkeypatch.undo()
+    assert sync_px(db, [], now_min=300).ok
+    assert {reason for _, _, reason in decisions(db).values()} == {"sampled"}
+    sync_queue(db)
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 4
+    # rules removed meanwhile: what waits is released, as every live query is queued then
+    routing.set_rules(db, rate=0.5)
+    monkeypatch.setattr(ingest_logs_module, "route_ingest", lambda *a, **k: {})
+    assert sync_px(db, [s for n in range(10, 13) for s in phoenix_trace(n, at(350 + n))], now_min=400).new == 3
+    routing.clear_rules(db)
+    monkeypatch.undo()
+    assert sync_px(db, [], now_min=500).ok
+    sync_queue(db)
+    assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 7

@@ -18,6 +18,7 @@ from .. import privacy
 from ..accounts.manage import audit, require
 from ..errors import IngestError, LabelError
 from ..labels.queue import sync_queue
+from ..labels.routing import hold_ingest, route_ingest
 from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, Row, may_fork
 from .common import IngestResult, Problem, check_path, check_problems, sha256_of
@@ -54,17 +55,22 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
 
 
 def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
-            shown: str, by: str | None = None) -> IngestResult:
+            shown: str, by: str | None = None, *, live: bool = False) -> IngestResult:
     """Apply the strict/lenient rules, then the final commit that makes the staged rows visible;
-    the ingest is recorded in the audit trail under ``by``."""
+    the ingest is recorded in the audit trail under ``by``. ``live``: the new queries wait
+    (``labels.routing``) from before the commit until the routing rules decided them."""
     check_problems(path, shown, result, lenient, rejects)
     counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int) and not isinstance(v, bool)}
     sampling.record(staging.db, staging.id, records_seen=result.records, sample=result.sample,
                     redaction=None if result.redacted is None else
                     {"on": result.redacted, "counts": result.redactions})
+    if live:
+        hold_ingest(staging.db, staging.id)
     publish(staging, sha256_of(path), counts)
     with store.transaction(staging.db):
         audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
+    if live:
+        route_ingest(staging.db, staging.id)
     # the new queries join the labeling queue here, in the ingest's bulk writes, rather than in
     # the next annotator's Enter (which would otherwise wait for them); the ingest is committed
     # already, so a queue that cannot be brought up to date (a bad queue setting) is left to
@@ -149,6 +155,7 @@ class LogIngestOptions:
     redact_patterns: Mapping[str, str] | Sequence[str] | None = None
     sample: float | None = None
     seed: int = 0
+    live: bool = False  # from a live source: the routing rules decide which queries enter the queue
 
     def __post_init__(self) -> None:
         if self.fmt is not None and not isinstance(self.fmt, str):
@@ -275,7 +282,7 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         if progress:
             progress(total, total)
         _check_found(result, shown, load.chunks)
-        return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by)
+        return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by, live=options.live)
 
 
 class _LogLoad:

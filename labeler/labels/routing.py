@@ -2,10 +2,13 @@
 inclusion probability, so the all-traffic estimates stay unbiased.
 
 The rules (setting ``routing``; ``labeler route set``, the Settings page) are decided once per
-query, in arrival order (first seen, then query id), when a sync (or the OTLP collector) has
-ingested it; each decision is a ``routing_decisions`` row and the queue leaves out the queries
-whose row says ``routed = 0``. Queries that came any other way (a file ingest, synthetic, imported)
-have no row and are queued as before. In order:
+query, in arrival order (first seen, then query id), when a sync (or the OTLP collector) ingests
+it: just before the ingest commits its new queries wait (``pending``), and once they are visible
+(so the topic assigner can give them their topic) they are decided, before the ingest brings the
+queue up to date; so no annotator is handed a query that is not decided yet. Each decision is a
+``routing_decisions`` row and the queue leaves out the queries whose row says ``routed = 0``.
+Queries that came any other way (a file ingest, synthetic, imported) have no row and are queued as
+before. In order:
 
 1. **Signals** (``always_signals``, on by default): a query with a negative signal (thumbs down,
    low rating, escalation, retry, error: ``labeler.signals.unhappy``) is routed, probability 1.
@@ -50,7 +53,7 @@ from ..errors import LabelError
 from ..signals import normalise, unhappy
 
 SETTING = "routing"
-REASONS = ("signal", "new-topic", "quota", "sampled", "not-sampled")
+REASONS = ("signal", "new-topic", "quota", "sampled", "not-sampled", "pending")
 AFTER_CAP_FACTOR = 0.1  # the default rate after the cap: a tenth of the rate
 _SCALE = float(1 << 64)
 
@@ -300,25 +303,52 @@ def _counts(conn: sqlite3.Connection, days: set[str]) -> DayCounts:
     return DayCounts(capped, quota)
 
 
-def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetime | None = None) -> dict[str, int]:
-    """Decide the queries ``pks`` that have no decision yet under the current rules (nothing when no
-    rules are set) and store the decisions; returns how many per reason."""
+def hold_ingest(db: sqlite_utils.Database, ingest_id: int) -> int:
+    """Just before the live ingest ``ingest_id`` commits: its new logged queries wait, ``pending``
+    (left out of the queue), until :func:`route_ingest` decides them once they are visible (the topic
+    assigner reads visible queries only). So no annotator is handed a query before it is decided.
+    Nothing when no rules are set; returns how many wait."""
+    rules = get_rules(db)
+    if rules is None:
+        return 0
+    with store.transaction(db):
+        return db.conn.execute(
+            "INSERT OR IGNORE INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, "
+            "decided_at, ingest_id) SELECT pk, 0, 0, 'pending', '', NULL, ?1, ?2, ?3 FROM queries "
+            "WHERE ingest_id = ?3 AND origin = 'log'",
+            [rules.seed, store.now(), ingest_id]).rowcount
+
+
+def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetime | None = None,
+                  ingest_id: int | None = None) -> dict[str, int]:
+    """Decide the queries ``pks`` that have no decision yet (or a pending one) under the current
+    rules and store the decisions; returns how many per reason. Without rules, pending queries are
+    released (queued as every live query then is)."""
     rules = get_rules(db)
     wanted = sorted({int(p) for p in pks})
-    if rules is None or not wanted:
+    if not wanted:
+        return {}
+    if rules is None:
+        with store.transaction(db):
+            db.conn.execute("DELETE FROM routing_decisions WHERE reason = 'pending' AND query_pk IN "
+                            "(SELECT value FROM json_each(?))", [store.dumps(wanted)])
         return {}
     at = stamp(now or datetime.now(UTC))
-    done = {r[0] for r in db.execute("SELECT query_pk FROM routing_decisions WHERE query_pk IN "
-                                     "(SELECT value FROM json_each(?))", [store.dumps(wanted)])}
+    done = {r[0] for r in db.execute("SELECT query_pk FROM routing_decisions WHERE reason != 'pending' AND "
+                                     "query_pk IN (SELECT value FROM json_each(?))", [store.dumps(wanted)])}
     todo = candidates(db, rules, [p for p in wanted if p not in done], at=at)
     if not todo:
         return {}
     with store.transaction(db):  # the day counts are read under the lock: two syncs never both take a slot
         decisions = decide(rules, todo, _counts(db.conn, {c.day for c in todo}))
         db.conn.executemany(
-            "INSERT OR IGNORE INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, "
-            "decided_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(d.pk, int(d.routed), d.inclusion_prob, d.reason, d.day, d.topic, rules.seed, at) for d in decisions])
+            "INSERT INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, decided_at, "
+            "ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (query_pk) DO UPDATE SET "
+            "routed = excluded.routed, inclusion_prob = excluded.inclusion_prob, reason = excluded.reason, "
+            "day = excluded.day, topic = excluded.topic, seed = excluded.seed, decided_at = excluded.decided_at "
+            "WHERE routing_decisions.reason = 'pending'",
+            [(d.pk, int(d.routed), d.inclusion_prob, d.reason, d.day, d.topic, rules.seed, at, ingest_id)
+             for d in decisions])
     out: dict[str, int] = {}
     for d in decisions:
         out[d.reason] = out.get(d.reason, 0) + 1
@@ -326,15 +356,36 @@ def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetim
 
 
 def route_ingest(db: sqlite_utils.Database, ingest_id: int, *, now: datetime | None = None) -> dict[str, int]:
-    """Decide the logged queries the ingest ``ingest_id`` brought (called after each live ingest)."""
+    """Decide the logged queries the live ingest ``ingest_id`` brought (after it committed)."""
     pks = [r[0] for r in db.execute("SELECT pk FROM queries WHERE ingest_id = ? AND origin = 'log'", [ingest_id])]
-    return route_queries(db, pks, now=now)
+    return route_queries(db, pks, now=now, ingest_id=ingest_id)
+
+
+def route_pending(db: sqlite_utils.Database, *, now: datetime | None = None) -> dict[str, int]:
+    """Decide what a live ingest left pending (a process that stopped between its commit and the
+    decisions); drop the pending rows of an ingest that never committed. Each sync calls it first."""
+    rows = db.execute("SELECT d.query_pk, i.state FROM routing_decisions d LEFT JOIN ingests i ON i.id = d.ingest_id "
+                      "WHERE d.reason = 'pending'").fetchall()
+    stale = [pk for pk, state in rows if state is None]
+    if stale:
+        with store.transaction(db):
+            db.conn.execute("DELETE FROM routing_decisions WHERE reason = 'pending' AND query_pk IN "
+                            "(SELECT value FROM json_each(?))", [store.dumps(stale)])
+    return route_queries(db, [pk for pk, state in rows if state == "done"], now=now)
+
+
+def ingest_counts(db: sqlite_utils.Database, ingest_id: int) -> dict[str, int]:
+    """{reason: queries} of the decisions about the queries the ingest ``ingest_id`` brought."""
+    return dict(db.execute("SELECT reason, count(*) FROM routing_decisions WHERE ingest_id = ? GROUP BY reason",
+                           [ingest_id]).fetchall())
 
 
 def fingerprint(conn: sqlite3.Connection) -> list[Any]:
-    """What re-plans the queue: new decisions ([] while there are none, so nothing changes then)."""
-    row = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM routing_decisions").fetchone()
-    return [] if not row[0] else [["routing", row[0], row[1]]]
+    """What re-plans the queue: new decisions, and pending ones decided ([] while there are none, so
+    nothing changes then)."""
+    row = conn.execute("SELECT count(*), coalesce(max(rowid), 0), total(reason = 'pending'), total(routed) "
+                       "FROM routing_decisions").fetchone()
+    return [] if not row[0] else [["routing", *row]]
 
 
 LEFT_OUT_SQL = "NOT EXISTS (SELECT 1 FROM routing_decisions rd WHERE rd.query_pk = q.pk AND rd.routed = 0)"

@@ -38,7 +38,6 @@ from .. import privacy
 from ..errors import LabelerError
 from ..ingest.logs import LogIngestOptions, ingest_logs
 from ..ingest.undo import ingest_id_of
-from ..labels.routing import route_ingest
 from . import otlp_proto
 from .otlp_http import TRACES_PATH, Reply, make_server
 from .otlp_proto import PayloadError, Received
@@ -88,7 +87,7 @@ class CollectOptions:
 
     def ingest_options(self, name: str) -> LogIngestOptions:
         return LogIngestOptions(tool="otlp", lenient=True, name=name, parallel=False, redact=self.redact,
-                                redact_patterns=self.redact_patterns, sample=self.sample, seed=self.seed)
+                                redact_patterns=self.redact_patterns, sample=self.sample, seed=self.seed, live=True)
 
 
 @dataclass
@@ -475,8 +474,6 @@ class Collector:
         result.redactions = dict(ingested.redactions)
         result.problems = [str(p) for p in ingested.problems[:5]]
         result.ingest_id = ingest_id_of(self.db, result.name)
-        if result.ingest_id is not None:
-            route_ingest(self.db, int(result.ingest_id))
 
 
 def serve(db: sqlite_utils.Database, host: str = "127.0.0.1", port: int = 4318, *,

@@ -45,7 +45,7 @@ from ..ingest.logs import LogIngestOptions, ingest_logs
 from ..ingest.sampling import kept_by_rate
 from ..ingest.undo import ingest_id_of
 from ..ingest.writer import stored_query_ids
-from ..labels.routing import route_ingest
+from ..labels.routing import ingest_counts, route_pending
 from . import keys as source_keys
 from . import store as sources
 from .langfuse import LangfuseClient
@@ -243,7 +243,7 @@ class _SourceSync:
         pages = f"page {first_page}" if first_page == result.pages else f"pages {first_page}-{result.pages}"
         name = f"sync {source.name} {result.window_start}..{result.window_end} {pages}"
         options = LogIngestOptions(tool=self.client.tool, lenient=True, name=name, parallel=False,
-                                   sample=source.sample, seed=source.seed)
+                                   sample=source.sample, seed=source.seed, live=True)
         done = ingest_logs(self.db, path, options=options, by=self.by)
         result.new += done.new
         result.unchanged += done.unchanged + done.merged
@@ -253,7 +253,7 @@ class _SourceSync:
         ingest_id = ingest_id_of(self.db, done.path)
         if ingest_id is not None:
             result.ingest_ids.append(int(ingest_id))
-            for reason, n in route_ingest(self.db, int(ingest_id)).items():
+            for reason, n in ingest_counts(self.db, int(ingest_id)).items():
                 result.routing[reason] = result.routing.get(reason, 0) + n
         return done.new
 
@@ -295,6 +295,7 @@ def _sync(db: sqlite_utils.Database, source: sources.Source, result: SyncResult,
         if not resumed:
             sources.start_window(db, source.name, start, end)
         client = make_client(source, keys, **http)
+        route_pending(db)  # what a sync that stopped between an ingest's commit and its routing left
         with tempfile.TemporaryDirectory(prefix="labeler-sync-") as folder:
             _SourceSync(db, source, client, result, by, Path(folder)).run(start, end, cursor)
         # never back: a window after a clock was set back ends before the mark
