@@ -374,3 +374,22 @@ def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch
     assert sync_px(db, [], now_min=500).ok
     sync_queue(db)
     assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 7
+
+
+def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estimates(db):
+    from labeler.estimate.designs import NOT_PROBABILITY, labeled_designs
+
+    routing.set_rules(db, rate=0.5, seed=1)
+    sync_px(db, [s for n in range(12) for s in phoenix_trace(n, at(n))] + unhappy_trace(40, at(40), "metadata"))
+    pks = []
+    while (pk := next_item(db, "ann")) is not None:
+        set_status(db, pk, "ann", "submitted")
+        pks.append(pk)
+    assert len(pks) == db.execute("SELECT count(*) FROM routing_decisions WHERE routed = 1").fetchone()[0] >= 2
+    d = labeled_designs(db, np.array(sorted(pks)))
+    assert set(d.design.tolist()) == {"routed"} and "1 / probability" in NOT_PROBABILITY["routed"]
+    # rules that route everything (rate 1) change nothing: the queue's own design stands
+    routing.set_rules(db, rate=1.0)
+    db.execute("UPDATE routing_decisions SET inclusion_prob = 1, routed = 1")
+    db.conn.commit()
+    assert set(labeled_designs(db, np.array(sorted(pks))).design.tolist()) == {"random"}

@@ -8,6 +8,10 @@ human-labeled queries were chosen.
   probability is n/N), and the seed; ``stratified`` also its stratum (topic) and topic model.
   A labeled query without a row was not handed out by the queue: opened by hand or imported (both
   leave the same traces, so they are reported together). This module reads those rows back.
+- **Routed live queries** (``labeler.labels.routing``): when the routing rules sampled (a rate below 1),
+  a labeled query they routed is ``routed``, whatever order handed it out: the routed set is an
+  unequal-probability sample (signals always, a rate for the rest), which the uniform, active and
+  stratified estimates would read as uniform; ``labeler.estimate.routed`` weighs it by 1 / probability.
 - **Probability samples.** Only ``random``, ``active`` and ``stratified`` (uniform within each topic) are;
   the other orders pick by a property
   of the query, so a mean over what they picked says nothing about the rest of the traffic.
@@ -24,11 +28,14 @@ import numpy as np
 import sqlite_utils
 
 from .. import db as store
+from ..labels.routing import inclusion_probs
 
 PROBABILITY_DESIGNS = ("random", "active", "stratified")
 NOT_PROBABILITY = {"oldest": "queue order oldest first", "lowest_score": "queue order lowest score",
                    "frequent": "queue order most frequent", "signals_first": "queue order signals first",
                    "active-undrawn": "outside the active draw",
+                   "routed": "routed from live traffic with unequal probabilities (signals always, a rate for "
+                             "the rest: weight by 1 / probability, labeler.estimate.routed)",
                    "not-drawn": "not handed out by the queue (opened by hand or imported)"}
 
 
@@ -73,6 +80,13 @@ def labeled_designs(db: sqlite_utils.Database, pks: np.ndarray) -> Designs:
                 draw[i] = row[2]
             if row[3] is not None:
                 model[i] = row[3]
+    # routing that sampled (a probability below 1) made the routed queries an unequal-probability
+    # sample of the live traffic: whatever order the queue handed them out in, they are not uniform
+    routed = inclusion_probs(db, pks.tolist())
+    if routed and db.execute("SELECT 1 FROM routing_decisions WHERE inclusion_prob < 1 LIMIT 1").fetchone():
+        for i, pk in enumerate(pks.tolist()):
+            if pk in routed:
+                design[i] = "routed"
     return Designs(pks, design, pi, draw, model)
 
 

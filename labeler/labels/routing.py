@@ -97,7 +97,8 @@ class Rules:
             parts.append("every query of a new topic")
         if self.quotas:
             parts.append("per day the first " + ", ".join(f"{n} of topic {t}" for t, n in sorted(self.quotas.items())))
-        rest = f"{self.rate:g} of the rest"
+        rest = f"{self.rate:g} of the rest" if self.rate > 0 else \
+            "none of the rest (no all-traffic estimate can speak for it)"
         if self.daily_cap is not None:
             rest += f" (after {self.daily_cap} a day: {self.after_cap:g})"
         parts.append(rest)
@@ -312,6 +313,7 @@ def hold_ingest(db: sqlite_utils.Database, ingest_id: int) -> int:
     if rules is None:
         return 0
     with store.transaction(db):
+        _bump(db.conn)
         return db.conn.execute(
             "INSERT OR IGNORE INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, "
             "decided_at, ingest_id) SELECT pk, 0, 0, 'pending', '', NULL, ?1, ?2, ?3 FROM queries "
@@ -330,6 +332,7 @@ def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetim
         return {}
     if rules is None:
         with store.transaction(db):
+            _bump(db.conn)
             db.conn.execute("DELETE FROM routing_decisions WHERE reason = 'pending' AND query_pk IN "
                             "(SELECT value FROM json_each(?))", [store.dumps(wanted)])
         return {}
@@ -341,6 +344,7 @@ def route_queries(db: sqlite_utils.Database, pks: Iterable[int], *, now: datetim
         return {}
     with store.transaction(db):  # the day counts are read under the lock: two syncs never both take a slot
         decisions = decide(rules, todo, _counts(db.conn, {c.day for c in todo}))
+        _bump(db.conn)
         db.conn.executemany(
             "INSERT INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, seed, decided_at, "
             "ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (query_pk) DO UPDATE SET "
@@ -369,6 +373,7 @@ def route_pending(db: sqlite_utils.Database, *, now: datetime | None = None) -> 
     stale = [pk for pk, state in rows if state is None]
     if stale:
         with store.transaction(db):
+            _bump(db.conn)
             db.conn.execute("DELETE FROM routing_decisions WHERE reason = 'pending' AND query_pk IN "
                             "(SELECT value FROM json_each(?))", [store.dumps(stale)])
     return route_queries(db, [pk for pk, state in rows if state == "done"], now=now)
@@ -380,12 +385,17 @@ def ingest_counts(db: sqlite_utils.Database, ingest_id: int) -> dict[str, int]:
                            [ingest_id]).fetchall())
 
 
+def _bump(conn: sqlite3.Connection) -> None:
+    """Count a change of the decisions (inside the writer's transaction), for the queue's fingerprint."""
+    conn.execute("INSERT INTO queue_meta (key, value) VALUES ('routing', '1') "
+                 "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+
 def fingerprint(conn: sqlite3.Connection) -> list[Any]:
-    """What re-plans the queue: new decisions, and pending ones decided ([] while there are none, so
-    nothing changes then)."""
-    row = conn.execute("SELECT count(*), coalesce(max(rowid), 0), total(reason = 'pending'), total(routed) "
-                       "FROM routing_decisions").fetchone()
-    return [] if not row[0] else [["routing", *row]]
+    """What re-plans the queue: the decisions changed (one row read: ``next_item`` asks every time;
+    [] while routing never decided anything, so nothing changes then)."""
+    row = conn.execute("SELECT value FROM queue_meta WHERE key = 'routing'").fetchone()
+    return [] if row is None else [["routing", int(row[0])]]
 
 
 LEFT_OUT_SQL = "NOT EXISTS (SELECT 1 FROM routing_decisions rd WHERE rd.query_pk = q.pk AND rd.routed = 0)"
@@ -397,7 +407,8 @@ def preview(db: sqlite_utils.Database, *, since: str | None = None, now: datetim
             rules: Rules | None = None) -> dict[str, Any]:
     """What ``rules`` (default: the current ones) would route among the logged queries first seen
     since ``since`` (an ISO time; default one day before ``now``), decided afresh from empty day
-    counts, without writing: {"rules", "since", "queries", "routed", "by_reason", "expected_routed",
+    counts, without writing a decision (queries that arrived since the topics were built get their topic
+when quotas or new topics need it): {"rules", "since", "queries", "routed", "by_reason", "expected_routed",
     "queries_detail": [...]}."""
     now = now or datetime.now(UTC)
     rules = rules or get_rules(db) or Rules()
