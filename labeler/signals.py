@@ -8,7 +8,8 @@ inside a ``feedback``/``signals``/``metadata`` object. Normalised values:
 - ``negative`` (bool): thumbs down / dislike; ``thumbs``/``vote`` of "down", -1 or 0 is negative.
 - ``rating`` (number): as logged; ``UNHAPPY_RATING`` (2) or lower counts as unhappy (1-5 scale;
   a rating strictly between 0 and 1 is read as a share: below 0.4 is unhappy).
-- ``feedback`` (text): a comment, kept as text (not unhappy by itself).
+- ``feedback`` (text): a comment, kept as text (not unhappy by itself, unless its whole text is a
+  thumbs-down label such as ``thumbs-down`` or ``👎``: ``NEGATIVE_LABELS``).
 - ``escalated``, ``retried``, ``error`` (bool): true, "yes", a non-zero count or a non-empty error
   message are true.
 
@@ -37,8 +38,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "retried": ("retried", "retry", "retries", "retry_count", "regenerated", "regenerate"),
     "error": ("error", "is_error", "errored", "failed", "exception"),
 }
-NESTED = ("feedback", "signals", "metadata", "outcome")  # objects that may hold the fields
+NESTED = ("feedback", "signals", "metadata", "outcome")  # objects that may hold the fields (``signals``: a
+# trace store's own feedback, {name: label or score}, which labeler sync attaches)
 MAPPED_KEY = "_signals"  # where the ingest keeps --map signal.NAME=PATH values
+# a feedback whose whole text is one of these (a store's feedback label) is a thumbs down
+NEGATIVE_LABELS = ("thumbs-down", "thumbs_down", "thumbs down", "thumbsdown", "down", "negative", "bad", "dislike",
+                   "disliked", "👎")
 UNHAPPY_RATING = 2.0
 UNHAPPY_SHARE = 0.4
 
@@ -122,6 +127,9 @@ def normalise(meta: dict | None) -> dict[str, Any]:
             v = _truthy(value)
         if v is not None:
             out[signal] = v
+    if "negative" not in out and isinstance(out.get("feedback"), str) and \
+            out["feedback"].strip().lower() in NEGATIVE_LABELS:
+        out["negative"] = True
     return out
 
 

@@ -393,3 +393,60 @@ def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estim
     db.execute("UPDATE routing_decisions SET inclusion_prob = 1, routed = 1")
     db.conn.commit()
     assert set(labeled_designs(db, np.array(sorted(pks))).design.tolist()) == {"random"}
+
+
+# --- the store's own user feedback: Phoenix span annotations ---------------------------------------------
+
+class AnnotatingPhoenix(FakeStore):
+    """The fake Phoenix, also answering ``GET /v1/projects/{project}/span_annotations`` as Phoenix's
+    ``routers/v1/annotations.py`` does: the annotations of the ``span_ids`` asked for, newest first,
+    ``limit`` per page with ``next_cursor``."""
+
+    def __init__(self, annotations: list[dict], **kw) -> None:
+        super().__init__("phoenix", **kw)
+        self.annotations = annotations
+        self.asked: list[list[str]] = []
+
+    def answer(self, method, path, query, body):
+        if method == "GET" and path == f"/v1/projects/{self.project}/span_annotations":
+            ids = query.get("span_ids") or []
+            self.asked.append(ids)
+            limit = int((query.get("limit") or ["10"])[-1])
+            start = int((query.get("cursor") or ["0"])[-1])
+            found = [a for a in self.annotations if a["span_id"] in ids]
+            page = found[start:start + limit]
+            more = start + limit < len(found)
+            return 200, {"data": page, "next_cursor": str(start + limit) if more else None}
+        return super().answer(method, path, query, body)
+
+
+def annotation(span_id: str, name: str, *, label=None, score=None, kind: str = "HUMAN") -> dict:
+    return {"id": f"U3BhbkFubm90YXRpb246{span_id}{name}", "span_id": span_id, "name": name,
+            "annotator_kind": kind, "result": {"label": label, "score": score, "explanation": None},
+            "metadata": {}, "identifier": "", "source": "API", "user_id": None,
+            "created_at": "2026-12-05T09:30:00+00:00", "updated_at": "2026-12-05T09:30:00+00:00"}
+
+
+def test_phoenix_annotations_by_people_are_signals_and_route(db):
+    notes = [annotation(f"{1:012x}aaaa", "user_feedback", label="thumbs-down", score=0),  # on the root
+             annotation(f"{2:012x}bbbb", "thumbs_down", score=1),  # on the retriever span
+             annotation(f"{3:012x}aaaa", "rating", score=1),
+             annotation(f"{4:012x}aaaa", "hallucination", label="hallucinated", score=1, kind="LLM"),
+             annotation(f"{5:012x}aaaa", "user_feedback", label="thumbs-up", score=1)]
+    routing.set_rules(db, rate=0.0)
+    with AnnotatingPhoenix(notes, key=PX_KEY, page_size=50) as fake:
+        fake.add([s for n in range(1, 7) for s in phoenix_trace(n, at(n))])
+        sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
+        r = sources.sync_source(db, "px", env=ENV, secrets=Path("/nonexistent"), now=T0 + timedelta(hours=2), **FAST)
+    assert r.ok and r.new == 6, r.to_dict()
+    assert fake.asked and all(len(ids) <= 100 for ids in fake.asked)
+    routed = {q for q, (ok, _, reason) in decisions(db).items() if ok}
+    assert routed == {f"{n:012x}bbbb" for n in (1, 2, 3)}  # the LLM's evaluation and a thumbs up are not
+    meta = json.loads(db.execute("SELECT meta FROM queries WHERE query_id = ?", [f"{1:012x}bbbb"]).fetchone()[0])
+    assert meta["signals"] == {"user_feedback": "thumbs-down"}
+
+
+def test_a_phoenix_without_annotations_syncs_as_before(db):
+    routing.set_rules(db, rate=1.0)
+    r = sync_px(db, [s for n in range(3) for s in phoenix_trace(n, at(n))])  # the plain fake: 404
+    assert r.ok and r.new == 3 and r.routing == {"sampled": 3}

@@ -455,6 +455,7 @@ def test_a_store_that_pages_in_a_circle_is_stopped(db, monkeypatch):
 
     monkeypatch.setattr(PhoenixClient, "pages", circle)
     monkeypatch.setattr(PhoenixClient, "roots", lambda self, traces: {})
+    monkeypatch.setattr(PhoenixClient, "attach_feedback", lambda self, records: None)
     sources.add_source(db, "phoenix", "px", url="http://127.0.0.1:9", project="rag")
     r = sync(db, "px")
     assert not r.ok and "cursor of an earlier page" in r.error and r.pages == 2

@@ -6,6 +6,11 @@ inclusive, ``end_time`` exclusive), sorted by start time, ``limit`` per page, pa
 ``parent_id=null``). Each span is the JSON the API returns, which is what Phoenix's REST export
 is, so ``labeler.ingest.formats`` reads it with its ``phoenix`` reader. The key, if Phoenix asks
 for one, goes as ``Authorization: Bearer``.
+
+User feedback that Phoenix keeps apart from the spans, its span annotations (``GET
+/v1/projects/{project}/span_annotations?span_ids=...``, paged by ``cursor``), is attached to each
+span read as ``annotations`` (the API's objects), where the ``phoenix`` reader finds the human ones
+as outcome signals (``labeler.signals``). A Phoenix without that route (404) has none.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from ..errors import SourceError
 from .http import Http
 from .page import Page, chunks, when
 
 PAGE_LIMIT = 500  # spans per page (Phoenix allows up to 1000)
 TRACES_PER_REQUEST = 50
+SPANS_PER_ANNOTATION_REQUEST = 100
 
 
 class PhoenixClient:
@@ -65,6 +72,35 @@ class PhoenixClient:
                 if not cursor:
                     break
         return found
+
+    def attach_feedback(self, records: list[dict[str, Any]]) -> None:
+        """Put each span's annotations on it (``annotations``: a list, empty when it has none)."""
+        by_span: dict[str, list[dict[str, Any]]] = {}
+        ids = sorted({str(c["span_id"]) for r in records
+                      if isinstance(c := r.get("context"), dict) and c.get("span_id")})
+        path = self.path.removesuffix("/spans") + "/span_annotations"
+        for part in chunks(ids, SPANS_PER_ANNOTATION_REQUEST):
+            cursor = None
+            while True:
+                params: list[tuple[str, Any]] = [("span_ids", i) for i in part]
+                params += [("limit", 1000)] + ([("cursor", cursor)] if cursor else [])
+                try:
+                    body = self.http.get(path, params=params)
+                except SourceError as e:
+                    if e.status == 404:  # a Phoenix without annotations (or none of these spans): none
+                        break
+                    raise
+                for a in body.get("data") or [] if isinstance(body, dict) else []:
+                    if isinstance(a, dict) and a.get("span_id") is not None:
+                        by_span.setdefault(str(a["span_id"]), []).append(a)
+                cursor = body.get("next_cursor") if isinstance(body, dict) else None
+                if not cursor:
+                    break
+        for r in records:
+            context = r.get("context")
+            found = by_span.get(str(context.get("span_id"))) if isinstance(context, dict) else None
+            if found:
+                r["annotations"] = found
 
     def trace_of(self, record: dict[str, Any]) -> str | None:
         context = record.get("context")

@@ -229,7 +229,11 @@ class _SourceSync:
         if not keep:
             return None
         traces = dict.fromkeys(client.trace_of(r) for r in keep)
-        return keep + [roots[t] for t in traces if t in roots]
+        lines = keep + [roots[t] for t in traces if t in roots]
+        attach = getattr(client, "attach_feedback", None)  # the store's own user feedback (Phoenix)
+        if attach is not None:
+            attach(lines)
+        return lines
 
     def ingest(self, lines: list[dict], first_page: int) -> int:
         result, source = self.result, self.source

@@ -120,8 +120,25 @@ def span(record: dict) -> Span:
         start=flat.get("start_time"),
         docs=docs,
         meta={"span_name": flat.get("name"), "kind": kind, **signal_meta(
-            _metadata(record, attrs), flat.get("status_code", flat.get("status.status_code", flat.get("status.code"))))},
+            _metadata(record, attrs), flat.get("status_code", flat.get("status.status_code", flat.get("status.code"))),
+            feedback=_human_annotations(record.get("annotations")))},
     )
+
+
+def _human_annotations(annotations: Any) -> dict[str, Any] | None:
+    """Phoenix span annotations (``labeler sync`` attaches them) made by people, as {name: label, or
+    score when there is no label}; an LLM's or code's evaluation is not user feedback."""
+    if not isinstance(annotations, list):
+        return None
+    out: dict[str, Any] = {}
+    for a in annotations:
+        if not isinstance(a, dict) or a.get("annotator_kind") != "HUMAN" or not isinstance(a.get("name"), str):
+            continue
+        result = a.get("result") if isinstance(a.get("result"), dict) else {}
+        value = result.get("label") if result.get("label") is not None else result.get("score")
+        if value is not None:
+            out[a["name"]] = value
+    return out or None
 
 
 def _metadata(record: dict, attrs: dict[str, Any]) -> Any:

@@ -50,15 +50,17 @@ class Span(NamedTuple):
     meta: dict[str, Any]
 
 
-SIGNAL_META = ("metadata", "error")  # meta keys a root passes to its trace's retrievals (labeler.signals)
+SIGNAL_META = ("metadata", "error", "signals")  # meta keys a root passes to its trace's retrievals
 _ERROR_CODES = ("ERROR", "STATUS_CODE_ERROR", "2")  # Langfuse's level ERROR too
 
 
-def signal_meta(metadata: Any = None, status: Any = None, error: Any = None) -> dict[str, Any]:
+def signal_meta(metadata: Any = None, status: Any = None, error: Any = None,
+                feedback: dict[str, Any] | None = None) -> dict[str, Any]:
     """The meta that carries a span's outcome signals (``labeler.signals`` reads them): its
-    ``metadata`` object (JSON text is parsed; e.g. ``{"thumbs_down": true}``) and ``error`` (true, or
-    the error message) when the span's status code is ERROR (OpenTelemetry's 2) or ``error`` is set."""
-    out: dict[str, Any] = {}
+    ``metadata`` object (JSON text is parsed; e.g. ``{"thumbs_down": true}``), ``error`` (true, or
+    the error message) when the span's status code is ERROR (OpenTelemetry's 2) or ``error`` is set,
+    and ``signals``: the store's own user ``feedback`` ({name: label or score})."""
+    out: dict[str, Any] = {"signals": feedback} if feedback else {}
     if isinstance(metadata, str) and metadata[:1] == "{":
         metadata = loads_or_text(metadata)  # JSON that cannot be stored stays text (and is left out)
     if isinstance(metadata, dict) and metadata:
