@@ -450,3 +450,43 @@ def test_a_phoenix_without_annotations_syncs_as_before(db):
     routing.set_rules(db, rate=1.0)
     r = sync_px(db, [s for n in range(3) for s in phoenix_trace(n, at(n))])  # the plain fake: 404
     assert r.ok and r.new == 3 and r.routing == {"sampled": 3}
+
+
+# --- the store's own user feedback: LangSmith feedback ----------------------------------------------------
+
+class FeedbackLangSmith(FakeStore):
+    """The fake LangSmith, also answering ``GET /feedback?run=...&limit=&offset=`` as the SDK's
+    ``list_feedback`` reads it: a list, paged by offset."""
+
+    def __init__(self, feedback: list[dict], **kw) -> None:
+        super().__init__("langsmith", **kw)
+        self.feedback = feedback
+
+    def answer(self, method, path, query, body):
+        if method == "GET" and path == "/feedback":
+            runs = set(query.get("run") or [])
+            limit, offset = int(query["limit"][-1]), int(query["offset"][-1])
+            return 200, [f for f in self.feedback if f["run_id"] in runs][offset:offset + limit]
+        return super().answer(method, path, query, body)
+
+
+def feedback(run_id: str, key: str, *, score=None, value=None, source: str = "api") -> dict:
+    return {"id": f"f-{run_id}-{key}", "created_at": "2026-12-05T09:30:00", "modified_at": "2026-12-05T09:30:00",
+            "run_id": run_id, "trace_id": run_id, "key": key, "score": score, "value": value, "comment": None,
+            "correction": None, "feedback_source": {"type": source, "metadata": {}, "user_id": None}}
+
+
+def test_langsmith_feedback_not_made_by_a_model_is_a_signal_and_routes(db):
+    trace = "00000000-0000-4000-8000-{:012x}".format
+    notes = [feedback(trace(1), "thumbs_down", score=1),  # on the root run
+             feedback(trace(2), "user_rating", score=1),
+             feedback(trace(3), "correctness", score=0, source="model"),
+             feedback(trace(4), "thumbs_down", score=0)]
+    routing.set_rules(db, rate=0.0)
+    with FeedbackLangSmith(notes, key=ENV["LANGSMITH_API_KEY"], page_size=50) as fake:
+        fake.add([r for n in range(1, 6) for r in langsmith_trace(n, at(n))])
+        sources.add_source(db, "langsmith", "ls", url=fake.url, project="rag")
+        r = sources.sync_source(db, "ls", env=ENV, secrets=Path("/nonexistent"), now=T0 + timedelta(hours=2), **FAST)
+    assert r.ok and r.new == 5, r.to_dict()
+    routed = {q for q, (ok, _, _) in decisions(db).items() if ok}
+    assert routed == {f"00000000-0000-4000-9000-{n:012x}" for n in (1, 2)}

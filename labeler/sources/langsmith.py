@@ -12,6 +12,11 @@ case). Runs that started at or after the window's end are dropped here and read 
 window. Then the root runs of the traces (a root run's id is its trace id: ``id``/``ids``). Each
 run has the fields of a ``Run.model_dump()`` file, so ``labeler.ingest.formats``' ``langsmith``
 reader reads it. The key goes as ``x-api-key``.
+
+User feedback that LangSmith keeps apart from the runs (``GET /feedback?run=ID&run=ID``, paged by
+``offset`` as the SDK's ``list_feedback`` pages it) is attached to each run read as ``feedback`` (the
+API's objects), where the ``langsmith`` reader finds the feedback not made by a model as outcome
+signals (``labeler.signals``). A deployment without that route (404) has none.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ SELECT = ["id", "name", "run_type", "start_time", "end_time", "inputs", "outputs
           "parent_run_id", "trace_id", "dotted_order", "session_id", "reference_example_id", "status"]
 SELECT_V2 = ["ID", "NAME", "RUN_TYPE", "START_TIME", "END_TIME", "INPUTS", "OUTPUTS", "ERROR", "EXTRA", "TAGS",
              "PARENT_RUN_IDS", "TRACE_ID", "DOTTED_ORDER", "PROJECT_ID", "REFERENCE_EXAMPLE_ID", "STATUS"]
+FEEDBACK_LIMIT = 100  # per page and runs per request (the SDK's page)
 ROOT_LOOKBACK = timedelta(days=1)  # v2 wants a start time: a trace's root started at most this before its retrieval
 
 
@@ -147,6 +153,32 @@ class LangSmithClient:
                 if not cursor:
                     break
         return found
+
+    def attach_feedback(self, records: list[dict[str, Any]]) -> None:
+        """Put each run's feedback on it (``feedback``: the API's objects) when it has any."""
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        ids = sorted({str(r["id"]) for r in records if r.get("id")})
+        for part in chunks(ids, FEEDBACK_LIMIT):
+            offset = 0
+            while True:
+                params = [("run", i) for i in part] + [("limit", FEEDBACK_LIMIT), ("offset", offset)]
+                try:
+                    items = self.http.get("feedback", params=params)
+                except SourceError as e:
+                    if e.status == 404:  # a deployment without the route: no feedback
+                        break
+                    raise
+                items = [f for f in items if isinstance(f, dict)] if isinstance(items, list) else []
+                for f in items:
+                    if f.get("run_id") is not None:
+                        by_run.setdefault(str(f["run_id"]), []).append(f)
+                if len(items) < FEEDBACK_LIMIT:
+                    break
+                offset += len(items)
+        for r in records:
+            found = by_run.get(str(r.get("id")))
+            if found:
+                r["feedback"] = found
 
     def trace_of(self, record: dict[str, Any]) -> str | None:
         trace = record.get("trace_id")

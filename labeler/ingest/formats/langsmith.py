@@ -34,8 +34,26 @@ def span(record: dict) -> Span:
         meta={"run_name": record.get("name"), "kind": "RETRIEVER" if run_type == "retriever" else run_type,
               "session_id": record.get("session_id"),
               **signal_meta(extra.get("metadata") if isinstance(extra := record.get("extra"), dict) else None,
-                            error=record.get("error"))},
+                            error=record.get("error"), feedback=_user_feedback(record.get("feedback")))},
     )
+
+
+def _user_feedback(items: Any) -> dict[str, Any] | None:
+    """LangSmith feedback (``labeler sync`` attaches it) not made by a model, as {key: value, or
+    score when there is no value}; an evaluator's feedback is not the user's."""
+    if not isinstance(items, list):
+        return None
+    out: dict[str, Any] = {}
+    for f in items:
+        if not isinstance(f, dict) or not isinstance(f.get("key"), str):
+            continue
+        source = f.get("feedback_source") if isinstance(f.get("feedback_source"), dict) else {}
+        if str(source.get("type") or "").lower() == "model":
+            continue
+        value = f.get("value") if f.get("value") is not None else f.get("score")
+        if value is not None:
+            out[f["key"]] = value
+    return out or None
 
 
 def _answer_side(outputs: Any) -> Any:
