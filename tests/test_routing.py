@@ -432,7 +432,8 @@ def test_phoenix_annotations_by_people_are_signals_and_route(db):
              annotation(f"{2:012x}bbbb", "thumbs_down", score=1),  # on the retriever span
              annotation(f"{3:012x}aaaa", "rating", score=1),
              annotation(f"{4:012x}aaaa", "hallucination", label="hallucinated", score=1, kind="LLM"),
-             annotation(f"{5:012x}aaaa", "user_feedback", label="thumbs-up", score=1)]
+             annotation(f"{5:012x}aaaa", "user_feedback", label="thumbs-up", score=1),
+             {**annotation(f"{6:012x}bbbb", "rating", score=0), "metadata": {"golden_set_version": 3}}]
     routing.set_rules(db, rate=0.0)
     with AnnotatingPhoenix(notes, key=PX_KEY, page_size=50) as fake:
         fake.add([s for n in range(1, 7) for s in phoenix_trace(n, at(n))])
@@ -441,7 +442,8 @@ def test_phoenix_annotations_by_people_are_signals_and_route(db):
     assert r.ok and r.new == 6, r.to_dict()
     assert fake.asked and all(len(ids) <= 100 for ids in fake.asked)
     routed = {q for q, (ok, _, reason) in decisions(db).items() if ok}
-    assert routed == {f"{n:012x}bbbb" for n in (1, 2, 3)}  # the LLM's evaluation and a thumbs up are not
+    # not: the LLM's evaluation, a thumbs up, labeler's own grade sent back by labeler push
+    assert routed == {f"{n:012x}bbbb" for n in (1, 2, 3)}
     meta = json.loads(db.execute("SELECT meta FROM queries WHERE query_id = ?", [f"{1:012x}bbbb"]).fetchone()[0])
     assert meta["signals"] == {"user_feedback": "thumbs-down"}
 
@@ -481,7 +483,8 @@ def test_langsmith_feedback_not_made_by_a_model_is_a_signal_and_routes(db):
     notes = [feedback(trace(1), "thumbs_down", score=1),  # on the root run
              feedback(trace(2), "user_rating", score=1),
              feedback(trace(3), "correctness", score=0, source="model"),
-             feedback(trace(4), "thumbs_down", score=0)]
+             feedback(trace(4), "thumbs_down", score=0),
+             {**feedback(trace(5), "rating", score=0), "extra": {"golden_set_version": "v1"}}]
     routing.set_rules(db, rate=0.0)
     with FeedbackLangSmith(notes, key=ENV["LANGSMITH_API_KEY"], page_size=50) as fake:
         fake.add([r for n in range(1, 6) for r in langsmith_trace(n, at(n))])

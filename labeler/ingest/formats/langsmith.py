@@ -40,7 +40,8 @@ def span(record: dict) -> Span:
 
 def _user_feedback(items: Any) -> dict[str, Any] | None:
     """LangSmith feedback (``labeler sync`` attaches it) not made by a model, as {key: value, or
-    score when there is no value}; an evaluator's feedback is not the user's."""
+    score when there is no value}; an evaluator's feedback is not the user's, nor are the grades
+    ``labeler push`` sent (their metadata carries the golden-set version)."""
     if not isinstance(items, list):
         return None
     out: dict[str, Any] = {}
@@ -50,6 +51,8 @@ def _user_feedback(items: Any) -> dict[str, Any] | None:
         source = f.get("feedback_source") if isinstance(f.get("feedback_source"), dict) else {}
         if str(source.get("type") or "").lower() == "model":
             continue
+        if any(isinstance(m, dict) and "golden_set_version" in m for m in (f.get("extra"), source.get("metadata"))):
+            continue  # labeler's own grades, sent back by labeler push
         value = f.get("value") if f.get("value") is not None else f.get("score")
         if value is not None:
             out[f["key"]] = value

@@ -127,13 +127,16 @@ def span(record: dict) -> Span:
 
 def _human_annotations(annotations: Any) -> dict[str, Any] | None:
     """Phoenix span annotations (``labeler sync`` attaches them) made by people, as {name: label, or
-    score when there is no label}; an LLM's or code's evaluation is not user feedback."""
+    score when there is no label}; an LLM's or code's evaluation is not user feedback, nor are the
+    grades ``labeler push`` sent (their metadata carries the golden-set version)."""
     if not isinstance(annotations, list):
         return None
     out: dict[str, Any] = {}
     for a in annotations:
         if not isinstance(a, dict) or a.get("annotator_kind") != "HUMAN" or not isinstance(a.get("name"), str):
             continue
+        if isinstance(a.get("metadata"), dict) and "golden_set_version" in a["metadata"]:
+            continue  # labeler's own grades, sent back by labeler push
         result = a.get("result") if isinstance(a.get("result"), dict) else {}
         value = result.get("label") if result.get("label") is not None else result.get("score")
         if value is not None:
