@@ -101,7 +101,7 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
     read once, as a stream: a generator of a million tasks is never held whole."""
     owner_of(owner)
     counts = {"cached": 0, "sent": 0}
-    keys = write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
+    keys = write_parts(db, config, todo(db, config, tasks, counts), owner=owner, run_id=run_id,
                         max_lines=max_lines, max_bytes=max_bytes)
     if keys:
         own = client is None
@@ -116,7 +116,7 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
                      cached=counts["cached"], sent=counts["sent"])
 
 
-def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
+def todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
           counts: dict[str, int]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(hash, request record) of each distinct request not answered in the cache, in task order."""
     seen: set[str] = set()
@@ -145,9 +145,10 @@ def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
 
 
 def write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
-                 owner: str, run_id: int, max_lines: int, max_bytes: int) -> list[str]:
+                 owner: str, run_id: int, max_lines: int, max_bytes: int, state: str = "building") -> list[str]:
     """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes, one
-    transaction a part, rows in state 'building'. Returns the parts' keys."""
+    transaction a part, rows in ``state`` ('building': to upload; 'local': written to a file for a
+    local runner, :mod:`labeler.llm.batch.local`). Returns the parts' keys."""
     stored = dumps({name: getattr(config, name) for name in _CONFIG_FIELDS})
     part = db.execute("SELECT coalesce(max(part), -1) + 1 FROM llm_batches WHERE owner = ? AND run_id = ?",
                       [owner, run_id]).fetchone()[0]
@@ -160,8 +161,8 @@ def write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tup
         with transaction(db):
             stamp = now()
             db.execute("INSERT INTO llm_batches (key, owner, run_id, part, model, config, requests, bytes, state, "
-                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 'building', ?, ?)",
-                       [key, owner, run_id, part, config.model, stored, stamp, stamp])
+                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
+                       [key, owner, run_id, part, config.model, stored, state, stamp, stamp])
             while pending is not None:
                 h, record = pending
                 line_bytes = len(batch_line(h, record).encode()) + 1
