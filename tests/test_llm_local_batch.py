@@ -94,7 +94,21 @@ def test_the_batch_file_holds_the_lines_the_batch_api_would_get_and_nothing_is_s
     assert r.exit_code == 0 and "vllm run-batch -i" in r.output and "labeler llm collect --file" in r.output
     # the API collect leaves a local batch alone (it waits for its results file)
     r = cli_run(path, "llm", "collect", "--all", "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout)["batches"] == [] and s.total == 0
+    collected = json.loads(r.stdout)
+    assert r.exit_code == 0 and collected["batches"] == [] and s.total == 0
+    assert f"{b.key} waits for the results of {requests.resolve()}: labeler llm collect --file RESULTS" \
+        in collected["notes"] and len(collected["notes"]) == 2  # the second run wrote the same requests again
+    r = cli_run(path, "judge", "run", "--resume", str(run["id"]))
+    assert r.exit_code == 1 and "labeler llm collect --file RESULTS" in r.output
+    # its results answer both runs' requests, stored (and paid) once
+    vllm_results(s, requests, tmp / "results.jsonl")
+    r = cli_run(path, "llm", "collect", "--file", str(tmp / "results.jsonl"), "--json")
+    assert r.exit_code == 0, r.output
+    collected = json.loads(r.stdout)
+    assert collected["ok"] == 24 and len(collected["batches"]) == 2 and len(collected["finished_runs"]) == 2
+    assert db.execute("SELECT count(*), sum(requests) FROM llm_calls").fetchone() == (24, 24)
+    runs = [judge.get_run(db, run_id) for _, run_id in collected["finished_runs"]]
+    assert [(r.status, r.done, r.failed) for r in runs] == [("done", 24, 0)] * 2
     r = cli_run(path, "judge", "run", "--batch", "--batch-file", str(requests))
     assert r.exit_code == 2 and "without --batch" in r.output
 

@@ -314,7 +314,8 @@ def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
     run = get_run(db, run_id)
     if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
         raise JudgeError(f"run {run_id} is waiting for its batches: `labeler llm collect judge:{run_id}` "
-                         "finishes it (`labeler llm cancel BATCH` to stop them)")
+                         "finishes it (`labeler llm cancel BATCH` to stop them; for requests written with "
+                         "--batch-file, `labeler llm collect --file RESULTS`)")
     j = get_judge(run.judge)
     text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
     keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "

@@ -35,7 +35,7 @@ from ..client import (
     validate_content,
 )
 from ..direct import run_tasks
-from .store import BatchInfo, owner_of, set_batch
+from .store import LOCAL, BatchInfo, owner_of, set_batch
 from .submitting import client_for, refresh, submit
 
 _CHUNK = 2_000  # lines stored per transaction
@@ -91,6 +91,9 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
                 continue
             if not b.finished:
                 result.waiting.append(b.batch_id or b.key)
+                if b.state == LOCAL:
+                    result.notes.append(f"{b.key} waits for the results of {b.input_file_id}: "
+                                        "labeler llm collect --file RESULTS")
                 continue
             if not _hold(db, b.key, token):
                 if db.execute("SELECT collected_at FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0] is None:

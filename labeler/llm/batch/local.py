@@ -30,10 +30,9 @@ from ...errors import LLMError
 from ..cache import call_row, store_many
 from ..client import LLMConfig, Task
 from .collecting import Collected, finish_runs, run_config, store_parsed
-from .store import Submitted, owner_of, set_batch, stored_batches
+from .store import LOCAL, Submitted, owner_of, set_batch, stored_batches
 from .submitting import file_lines, todo, write_parts
 
-LOCAL = "local"  # the state of a batch written to a file, waiting for its results file
 MAX_PROBLEMS = 5  # malformed lines named in the error
 _CHUNK = 2_000  # lines stored per transaction
 
@@ -169,23 +168,31 @@ def collect_file(db: sqlite_utils.Database, config: LLMConfig, path: str | os.Pa
     result = Collected()
     open_keys: dict[str, str] = {}  # hash -> the local batch whose open item it answers
     known = unknown = 0
+    also: list[tuple[str, str, str]] = []  # (batch, batch that stores the answer, hash): written twice
     pending: list[tuple[str, Parsed]] = []
     contexts: dict[str, Any] = {}
+
+    def context(key: str) -> tuple[LLMConfig, Any]:
+        """The config a batch was built with and its answers' schema."""
+        if key not in contexts:
+            row = db.execute("SELECT owner, run_id, config FROM llm_batches WHERE key = ?", [key]).fetchone()
+            contexts[key] = (run_config(config, row[2]), owner_of(row[0]).schema(db, row[1]))
+        return contexts[key]
 
     def flush() -> None:
         by_key: dict[str, list[Parsed]] = {}
         for key, parsed in pending:
             by_key.setdefault(key, []).append(parsed)
         for key, chunk in by_key.items():
-            cfg, schema = contexts[key]
+            cfg, schema = context(key)
             store_parsed(db, cfg, key, chunk, schema, {}, result, prices=(per_1m, per_1m), engine="local")
         pending.clear()
 
     for _, raw in _lines(path):
         parsed, _ = parse_result(raw)
         h = parsed[0]
-        key = open_keys.get(h) or _open_item(db, h)
-        if key is None:
+        keys = _open_items(db, h)
+        if not keys:
             if db.execute("SELECT 1 FROM llm_batch_items i JOIN llm_batches b ON b.key = i.batch_key "
                           "WHERE i.hash = ? AND b.state IN (?, 'completed') AND b.input_file_id IS NOT NULL "
                           "AND b.batch_id IS NULL", [h, LOCAL]).fetchone():
@@ -193,10 +200,8 @@ def collect_file(db: sqlite_utils.Database, config: LLMConfig, path: str | os.Pa
             else:
                 unknown += 1
             continue
-        open_keys[h] = key
-        if key not in contexts:
-            row = db.execute("SELECT owner, run_id, config FROM llm_batches WHERE key = ?", [key]).fetchone()
-            contexts[key] = (run_config(config, row[2]), owner_of(row[0]).schema(db, row[1]))
+        key = open_keys[h] = keys[0]
+        also.extend((other, key, h) for other in keys[1:])
         pending.append((key, parsed))
         if len(pending) >= _CHUNK:
             flush()
@@ -204,9 +209,12 @@ def collect_file(db: sqlite_utils.Database, config: LLMConfig, path: str | os.Pa
     if not open_keys and not known:
         raise LLMError(f"no line of {path} answers a request written by labeler judge run --batch-file "
                        f"({unknown} unknown custom_id values): is it the results of another database's requests?")
+    with transaction(db):  # a request written to two files before either was collected: answered once
+        db.conn.executemany("UPDATE llm_batch_items SET state = (SELECT state FROM llm_batch_items WHERE "
+                            "batch_key = ?2 AND hash = ?3) WHERE batch_key = ?1 AND hash = ?3", also)
     touched: set[tuple[str, int]] = set()
-    for key in sorted(set(open_keys.values())):
-        touched.add(_close(db, contexts[key][0], key, path, result))
+    for key in sorted(set(open_keys.values()) | {other for other, _, _ in also}):
+        touched.add(_close(db, context(key)[0], key, path, result))
     finish_runs(db, config, touched, result)
     if known:
         result.notes.append(f"{known} lines of {path} were collected before (left as they were)")
@@ -215,12 +223,12 @@ def collect_file(db: sqlite_utils.Database, config: LLMConfig, path: str | os.Pa
     return result
 
 
-def _open_item(db: sqlite_utils.Database, h: str) -> str | None:
-    """The oldest uncollected local batch with an unanswered item of hash ``h``."""
-    row = db.execute("SELECT b.key FROM llm_batch_items i JOIN llm_batches b ON b.key = i.batch_key "
-                     "WHERE i.hash = ? AND i.state = 'sent' AND b.state = ? AND b.collected_at IS NULL "
-                     "ORDER BY b.created_at, b.key LIMIT 1", [h, LOCAL]).fetchone()
-    return row[0] if row else None
+def _open_items(db: sqlite_utils.Database, h: str) -> list[str]:
+    """The uncollected local batches with an unanswered item of hash ``h``, oldest first."""
+    return [key for (key,) in db.execute(
+        "SELECT b.key FROM llm_batch_items i JOIN llm_batches b ON b.key = i.batch_key "
+        "WHERE i.hash = ? AND i.state = 'sent' AND b.state = ? AND b.collected_at IS NULL "
+        "ORDER BY b.created_at, b.key", [h, LOCAL])]
 
 
 def _close(db: sqlite_utils.Database, config: LLMConfig, key: str, path: Path, result: Collected) -> tuple[str, int]:
