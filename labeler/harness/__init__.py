@@ -32,6 +32,7 @@ from .pipeline import (
                    Pipeline,
                    PipelineError,
                    callable_pipeline,
+                   function_pipeline,
                    http_pipeline,
                    parse_headers,
                    read_output,
