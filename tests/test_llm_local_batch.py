@@ -73,7 +73,7 @@ def cli_run(path: Path, *args: str):
     return CliRunner().invoke(cli, ["--db", str(path), *args])
 
 
-def test_the_batch_file_holds_the_lines_the_batch_api_would_get_and_nothing_is_sent(env):
+def test_the_batch_file_holds_the_lines_the_batch_api_would_get_and_nothing_is_sent(env, monkeypatch):
     path, db, s, tmp = env["path"], env["db"], env["server"], env["tmp"]
     requests = tmp / "requests.jsonl"
     r = cli_run(path, "judge", "run", "--model", "fake-model", "--batch-file", str(requests), "--json")
@@ -111,6 +111,12 @@ def test_the_batch_file_holds_the_lines_the_batch_api_would_get_and_nothing_is_s
     assert [(r.status, r.done, r.failed) for r in runs] == [("done", 24, 0)] * 2
     r = cli_run(path, "judge", "run", "--batch", "--batch-file", str(requests))
     assert r.exit_code == 2 and "without --batch" in r.output
+    # a team that runs only local batches needs no API key to list them
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    r = cli_run(path, "llm", "batches", "--json")
+    assert r.exit_code == 0, r.output
+    assert {b["state"] for b in json.loads(r.stdout)} == {"completed"}
 
 
 def test_collected_results_are_stored_as_a_collected_batch_and_a_rerun_pays_nothing(env, tmp_path, ingest_tiny):

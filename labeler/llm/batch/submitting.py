@@ -37,6 +37,7 @@ from .store import (
     ENDPOINT,
     MAX_BYTES,
     MAX_LINES,
+    TERMINAL,
     BatchInfo,
     Submitted,
     list_batches,
@@ -254,7 +255,13 @@ def recover(db: sqlite_utils.Database, client: openai.OpenAI) -> list[str]:
 
 def refresh(db: sqlite_utils.Database, config: LLMConfig, *, client: openai.OpenAI | None = None,
             owner: str | None = None, run_id: int | None = None) -> list[BatchInfo]:
-    """Ask the provider for the state of every unfinished batch (all, or one run's); return them all."""
+    """Ask the provider for the state of every unfinished batch (all, or one run's); return them all.
+    When no batch waits for the provider (none, or only local ones) nothing is asked: no client is
+    made, so a team that only runs local batches needs no API key."""
+    if client is None and not stored_batches(
+            db, "state IN ('building', 'uploaded') OR (batch_id IS NOT NULL AND state NOT IN "
+                f"({', '.join('?' * len(TERMINAL))}))", sorted(TERMINAL)):
+        return list_batches(db, owner=owner, run_id=run_id)
     own = client is None
     client = client or client_for(config)
     try:
