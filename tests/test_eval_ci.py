@@ -156,6 +156,13 @@ def test_without_a_baseline_and_with_an_improvement(gate_files, tmp_path):
     assert next(line for line in text.splitlines() if line.startswith("| recall@1 |")).endswith("| new (not in the baseline) |")
     root = ET.fromstring(junit_xml(improved.report).split("\n", 1)[1])
     assert root.get("skipped") == "1" and root.find(".//testcase[@name='recall@1']/skipped") is not None
+    # a metric --max-drop does not name cannot fail: it is "not gated", never "pass"
+    evaluate(golden, pipeline=good, k=3, save_baseline=tmp_path / "good.json")
+    only_mrr = evaluate(golden, pipeline=worse, k=3, baseline=tmp_path / "good.json", max_drop=["mrr=0.02"],
+                        n_permutations=500)
+    text = pr_markdown(only_mrr.report, only_mrr.questions)
+    assert next(line for line in text.splitlines() if line.startswith("| ndcg@3 |")).endswith("| not gated |")
+    assert next(line for line in text.splitlines() if line.startswith("| mrr |")).endswith("| ❌ regressed |")
 
 
 def test_the_files_are_written_even_when_every_question_failed(tmp_path):

@@ -57,8 +57,9 @@ def _signed(value: Any) -> str:
 
 
 def verdicts(report: Mapping[str, Any]) -> dict[str, str]:
-    """Each metric's verdict: ``regressed`` (the gate failed it), ``improved`` (its mean rose and the
-    paired test gives p < alpha), ``pass``, ``new`` (not in the baseline) or ``no baseline``."""
+    """Each metric's verdict: ``regressed`` (the gate failed it), ``not gated`` (``--max-drop`` names
+    only other metrics), ``improved`` (its mean rose and the paired test gives p < alpha), ``pass``,
+    ``new`` (not in the baseline) or ``no baseline``."""
     comparison = report.get("comparison")
     alpha = report["settings"]["alpha"]
     out = {}
@@ -71,6 +72,8 @@ def verdicts(report: Mapping[str, Any]) -> dict[str, str]:
             out[spec] = "new"
         elif change["failed"]:
             out[spec] = "regressed"
+        elif change["max_drop"] is None:
+            out[spec] = "not gated"  # --max-drop names other metrics: this one cannot fail
         elif change["drop"] < 0 and change["p_value"] is not None and change["p_value"] < alpha:
             out[spec] = "improved"
         else:
@@ -79,7 +82,7 @@ def verdicts(report: Mapping[str, Any]) -> dict[str, str]:
 
 
 _SHOWN = {"regressed": "❌ regressed", "improved": "✅ improved", "pass": "pass", "new": "new (not in the baseline)",
-          "no baseline": "–"}
+          "not gated": "not gated", "no baseline": "–"}
 
 
 def worst_regressed(questions: Sequence[Mapping[str, Any]], specs: Sequence[str],
