@@ -154,15 +154,25 @@ def test_collected_results_are_stored_as_a_collected_batch_and_a_rerun_pays_noth
     r = cli_run(path, "llm", "collect", "--file", str(results), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["batches"] == [] and "collected before" in r.output
     assert db.execute("SELECT count(*), sum(requests) FROM llm_calls").fetchone() == (24, 23)  # the dropped: 0
-    # the failed requests are retryable: a new batch file holds those four only, the rest is cached
+    # the failed requests are retryable: resumed into a batch file, which holds those four only
     retry = tmp / "retry.jsonl"
-    r = cli_run(path, "judge", "run", "--model", "fake-model", "--batch-file", str(retry), "--json")
-    second = json.loads(r.stdout)["id"]
+    r = cli_run(path, "judge", "run", "--resume", str(run_id), "--batch-file", str(retry), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["status"] == "submitted", r.output
     assert sorted(json.loads(line)["custom_id"] for line in retry.read_text().splitlines()) == sorted(errors)
     vllm_results(s, retry, tmp / "retry-results.jsonl")
-    r = cli_run(path, "llm", "collect", "--file", str(tmp / "retry-results.jsonl"))
-    assert r.exit_code == 0 and f"finished judge run {second}" in r.output
-    assert judge.get_run(db, second).done == 24 and judge.get_run(db, second).failed == 0
+    r = cli_run(path, "llm", "collect", "--file", str(tmp / "retry-results.jsonl"), "--price-per-1k", "0.5")
+    assert r.exit_code == 0 and f"finished judge run {run_id}" in r.output
+    resumed = judge.get_run(db, run_id)
+    assert (resumed.status, resumed.done, resumed.failed) == ("done", 24, 0)
+    # its ledger counts each batch once
+    pt, ct, cost, _ = batch.run_spend(db, "judge", run_id)
+    assert (resumed.prompt_tokens, resumed.completion_tokens) == (pt, ct) and resumed.cost == pytest.approx(cost)
+    # a new run of the same judge writes nothing and finishes at once from the cache
+    before = s.total
+    r = cli_run(path, "judge", "run", "--model", "fake-model", "--batch-file", str(tmp / "again.jsonl"), "--json")
+    second = json.loads(r.stdout)["id"]
+    assert (tmp / "again.jsonl").read_text() == "" and json.loads(r.stdout)["status"] == "done"
+    assert (judge.get_run(db, second).done, judge.get_run(db, second).failed, s.total) == (24, 0, before)
     # and a direct rerun of the judge makes no request at all
     before = s.total
     again = judge.run_judge(db, make_config(s), "relevance.v1")

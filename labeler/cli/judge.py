@@ -44,7 +44,8 @@ def judge_group() -> None:
 @click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
 @click.option("--batch-file", "batch_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the Batch API request lines to FILE for a local runner (vllm run-batch) instead of "
-              "sending them; labeler llm collect --file RESULTS finishes the run.")
+              "sending them; labeler llm collect --file RESULTS finishes the run. With --resume: the run's "
+              "failed and pending requests.")
 @output_options()
 @click.pass_context
 def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int | None, model: str | None,
@@ -71,16 +72,15 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
 
-    if batch_file is not None and (as_batch or resume_id is not None):
-        raise click.UsageError("--batch-file writes the requests for a local runner: give it without --batch "
-                               "and --resume")
+    if batch_file is not None and as_batch:
+        raise click.UsageError("--batch-file writes the requests for a local runner: give it without --batch")
     db = open_db(ctx)
     config = LLMConfig.from_env(secrets_toml(), model=model)
     update, close = progress_bar(judge_name)
     progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
     try:
         if resume_id is not None:
-            run = resume_run(db, config, resume_id, progress=progress)
+            run = resume_run(db, config, resume_id, progress=None if batch_file else progress, batch_file=batch_file)
         else:
             run = run_judge(db, config, judge_name, on=on_set, limit=limit, rubric=rubric, seed=seed,
                             progress=None if as_batch or batch_file else progress, dry_run=dry_run, batch=as_batch,

@@ -160,9 +160,14 @@ def _execute(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, judge:
             db.execute("UPDATE judge_runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
                        [str(e), store.now(), run.id])
         raise
+    spent = None
     if cached_only:  # a batch run read back: its answers were paid for by its batches
         summary.done, summary.cached = summary.cached, 0
-        summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = batch_store.run_spend(db, "judge", run.id)
+        spent = batch_store.run_spend(db, "judge", run.id)[:3]
+        # a run resumed as a batch is read back again: count only what its batches spent since
+        counted = run.params.get("batch_spend") or [0, 0, None]
+        summary.prompt_tokens, summary.completion_tokens = spent[0] - counted[0], spent[1] - counted[1]
+        summary.cost = None if spent[2] is None else spent[2] - (counted[2] or 0)
     at = store.now()
     ok_rows, failed_rows = [], []
     for t in tasks:
@@ -194,6 +199,9 @@ def _execute(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, judge:
             "WHERE id = ?",
             [status, summary.done, summary.cached, counts.get("failed", 0), counts.get("pending", 0),
              summary.prompt_tokens, summary.completion_tokens, summary.cost, summary.cost, at, run.id])
+        if spent is not None:
+            db.execute("UPDATE judge_runs SET params = json_set(params, '$.batch_spend', json(?)) WHERE id = ?",
+                       [store.dumps(list(spent)), run.id])
         if run.on_set == "unlabeled" and judge.kind == "relevance":
             db.execute(
                 "INSERT INTO suggestions (query_pk, doc_pk, run_id, grade, rationale, created_at) "
@@ -306,10 +314,13 @@ def _same_config(config: LLMConfig, run: JudgeRun) -> LLMConfig:
 
 def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
                progress: Callable[[Progress], None] | None = None,
-               cancel: threading.Event | None = None, by: str | None = None) -> JudgeRun:
+               cancel: threading.Event | None = None, by: str | None = None,
+               batch_file: str | Path | None = None) -> JudgeRun:
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
-    LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
+    LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`. ``batch_file``: write
+    those requests to this file for a local runner instead (as :func:`run_judge` does), e.g. the
+    lines a local batch answered badly; ``labeler llm collect --file`` finishes the run again."""
     require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
     if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
@@ -321,10 +332,15 @@ def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
     keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
                       "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
     config = _same_config(config, run)
+    items = _load_items(db, j, keys, run.params.get("max_chunks", 10))
+    if batch_file is not None:
+        with store.transaction(db):
+            db.execute("UPDATE judge_runs SET status = 'running', owner = ?, params = json_set(params, '$.engine', "
+                       "'batch') WHERE id = ?", [owners.current(), run_id])
+        return _hand_to_batches(db, config, get_run(db, run_id), j, text, items, run.params["scale"], batch_file)
     with store.transaction(db):
         db.execute("UPDATE judge_runs SET status = 'running', owner = ? WHERE id = ?", [owners.current(), run_id])
-    return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
-                    progress, cancel)
+    return _execute(db, config, run, j, text, items, progress, cancel)
 
 
 # --- stability and housekeeping --------------------------------------------------------------------------
