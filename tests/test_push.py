@@ -170,6 +170,16 @@ def test_a_store_that_keeps_failing_is_reported_without_a_key_and_resumed(db):
         assert again.ok and (again.sent, again.unchanged) == (1, 1), again.to_dict()
 
 
+def test_a_missing_key_says_where_to_put_it_and_sends_nothing(db):
+    with fake("langfuse") as store:
+        store.add(records("langfuse", 3))
+        first, *_ = synced(db, store)
+        grade(db, first, {1: 3})
+        r = push_source(db, "src", env={}, secrets=NO_SECRETS)
+        assert not r.ok and "no LANGFUSE_PUBLIC_KEY" in r.error and r.summary().startswith("src: FAILED: ")
+        assert not store.scores and db.execute("SELECT count(*) FROM source_pushes").fetchone()[0] == 0
+
+
 def test_a_langsmith_feedback_sent_but_not_recorded_is_updated(db):
     with fake("langsmith") as store:
         store.add(records("langsmith", 3))

@@ -100,7 +100,7 @@ class PushResult:
         return asdict(self)
 
     def summary(self) -> str:
-        if self.error and not self.items:
+        if self.error and not self.failed:  # nothing could be sent (no key, an unknown kind...)
             return f"{self.name}: FAILED: {self.error}"
         would = "would send" if self.dry_run else "sent"
         failed = f", {self.failed} FAILED (the next push sends them again)" if self.failed else ""
