@@ -192,6 +192,20 @@ def test_a_langsmith_feedback_sent_but_not_recorded_is_updated(db):
         assert r.ok and r.sent == 2 and len(store.feedback) == 2, r.to_dict()
 
 
+def test_a_source_removed_and_added_again_is_sent_everything_again(db):
+    with fake("langfuse") as store:
+        store.add(records("langfuse", 3))
+        first, *_ = synced(db, store)
+        grade(db, first, {1: 3})
+        assert push(db, "src").sent == 2
+        sources.remove_source(db, "src")
+        assert db.execute("SELECT count(*) FROM source_pushes").fetchone()[0] == 0
+        # what the removed source ingested stays, and a query belongs to the source by name (its
+        # ingests read "sync src ..."): the source added again under the name is sent those grades
+        sources.add_source(db, "langfuse", "src", url=store.url)
+        assert push(db, "src").sent == 2 and len(store.scores) == 2  # the same ids: replaced, not doubled
+
+
 def test_dry_run_sends_and_records_nothing_and_needs_no_key(db):
     with fake("langfuse") as store:
         store.add(records("langfuse", 3))
