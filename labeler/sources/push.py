@@ -8,10 +8,10 @@ consolidated grades (``labeler.labels.consolidate``: submitted grades, adjudicat
 chunks the retriever returned, labeler sends:
 
 - Phoenix: a document annotation ``relevance`` per graded document (``POST /v1/document_annotations``,
-  ``span_id``, ``document_position``, annotator kind ``HUMAN``, result ``{label, score}``), and a span
-  annotation ``golden precision`` on the retrieval span (``POST /v1/span_annotations``: the share of
-  the graded documents at or above the relevance threshold). Phoenix upserts both on (name, span,
-  position).
+  ``span_id``, ``document_position``, annotator kind ``HUMAN``, result ``{label, score}``: the
+  grade's name in the project's scale, and the grade), and a span annotation ``golden precision``
+  on the retrieval span (``POST /v1/span_annotations``: the share of the graded documents at or
+  above the relevance threshold). Phoenix upserts both on (name, span, position).
 - Langfuse: a score ``relevance`` per graded document on the retriever observation, and a score
   ``golden precision`` (``POST /api/public/scores`` with ``traceId``, ``observationId`` and an ``id``
   made from the source, target and name, on which Langfuse upserts).
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 RELEVANCE = "relevance"
 PRECISION = "golden precision"
-GRADE_LABELS = {0: "irrelevant", 1: "related", 2: "relevant", 3: "highly relevant"}
 MAX_ERRORS = 20
 PHOENIX_BATCH = 100  # annotations per request (Phoenix takes a list)
 _NAMESPACE = uuid.UUID("6f1c3d4e-8a2b-4c5d-9e0f-1a2b3c4d5e6f")  # ids of Langfuse scores, LangSmith feedback
@@ -146,6 +145,7 @@ def push_items(db: sqlite_utils.Database, name: str, result: PushResult) -> list
     if golden.empty:
         return []
     threshold = int(store.get_setting(db, "threshold"))
+    names = list(store.get_setting(db, "grade_names") or [])  # the project's scale: its label for each grade
     ranks = {(q, d): (r, doc_id) for q, d, r, doc_id in db.execute(
         "SELECT r.query_pk, r.doc_pk, r.rank, d.doc_id FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
         "WHERE r.retriever = 'production' AND r.query_pk IN (SELECT value FROM json_each(?))",
@@ -165,7 +165,7 @@ def push_items(db: sqlite_utils.Database, name: str, result: PushResult) -> list
         per_query.setdefault(q, []).append(grade)
         items.append(PushItem(
             f"span:{query_id}/doc:{rank - 1}", RELEVANCE, query_id, trace, rank - 1, doc_id, float(grade),
-            GRADE_LABELS.get(grade, f"grade {grade}"),
+            names[grade] if 0 <= grade < len(names) else f"grade {grade}",
             {"golden_set_version": version, "doc_id": doc_id, "grade": grade, "annotators": int(n),
              "by": "labeler"}))
     for q, grades in per_query.items():
