@@ -18,7 +18,8 @@ Phoenix's ``POST /v1/span_annotations`` and ``/v1/document_annotations`` (``sync
 request refused when a span is missing; upserted on name, span, identifier and document position;
 phoenix ``routers/v1/spans.py``, ``documents.py``) in ``annotations``; Langfuse's ``POST
 /api/public/scores`` (langfuse-python ``scores.create``: upserted on the score's ``id``) in
-``scores``; LangSmith's ``POST /feedback`` (``create_feedback``; an id sent before is a 409) and
+``scores``; LangSmith's ``POST /feedback`` (``create_feedback``; an id sent before is a 409, a run's feedback without its project's
+``session_id`` is refused by a SmithDB-only deployment) and
 ``PATCH /feedback/{id}`` (``update_feedback``) in ``feedback``.
 """
 
@@ -201,6 +202,10 @@ class FakeStore:
                 return 422, {"detail": "key and id are required"}
             if not isinstance(body.get("feedback_source"), dict):
                 return 422, {"detail": "feedback_source is required"}
+            if body.get("session_id") is None and self.smithdb_only:  # the SDK raises before sending there
+                return 422, {"detail": "session_id must be provided when creating feedback for a run"}
+            if body.get("session_id") not in (None, PROJECT_ID):
+                return 404, {"detail": "session not found"}
             with self.lock:
                 if body["id"] in self.feedback:
                     return 409, {"detail": "Feedback already exists"}

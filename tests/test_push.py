@@ -20,7 +20,7 @@ from labeler.errors import RoleError
 from labeler.export.write import export_golden
 from labeler.labels.writes import set_grade, set_status
 from labeler.sources.push import push_source
-from tests.fake_tracestores import FakeStore, langfuse_from_run, langsmith_trace, phoenix_trace
+from tests.fake_tracestores import PROJECT_ID, FakeStore, langfuse_from_run, langsmith_trace, phoenix_trace
 from tests.test_sources import ENV, FAST, LF_KEYS, LS_KEY, PX_KEY, at, sync
 
 NO_SECRETS = Path("/nonexistent")
@@ -162,10 +162,15 @@ def test_a_store_that_keeps_failing_is_reported_without_a_key_and_resumed(db):
         store.add(records("langsmith", 3))
         first, *_ = synced(db, store)
         grade(db, first, {1: 1})
-        store.faults = ["500-echo"] * 5  # every attempt of the first item; the body repeats the key
+        store.faults = ["500-echo"] * 5  # every attempt of the project look-up; the body repeats the key
+        r = push(db, "src")
+        assert not r.ok and (r.sent, r.failed) == (0, 0) and "GET /sessions: HTTP 500: key ***" in r.error
+        assert r.summary().startswith("src: FAILED: ")
+        store.faults = [None] + ["500-echo"] * 5  # the project is found; every attempt of the first item fails
         r = push(db, "src")
         assert not r.ok and (r.sent, r.failed) == (1, 1), r.to_dict()
         assert LS_KEY not in json.dumps(r.to_dict()) and "***" in r.errors[0]
+        assert LS_KEY not in str(db.execute("SELECT group_concat(error) FROM source_pushes").fetchone()[0])
         again = push(db, "src")
         assert again.ok and (again.sent, again.unchanged) == (1, 1), again.to_dict()
 
@@ -275,3 +280,36 @@ def test_cli_push_dry_run_json_table_and_keys_never_printed(tmp_path, monkeypatc
     for out in (dry.output, done.output, table.output, failed.output):
         assert LF_KEYS[0] not in out and LF_KEYS[1] not in out
     assert runner.invoke(cli, [*base, "push", "nope"]).exit_code == 1
+
+
+def test_the_fake_langsmith_takes_feedback_as_the_langsmith_sdk_sends_it(db):
+    """The real SDK's create_feedback and update_feedback go to the loopback LangSmith, and push
+    sends no field the SDK's FeedbackCreate does not have."""
+    from langsmith import Client
+    from langsmith.schemas import FeedbackCreate
+
+    with fake("langsmith") as store:
+        store.add(records("langsmith", 3))
+        first, *_ = synced(db, store)
+        client = Client(api_url=store.url, api_key=LS_KEY, auto_batch_tracing=False)
+        made = client.create_feedback(first, key="relevance", score=2, value="relevant", comment="sdk",
+                                      feedback_id="11111111-1111-4111-8111-111111111111", session_id=PROJECT_ID)
+        client.update_feedback(made.id, score=3, comment="sdk again")
+        sdk_body = next(q["body"] for q in store.requests if q["method"] == "POST" and q["path"] == "/feedback")
+        assert store.feedback[str(made.id)]["score"] == 3 and store.feedback[str(made.id)]["comment"] == "sdk again"
+        grade(db, first, {1: 2})
+        assert push(db, "src").ok
+        ours = [q["body"] for q in store.requests if q["method"] == "POST" and q["path"] == "/feedback"][1:]
+    fields = set(FeedbackCreate.model_fields)
+    assert ours and all(set(body) <= fields for body in ours) and set(sdk_body) <= fields
+    assert all(body["session_id"] == PROJECT_ID and body["start_time"] for body in ours)
+    assert all(body["feedback_source"]["type"] == sdk_body["feedback_source"]["type"] for body in ours)
+
+
+def test_a_smithdb_only_langsmith_gets_feedback_with_its_project(db):
+    with FakeStore("langsmith", key=LS_KEY, page_size=2, smithdb_only=True) as store:
+        store.add(records("langsmith", 3))
+        first, *_ = synced(db, store)
+        grade(db, first, {1: 2, 2: 0})
+        r = push(db, "src")
+        assert r.ok and r.sent == 3 and len(store.feedback) == 3, r.to_dict()

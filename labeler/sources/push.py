@@ -16,7 +16,9 @@ chunks the retriever returned, labeler sends:
   ``golden precision`` (``POST /api/public/scores`` with ``traceId``, ``observationId`` and an ``id``
   made from the source, target and name, on which Langfuse upserts).
 - LangSmith: feedback ``relevance`` per graded document and ``golden precision`` on the run
-  (``POST /feedback`` with an id made the same way; a changed grade is a ``PATCH /feedback/{id}``).
+  (``POST /feedback`` with an id made the same way, the run's project as ``session_id``, which
+  SmithDB-only deployments require, and its start time; a changed grade is a ``PATCH
+  /feedback/{id}``).
 
 Every item carries the golden-set version (the latest export's version and hash, or
 ``unversioned``) in its metadata (LangSmith: the feedback source's metadata and the comment).
@@ -46,6 +48,9 @@ from ..labels.consolidate import golden_labels
 from . import keys as source_keys
 from . import store as sources
 from .http import Http
+from .langsmith import LangSmithClient
+from .page import Client
+from .sync import make_client
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class PushItem:
     name: str
     query_id: str
     trace_id: str | None
+    started: str | None  # when the span (run, observation) started
     position: int | None  # the document's position in the span's list (None: the span itself)
     doc_id: str | None
     score: float
@@ -115,19 +121,19 @@ def golden_set_version(db: sqlite_utils.Database) -> str:
     return f"v{row[0]} sha256:{row[1][:12]}" if row else "unversioned"
 
 
-def _source_queries(db: sqlite_utils.Database, name: str) -> dict[int, tuple[str, str | None]]:
-    """query pk -> (query id, trace id) of the queries the syncs of source ``name`` ingested."""
+def _source_queries(db: sqlite_utils.Database, name: str) -> dict[int, tuple[str, str | None, str | None]]:
+    """query pk -> (query id, trace id, start time) of the queries the syncs of source ``name`` ingested."""
     rows = db.execute(
-        "SELECT q.pk, q.query_id, q.meta FROM queries q JOIN ingests i ON i.id = q.ingest_id "
+        "SELECT q.pk, q.query_id, q.meta, q.first_seen FROM queries q JOIN ingests i ON i.id = q.ingest_id "
         "WHERE i.state = 'done' AND i.path LIKE ? ESCAPE '\\'",
         ["sync " + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"]).fetchall()
-    out: dict[int, tuple[str, str | None]] = {}
-    for pk, query_id, meta in rows:
+    out: dict[int, tuple[str, str | None, str | None]] = {}
+    for pk, query_id, meta, started in rows:
         try:
             trace = (json.loads(meta) or {}).get("trace_id") if meta else None
         except ValueError:
             trace = None
-        out[int(pk)] = (query_id, str(trace) if trace else None)
+        out[int(pk)] = (query_id, str(trace) if trace else None, started)
     return out
 
 
@@ -161,18 +167,18 @@ def push_items(db: sqlite_utils.Database, name: str, result: PushResult) -> list
             result.not_retrieved += 1
             continue
         rank, doc_id = found
-        query_id, trace = queries[q]
+        query_id, trace, started = queries[q]
         per_query.setdefault(q, []).append(grade)
         items.append(PushItem(
-            f"span:{query_id}/doc:{rank - 1}", RELEVANCE, query_id, trace, rank - 1, doc_id, float(grade),
+            f"span:{query_id}/doc:{rank - 1}", RELEVANCE, query_id, trace, started, rank - 1, doc_id, float(grade),
             names[grade] if 0 <= grade < len(names) else f"grade {grade}",
             {"golden_set_version": version, "doc_id": doc_id, "grade": grade, "annotators": int(n),
              "by": "labeler"}))
     for q, grades in per_query.items():
-        query_id, trace = queries[q]
+        query_id, trace, started = queries[q]
         relevant = sum(g >= threshold for g in grades)
         items.append(PushItem(
-            f"span:{query_id}", PRECISION, query_id, trace, None, None, round(relevant / len(grades), 6),
+            f"span:{query_id}", PRECISION, query_id, trace, started, None, None, round(relevant / len(grades), 6),
             f"{relevant} of {len(grades)} relevant",
             {"golden_set_version": version, "relevant": relevant, "graded": len(grades), "threshold": threshold,
              "by": "labeler"}))
@@ -285,7 +291,9 @@ def _langfuse(http: Http, source: str, items: list[PushItem], done: Done, failed
             done([i], str(answer.get("id")) if isinstance(answer, dict) and answer.get("id") else body["id"])
 
 
-def _langsmith(http: Http, source: str, items: list[PushItem], done: Done, failed: Failed) -> None:
+def _langsmith(http: Http, source: str, items: list[PushItem], done: Done, failed: Failed,
+               session: Callable[[], str]) -> None:
+    project = session()  # the run's project: feedback without it is deprecated, refused by SmithDB-only deployments
     for i in items:
         feedback_id = item_uuid(source, i)
         comment = (f"document {i.doc_id} at position {i.position}: {i.label}" if i.position is not None
@@ -295,9 +303,10 @@ def _langsmith(http: Http, source: str, items: list[PushItem], done: Done, faile
             if i.update:
                 http.request("PATCH", f"feedback/{feedback_id}", json=update)
             else:
-                body = {"id": feedback_id, "run_id": i.query_id, "trace_id": i.trace_id, "key": i.name,
-                        **update, "feedback_source": {"type": "api", "metadata": {**i.metadata,
-                                                                                  "document_position": i.position}}}
+                metadata = {**i.metadata, "document_position": i.position}
+                body = {"id": feedback_id, "run_id": i.query_id, "trace_id": i.trace_id, "session_id": project,
+                        "start_time": i.started, "key": i.name, **update, "extra": metadata,
+                        "feedback_source": {"type": "api", "metadata": metadata}}
                 try:
                     http.post("feedback", {k: v for k, v in body.items() if v is not None})
                 except SourceError as e:
@@ -310,19 +319,17 @@ def _langsmith(http: Http, source: str, items: list[PushItem], done: Done, faile
             done([i], feedback_id)
 
 
-_SENDERS = {"phoenix": _phoenix, "langfuse": _langfuse, "langsmith": _langsmith}
-
-
-def _http(source: sources.Source, keys: dict[str, str], **options: Any) -> Http:
-    if source.kind == "phoenix":
-        headers = {"Authorization": f"Bearer {keys['PHOENIX_API_KEY']}"} if keys.get("PHOENIX_API_KEY") else {}
-        return Http(source.name, source.url, headers, **options)
-    if source.kind == "langfuse":
-        return Http(source.name, source.url, auth=(keys["LANGFUSE_PUBLIC_KEY"], keys["LANGFUSE_SECRET_KEY"]),
-                    **options)
-    if source.kind == "langsmith":
-        return Http(source.name, source.url, {"x-api-key": keys["LANGSMITH_API_KEY"]}, **options)
-    raise SourceError(f"source {source.name}: unknown kind {source.kind!r}")
+def _send(source: sources.Source, client: Client, items: list[PushItem], done: Done, failed: Failed) -> None:
+    """``items`` to ``source`` through its sync client's HTTP (the same keys, retries and backoff)."""
+    http: Http = client.http  # type: ignore[attr-defined] - every source client has one
+    if isinstance(client, LangSmithClient):
+        _langsmith(http, source.name, items, done, failed, client.session)
+    elif source.kind == "phoenix":
+        _phoenix(http, source.name, items, done, failed)
+    elif source.kind == "langfuse":
+        _langfuse(http, source.name, items, done, failed)
+    else:
+        raise SourceError(f"source {source.name}: unknown kind {source.kind!r}")
 
 
 def push_source(db: sqlite_utils.Database, name: str, *, by: str | None = None, dry_run: bool = False,
@@ -345,7 +352,7 @@ def push_source(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
     if not pending:
         return result
     keys: dict[str, str] = {}
-    client: Http | None = None
+    client: Client | None = None
 
     def done(batch: list[PushItem], remote: str | None) -> None:
         _record(db, source.name, [(i, remote) for i in batch], [])
@@ -362,8 +369,8 @@ def push_source(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
 
     try:
         keys = source_keys.keys_for(source.kind, source.name, env=env, secrets=secrets)
-        client = _http(source, keys, **http)
-        _SENDERS[source.kind](client, source.name, pending, done, failed)
+        client = make_client(source, keys, **http)
+        _send(source, client, pending, done, failed)
     except Exception as e:  # noqa: BLE001 - reported like a sync's failure, never a traceback
         if not isinstance(e, LabelerError):
             log.exception("push to %s failed", source.name)
@@ -371,7 +378,8 @@ def push_source(db: sqlite_utils.Database, name: str, *, by: str | None = None, 
         result.error = source_keys.scrub(f"{e}" if isinstance(e, LabelerError) else f"{type(e).__name__}: {e}", keys)
     finally:
         if client is not None:
-            result.requests, result.retries = client.attempts, client.retried
+            sent_by: Http = client.http  # type: ignore[attr-defined]
+            result.requests, result.retries = sent_by.attempts, sent_by.retried
             client.close()
     if result.failed and result.error is None:
         result.error = f"{result.failed} of {len(pending)} items failed; labeler push {source.name} sends them again"
