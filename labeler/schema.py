@@ -920,10 +920,32 @@ def m024_sources(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
-# --- m025: routing live queries to the queue (labeler.labels.routing) ------------------------------
+# --- m025: grades pushed back to the sources (labeler.sources.push) --------------------------------
+
+_M025_SOURCE_PUSHES = [
+    # One row per annotation, score or feedback labeler sent to a source: ``target`` names what it is
+    # on (``span:ID``, ``span:ID/doc:N``; a Langfuse observation or LangSmith run is its id too),
+    # ``name`` the annotation's name. ``value_hash`` is the hash of the last value the source accepted
+    # (NULL: never accepted), so a second push sends only what changed; ``error`` the last failure.
+    "CREATE TABLE source_pushes (source TEXT NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, "
+    "value_hash TEXT, remote_id TEXT, pushed_at TEXT, error TEXT, failed_at TEXT, "
+    "PRIMARY KEY (source, target, name)) WITHOUT ROWID",
+]
+
 
 @migrations()
-def m025_routing(db: sqlite_utils.Database) -> None:
+def m025_source_pushes(db: sqlite_utils.Database) -> None:
+    """Grades pushed back (``labeler push``): what each source was sent and accepted, by target and
+    annotation name, with the hash of the value, so a push is idempotent and a changed grade is
+    sent again; a failed item keeps its error until a later push succeeds."""
+    for statement in _M025_SOURCE_PUSHES:
+        db.execute(statement)
+
+
+# --- m026: routing live queries to the queue (labeler.labels.routing) ------------------------------
+
+@migrations()
+def m026_routing(db: sqlite_utils.Database) -> None:
     """Routing (``labeler route set``): one row per query that arrived from a live source while
     routing rules were set, deciding once whether it enters the labeling queue (``routed``), why
     (``signal``, ``new-topic``, ``quota``, ``sampled``, ``not-sampled``; ``pending`` from just before

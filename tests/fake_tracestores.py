@@ -12,6 +12,15 @@ whatever limit the client asks for, so a few records make many pages. ``faults``
 handler pops from for each data request: ``429`` (with ``Retry-After: retry_after``), ``500``,
 ``503``, ``drop`` (headers and half the body, then the connection closes), ``echo-key`` (a 401
 whose body repeats the key it was sent), ``500-echo`` (the same as a 500); ``None`` answers normally.
+
+What ``labeler push`` sends is accepted and kept as each tool does (the faults apply to it too):
+Phoenix's ``POST /v1/span_annotations`` and ``/v1/document_annotations`` (``sync=true``: the whole
+request refused when a span is missing; upserted on name, span, identifier and document position;
+phoenix ``routers/v1/spans.py``, ``documents.py``) in ``annotations``; Langfuse's ``POST
+/api/public/scores`` (langfuse-python ``scores.create``: upserted on the score's ``id``) in
+``scores``; LangSmith's ``POST /feedback`` (``create_feedback``; an id sent before is a 409, a run's feedback without its project's
+``session_id`` is refused by a SmithDB-only deployment) and
+``PATCH /feedback/{id}`` (``update_feedback``) in ``feedback``.
 """
 
 from __future__ import annotations
@@ -59,6 +68,11 @@ class FakeStore:
         self.faults: list[str | None] = []
         self.retry_after = "0"
         self.requests: list[dict[str, Any]] = []
+        # what labeler push sent: Phoenix annotations by (name, span id, identifier, document position
+        # or None), Langfuse scores and LangSmith feedback by id
+        self.annotations: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
+        self.scores: dict[str, dict[str, Any]] = {}
+        self.feedback: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self._httpd: _Server | None = None
         self.port = 0
@@ -134,9 +148,82 @@ class FakeStore:
         token = base64.b64encode(f"{public}:{secret}".encode()).decode()
         return headers.get("Authorization") == f"Basic {token}"
 
+    def _annotate(self, path: str, body: Any) -> tuple[int, Any]:
+        """Phoenix's ``POST /v1/span_annotations`` and ``/v1/document_annotations`` with ``sync=true``
+        (routers/v1/spans.py, documents.py, annotations.py): the whole request is refused (404) when a
+        span is missing, a document position out of range or a document identifier non-empty is 422;
+        otherwise each annotation is upserted on (name, span, identifier[, position])."""
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return 422, {"detail": "data: field required"}
+        documents = path == "/v1/document_annotations"
+        with self.lock:
+            spans = {r["context"]["span_id"]: r for r in self.records}
+        missing = sorted({d.get("span_id") for d in data} - set(spans))
+        if missing:
+            return 404, {"detail": f"Spans with IDs {', '.join(map(str, missing))} do not exist."}
+        for d in data:
+            if d.get("annotator_kind") not in ("LLM", "CODE", "HUMAN") or not d.get("name"):
+                return 422, {"detail": "annotator_kind and name are required"}
+            if documents:
+                if str(d.get("identifier") or "").strip():
+                    return 422, {"detail": f"Non-empty identifier '{d['identifier']}' is not supported"}
+                n = sum(k.endswith(".document.id") for k in spans[d["span_id"]]["attributes"])
+                if not isinstance(d.get("document_position"), int) or d["document_position"] not in range(n):
+                    return 422, {"detail": f"Document position {d.get('document_position')} is out of bounds"}
+        ids = []
+        with self.lock:
+            for d in data:
+                key = (d["name"], d["span_id"], d.get("identifier") or "", d.get("document_position") if documents
+                       else None)
+                self.annotations[key] = d
+                ids.append(str(list(self.annotations).index(key) + 1))
+        kind = "DocumentAnnotation" if documents else "SpanAnnotation"
+        return 200, {"data": [{"id": base64.b64encode(f"{kind}:{i}".encode()).decode()} for i in ids]}
+
+    def _score(self, body: Any) -> tuple[int, Any]:
+        """Langfuse's ``POST /api/public/scores`` (langfuse-python ``scores.create``): name and value
+        required, a score with the ``id`` of an earlier one replaces it; answers ``{"id": ...}``."""
+        if not isinstance(body, dict) or not body.get("name") or body.get("value") is None:
+            return 400, {"message": "Invalid request data: name and value are required"}
+        if not (body.get("traceId") or body.get("sessionId") or body.get("datasetRunId")):
+            return 400, {"message": "Invalid request data: traceId, sessionId or datasetRunId is required"}
+        score_id = str(body.get("id") or f"score-{len(self.scores) + 1}")
+        with self.lock:
+            self.scores[score_id] = {**body, "id": score_id}
+        return 200, {"id": score_id}
+
+    def _feedback(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """LangSmith's ``POST /feedback`` (``create_feedback``: a ``FeedbackCreate``, an existing id
+        is a 409) and ``PATCH /feedback/{id}`` (``update_feedback``: score, value, correction,
+        comment)."""
+        if method == "POST" and path == "/feedback":
+            if not isinstance(body, dict) or not body.get("key") or not body.get("id"):
+                return 422, {"detail": "key and id are required"}
+            if not isinstance(body.get("feedback_source"), dict):
+                return 422, {"detail": "feedback_source is required"}
+            if body.get("session_id") is None and self.smithdb_only:  # the SDK raises before sending there
+                return 422, {"detail": "session_id must be provided when creating feedback for a run"}
+            if body.get("session_id") not in (None, PROJECT_ID):
+                return 404, {"detail": "session not found"}
+            with self.lock:
+                if body["id"] in self.feedback:
+                    return 409, {"detail": "Feedback already exists"}
+                self.feedback[body["id"]] = dict(body)
+            return 200, dict(body)
+        feedback_id = path.rsplit("/", 1)[-1]
+        with self.lock:
+            if feedback_id not in self.feedback:
+                return 404, {"detail": "Feedback not found"}
+            update = {k: v for k, v in (body or {}).items() if k in ("score", "value", "correction", "comment")}
+            self.feedback[feedback_id].update(update)
+            return 200, dict(self.feedback[feedback_id])
+
     def answer(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         one = {k: v[-1] for k, v in query.items()}
         if self.kind == "phoenix":
+            if method == "POST" and path in ("/v1/span_annotations", "/v1/document_annotations"):
+                return self._annotate(path, body)
             if method == "GET" and path == f"/v1/projects/{self.project}/spans":
                 roots_only = one.get("parent_id") == "null"
                 data, cursor = self.select(kind=one.get("span_kind"), start=one.get("start_time"),
@@ -146,6 +233,8 @@ class FakeStore:
             if path.startswith("/v1/projects/"):
                 return 404, {"detail": "Project not found"}
         elif self.kind == "langfuse":
+            if method == "POST" and path == "/api/public/scores":
+                return self._score(body)
             if method == "GET" and path == "/api/public/v2/observations":
                 data, cursor = self.select(kind=one.get("type"), start=one.get("fromStartTime"),
                                            end=one.get("toStartTime"),
@@ -153,6 +242,8 @@ class FakeStore:
                                            cursor=one.get("cursor"))
                 return 200, {"data": data, "meta": {"cursor": cursor} if cursor else {}}
         else:
+            if (method, path) == ("POST", "/feedback") or (method == "PATCH" and path.startswith("/feedback/")):
+                return self._feedback(method, path, body)
             if method == "GET" and path == "/sessions":
                 project = {"id": PROJECT_ID, "name": self.project, "tenant_id": TENANT_ID, "reference_dataset_id": None,
                            "start_time": "2026-11-01T00:00:00.000000", "end_time": None, "description": None,
@@ -238,6 +329,9 @@ class FakeStore:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 self._handle("POST")
+
+            def do_PATCH(self) -> None:  # noqa: N802 - http.server's name
+                self._handle("PATCH")
 
         self._httpd = _Server(("127.0.0.1", self.port), Handler)
         self.port = self._httpd.server_address[1]

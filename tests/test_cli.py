@@ -119,7 +119,7 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "topics build": [], "topics show": [], "coverage": [], "drift": ["new.jsonl"], "split": [],
     "ingest list": [], "ingest undo": ["1"], "queries remove": ["q1"],
     "llm batches": [], "llm collect": ["--all"], "llm cancel": ["batch_1"],
-    "source list": [], "source remove": ["prod"], "sync": [],
+    "source list": [], "source remove": ["prod"], "sync": [], "push": ["prod"],
     "route show": [], "route preview": [], "route clear": [],
 }
 

@@ -420,3 +420,23 @@ def test_a_title_without_text_names_the_new_document(db, tmp_path, parallel):
         parallel=parallel)
     assert rows(db, "SELECT doc_id, text, title FROM documents ORDER BY doc_id") == [
         ("t1", None, "Billing FAQ"), ("t2", "later text", "Plans")]
+
+
+def test_an_ingest_leaves_no_file_open(tmp_path):
+    """Plain and gzip files alike: the file under a GzipFile and under the counting wrapper is closed
+    too (syncs and collects ingest a temporary file per batch, thousands in a day)."""
+    import gc
+    import gzip
+    import warnings
+
+    record = json.dumps({"question": "q?", "retrieved": [{"id": "a", "text": "t"}]}) + "\n"
+    (tmp_path / "a.jsonl").write_text(record)
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.write(record.replace("q?", "another q?"))
+    db = labeler.connect(tmp_path / "x.db")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for name in ("a.jsonl", "b.jsonl.gz"):
+            labeler.ingest_logs(db, tmp_path / name)
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

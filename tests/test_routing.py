@@ -404,7 +404,7 @@ class AnnotatingPhoenix(FakeStore):
 
     def __init__(self, annotations: list[dict], **kw) -> None:
         super().__init__("phoenix", **kw)
-        self.annotations = annotations
+        self.given = annotations  # (the fake keeps what labeler push sends in ``annotations``)
         self.asked: list[list[str]] = []
 
     def answer(self, method, path, query, body):
@@ -413,7 +413,7 @@ class AnnotatingPhoenix(FakeStore):
             self.asked.append(ids)
             limit = int((query.get("limit") or ["10"])[-1])
             start = int((query.get("cursor") or ["0"])[-1])
-            found = [a for a in self.annotations if a["span_id"] in ids]
+            found = [a for a in self.given if a["span_id"] in ids]
             page = found[start:start + limit]
             more = start + limit < len(found)
             return 200, {"data": page, "next_cursor": str(start + limit) if more else None}
@@ -462,13 +462,13 @@ class FeedbackLangSmith(FakeStore):
 
     def __init__(self, feedback: list[dict], **kw) -> None:
         super().__init__("langsmith", **kw)
-        self.feedback = feedback
+        self.given = feedback  # (the fake keeps what labeler push sends in ``feedback``)
 
     def answer(self, method, path, query, body):
         if method == "GET" and path == "/feedback":
             runs = set(query.get("run") or [])
             limit, offset = int(query["limit"][-1]), int(query["offset"][-1])
-            return 200, [f for f in self.feedback if f["run_id"] in runs][offset:offset + limit]
+            return 200, [f for f in self.given if f["run_id"] in runs][offset:offset + limit]
         return super().answer(method, path, query, body)
 
 

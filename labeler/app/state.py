@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -206,25 +209,41 @@ def warm_metrics(again: bool = False) -> None:
 
 class _Syncer:
     """Syncs the live sources that have an interval (``labeler source add --every``) whenever it is
-    due, in a background thread of the app's server, on a connection of its own."""
+    due, from a background thread of the app's server. Each sync runs as ``labeler sync NAME`` in a
+    child process at a lower CPU priority: a sync is an ingest (parsing, redaction, writing), and
+    in the server's own process it would hold the interpreter (and switch off its garbage
+    collector) while the annotators' pages wait for it."""
 
     POLL_S = 15.0
+    NICE = 10  # the child's CPU priority below the server's (POSIX; nothing elsewhere)
+    TIMEOUT_S = 6 * 3600.0  # a sync that has not finished by then is stopped (it resumes next time)
 
     def __init__(self, path: str):
         self.path = path
         self.thread = threading.Thread(target=self._run, name="labeler-sync-sources", daemon=True)
 
     def once(self) -> list:
-        """Sync the sources that are due; their results (errors are kept on each source)."""
+        """Sync the sources that are due, each in a child process; their results (``SyncResult``;
+        errors are kept on each source too)."""
         from labeler import sources
+        from labeler.sources.sync import SyncResult, is_due
 
         db = labeler.connect(self.path, migrate=False)
         try:
-            if not any(s.every_s for s in sources.list_sources(db)):
-                return []
-            return sources.sync_sources(db, due_only=True)
+            due = [s.name for s in sources.list_sources(db) if is_due(s)]
         finally:
             db.conn.close()
+        results = []
+        for name in due:
+            # `python -m labeler ...` with its priority lowered first (no preexec_fn: unsafe in a
+            # process with threads, as the server is)
+            cmd = [sys.executable, "-c", _NICE_LABELER.format(nice=self.NICE), "--db", self.path, "sync", name, "--json"]
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=self.TIMEOUT_S)
+            try:
+                results += [SyncResult(**row) for row in json.loads(run.stdout or "[]")]
+            except (ValueError, TypeError):  # no JSON: the command failed before syncing
+                results.append(SyncResult(name, "", ok=False, error=(run.stderr or run.stdout).strip()[-500:]))
+        return results
 
     def _run(self) -> None:
         log = logging.getLogger(__name__)
@@ -235,6 +254,10 @@ class _Syncer:
             except Exception as e:  # noqa: BLE001 - a background job: the Data page shows each source's error
                 log.warning("background sync failed: %s", e)
             time.sleep(self.POLL_S)
+
+
+_NICE_LABELER = ("import os, runpy\nif hasattr(os, 'nice'):\n    os.nice({nice})\n"
+                 "runpy.run_module('labeler', run_name='__main__', alter_sys=True)")
 
 
 @st.cache_resource

@@ -42,11 +42,15 @@ def judge_group() -> None:
 @click.option("--batch", "as_batch", is_flag=True,
               help="Send through the Batch API (half price, results within 24 h); returns at once.")
 @click.option("--wait", "wait", is_flag=True, help="With --batch: poll until the batches finish, then collect.")
+@click.option("--batch-file", "batch_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the Batch API request lines to FILE for a local runner (vllm run-batch) instead of "
+              "sending them; labeler llm collect --file RESULTS finishes the run. With --resume: the run's "
+              "failed and pending requests.")
 @output_options()
 @click.pass_context
 def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int | None, model: str | None,
                   rubric: str | None, seed: int, resume_id: int | None, dry_run: bool, as_batch: bool, wait: bool,
-                  output_format: str) -> Output:
+                  batch_file: str | None, output_format: str) -> Output:
     """Run a judge over the human-labeled items (to calibrate) or the unlabeled ones (to pre-label).
 
     Pre-labeling needs a calibration run of the same judge, rubric, model and temperature that
@@ -60,20 +64,27 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
 
     `--on all` judges every logged query, labeled or not, whatever the gate says: the all-traffic
     estimates (`labeler metrics --all-traffic`) correct the judge's bias with the human labels.
+
+    On your own GPUs: `--batch-file requests.jsonl` writes the lines the Batch API would get, then
+    `vllm run-batch -i requests.jsonl -o results.jsonl --model MODEL` and
+    `labeler llm collect --file results.jsonl`.
     """
     from ..judge import resume_run, run_judge
     from ..llm import LLMConfig
 
+    if batch_file is not None and as_batch:
+        raise click.UsageError("--batch-file writes the requests for a local runner: give it without --batch")
     db = open_db(ctx)
     config = LLMConfig.from_env(secrets_toml(), model=model)
     update, close = progress_bar(judge_name)
     progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
     try:
         if resume_id is not None:
-            run = resume_run(db, config, resume_id, progress=progress)
+            run = resume_run(db, config, resume_id, progress=None if batch_file else progress, batch_file=batch_file)
         else:
             run = run_judge(db, config, judge_name, on=on_set, limit=limit, rubric=rubric, seed=seed,
-                            progress=None if as_batch else progress, dry_run=dry_run, batch=as_batch)
+                            progress=None if as_batch or batch_file else progress, dry_run=dry_run, batch=as_batch,
+                            batch_file=batch_file)
     finally:
         close()
     if run.status == "submitted" and wait:
@@ -88,6 +99,12 @@ def judge_run_cmd(ctx: click.Context, judge_name: str, on_set: str, limit: int |
         run = get_run(db, run.id)
     document = run.to_dict()
     rows = [{key: document.get(key) for key in RUN_COLUMNS}]
+    if run.status == "submitted" and batch_file is not None:
+        return Output(document, RUN_COLUMNS, rows,
+                      text=[f"run {run.id}: {run.judge} on {run.items} {run.on_set} items: the requests not already "
+                            f"cached are in {batch_file}; run them, e.g.",
+                            f"  vllm run-batch -i {batch_file} -o results.jsonl --model {run.model}",
+                            "then: labeler llm collect --file results.jsonl"])
     if run.status == "submitted":
         return Output(document, RUN_COLUMNS, rows,
                       text=[f"run {run.id}: {run.judge} on {run.items} {run.on_set} items submitted as "

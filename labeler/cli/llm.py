@@ -1,5 +1,6 @@
 """``labeler llm``: the Batch API runs that ``judge run --batch`` and ``synth generate --batch`` submit
-(``batches``, ``collect``, ``cancel``), and the ``--wait`` progress shared by those commands."""
+(``batches``, ``collect``, ``cancel``; ``collect --file``: a local runner's results of ``judge run
+--batch-file``), and the ``--wait`` progress shared by those commands."""
 
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def collect_summary(result: Any) -> str:
 def llm_group() -> None:
     """Batch API runs: list the batches, collect finished ones, cancel one.
 
-    `labeler judge run --batch` and `labeler synth generate --batch` submit them.
+    `labeler judge run --batch` and `labeler synth generate --batch` submit them;
+    `labeler judge run --batch-file` writes them for a local runner (vllm run-batch), and
+    `labeler llm collect --file` stores its results.
 
     Example:
 
@@ -93,22 +96,38 @@ def llm_batches_cmd(ctx: click.Context, offline: bool, output_format: str) -> Ou
               help="Run the requests an expired batch never ran directly instead of in a new batch.")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="First poll every SECONDS until the run's batches are finished.")
+@click.option("--file", "results_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Store a local runner's output file (vllm run-batch -o FILE) of requests written with "
+              "judge run --batch-file, instead of asking the Batch API.")
+@click.option("--price-per-1k", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="USD",
+              help="With --file: the ledger's price per 1,000 tokens (input and output) of the local runner.")
 @output_options()
 @click.pass_context
 def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, direct_rest: bool, wait_s: float | None,
-                    output_format: str) -> Output:
+                    results_file: str | None, price_per_1k: float, output_format: str) -> Output:
     """Download finished batches, store every answer in the LLM cache and finish their runs.
 
     RUN is judge:ID or synth:ID (a bare number is a judge run). Collecting twice changes nothing.
+    With --file, the lines of a local runner's output file are stored the same way (no API is
+    asked; a bad or missing line is recorded as failed, and a later run writes it again).
 
     Example:
 
         labeler llm collect judge:12
+        labeler llm collect --file results.jsonl --price-per-1k 0.0002
     """
     from ..llm import batch
 
+    if results_file is not None:
+        if run is not None or collect_all or direct_rest or wait_s is not None:
+            raise click.UsageError("--file collects a results file: give it without RUN, --all, --direct-rest "
+                                   "and --wait")
+        result = batch.collect_file(open_db(ctx), _config(), results_file, price_per_1k=price_per_1k)
+        document = result.to_dict()
+        return Output(document, COLLECT_COLUMNS, [document], text=[collect_summary(result)],
+                      notes=[f"  {note}" for note in result.notes])
     if (run is None) == (not collect_all):
-        raise click.UsageError("give a RUN (judge:12, synth:3) or --all")
+        raise click.UsageError("give a RUN (judge:12, synth:3), --all or --file")
     owner = run_id = None
     if run is not None:
         kind, _, number = run.rpartition(":")

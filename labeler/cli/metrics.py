@@ -60,6 +60,11 @@ def _eval_llm_config() -> Any:
 @click.option("--save-baseline", type=click.Path(dir_okay=False), help="Write this run as a baseline.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write report.json here and per-question records to <stem>.questions.jsonl.")
+@click.option("--report-md", "report_md", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the pull-request comment here (per metric: baseline, candidate, paired difference with "
+              "95% CI and p-value, verdict; the worst regressed queries), also when the gate fails.")
+@click.option("--junit", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write a JUnit XML here: one test case per metric, a failure for each regressed one.")
 @click.option("--lenient", is_flag=True, help="Skip invalid golden lines with a warning instead of stopping.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the test.")
 @click.option("--judge-run", "judge_runs", multiple=True, type=int, metavar="RUN_ID",
@@ -74,7 +79,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
              headers: tuple[str, ...], retriever: str | None, k: int | None, metric_specs: tuple[str, ...],
              threshold: int | None, concurrency: int, timeout: float, baseline: str | None,
              max_drops: tuple[str, ...], alpha: float, permutations: int, allow_golden_change: bool,
-             save_baseline: str | None, output: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
+             save_baseline: str | None, output: str | None, report_md: str | None, junit: str | None, lenient: bool, seed: int, judge_runs: tuple[int, ...],
              holdout: bool, output_format: str) -> Output:
     """Run a RAG pipeline on the golden set; with --baseline, fail on a real regression.
 
@@ -87,7 +92,8 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
 
     \b
         labeler eval --golden golden.jsonl --pipeline mypkg.rag:answer -k 5 \\
-            --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json
+            --baseline baseline.json --max-drop recall@5=0.02 --max-drop mrr=0.02 -o report.json \\
+            --report-md report.md --junit junit.xml
     """
     from ..harness import (
         GateOptions,
@@ -106,7 +112,7 @@ def eval_cmd(ctx: click.Context, golden: str, pipeline: str | None, endpoint: st
     scoring = ScoringOptions(k=k, metrics=metric_specs, seed=seed)
     gate = GateOptions(baseline=baseline, max_drop=max_drops, alpha=alpha, allow_golden_change=allow_golden_change,
                        n_permutations=permutations)
-    outputs = OutputOptions(output=output, save_baseline=save_baseline)
+    outputs = OutputOptions(output=output, save_baseline=save_baseline, report_md=report_md, junit=junit)
     judges = JudgeOptions(runs=judge_runs, llm_config=_eval_llm_config() if judge_runs else None)
     db = ctx.obj["db_path"] if judge_runs or holdout or not (pipeline or endpoint) else None
     update, close = progress_bar("questions")

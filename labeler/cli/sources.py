@@ -157,3 +157,34 @@ def sync_cmd(ctx: click.Context, name: str | None, since: str | None, every_s: f
     for results in sync_every(db, every_s, name, since=since, rounds=rounds):
         render(_sync_output(results, exit_on_failure=False), output_format)
     return None
+
+
+PUSH_COLUMNS = ["name", "kind", "ok", "dry_run", "golden_set_version", "queries", "items", "sent", "updated",
+                "unchanged", "failed", "not_retrieved", "requests", "retries", "error"]
+
+
+@cli.command("push", context_settings=CONTEXT_SETTINGS)
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="Count what would be sent; send and record nothing (no key needed).")
+@output_options()
+@click.pass_context
+def push_cmd(ctx: click.Context, name: str, dry_run: bool, output_format: str) -> Output:
+    """Send the consolidated human grades of the queries synced from the source NAME back to it.
+
+    Phoenix gets a HUMAN document annotation "relevance" per graded retrieved document and a span
+    annotation "golden precision"; Langfuse scores on the retriever observation; LangSmith feedback
+    on the retriever run; each with the golden-set version (the latest export) in its metadata. A
+    second push sends nothing; a changed grade is updated. 429 and 5xx answers are retried; items
+    the store still refuses are listed, the exit code is 1, and the next push sends them again.
+
+    Example:
+
+        labeler push prod --dry-run
+
+        labeler push prod --json
+    """
+    from ..sources.push import push_source
+
+    r = push_source(open_db(ctx), name, dry_run=dry_run)
+    row = r.to_dict()
+    return Output(row, PUSH_COLUMNS, [row], text=[r.summary(), *r.errors], exit_code=0 if r.ok else 1)

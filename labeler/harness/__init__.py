@@ -4,9 +4,11 @@
 over the questions (concurrent, with timeouts; failures become misses), ``gate`` scores with
 ``labeler.metrics`` and compares with a baseline (tolerance and a paired randomization test), and
 ``run.evaluate`` ties them together into report.json, per-question JSONL and a markdown summary;
-``options`` holds its options, grouped by what they are about and each checked when made.
+``ci`` the pull-request comment and JUnit XML a CI job publishes; ``options`` holds its options,
+grouped by what they are about and each checked when made.
 """
 
+from .ci import junit_xml, pr_markdown, write_ci_files
 from .gate import (
                    Baseline,
                    BaselineError,
@@ -30,6 +32,7 @@ from .pipeline import (
                    Pipeline,
                    PipelineError,
                    callable_pipeline,
+                   function_pipeline,
                    http_pipeline,
                    parse_headers,
                    read_output,
@@ -53,5 +56,5 @@ __all__ = [
     "append_step_summary", "callable_pipeline", "function_pipeline", "canonical_metric", "check_gate", "check_golden", "compare",
     "evaluate", "http_pipeline", "load_baseline", "load_golden", "metric_set", "parse_headers",
     "parse_max_drop", "questions_path", "read_output", "render_markdown", "run_pipeline", "score",
-    "stored_run", "summarize", "write_report",
+    "stored_run", "summarize", "write_report", "junit_xml", "pr_markdown", "write_ci_files",
 ]

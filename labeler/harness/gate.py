@@ -193,6 +193,8 @@ class MetricChange:
     worse: int
     better: int
     failed: bool
+    diff_ci_low: float | None = None  # 95% bootstrap CI of the paired difference current - baseline
+    diff_ci_high: float | None = None
 
     @property
     def gated(self) -> bool:
@@ -225,7 +227,8 @@ class Comparison:
             "failed": self.failed,
             "metrics": {c.metric: {"baseline": c.baseline, "current": c.current, "drop": c.drop,
                                    "max_drop": c.max_drop, "p_value": c.p_value, "pairs": c.pairs,
-                                   "worse": c.worse, "better": c.better, "gated": c.gated, "failed": c.failed}
+                                   "worse": c.worse, "better": c.better, "gated": c.gated, "failed": c.failed,
+                                   "diff_ci_low": c.diff_ci_low, "diff_ci_high": c.diff_ci_high}
                         for c in self.changes},
             "regressions": self.regressions,
         }
@@ -294,14 +297,16 @@ def _value(v: Any) -> float:
 
 
 def compare(per_q: pd.DataFrame, golden: GoldenSet, baseline: Baseline, max_drop: dict[str, float], *,
-            alpha: float = 0.05, n_permutations: int = 10000, seed: int = 0) -> Comparison:
+            alpha: float = 0.05, n_permutations: int = 10000, seed: int = 0, n_resamples: int = 1000) -> Comparison:
     """Compare per-question values with the baseline's, question by question (matched by query id, else
     by normalized question text), for every metric both have.
 
     A metric is gated when ``max_drop`` names it (or ``"*"``, every metric); an empty ``max_drop``
     gates every metric at tolerance 0, i.e. any statistically significant drop fails. It fails when
     its mean over the shared questions dropped by more than the tolerance and the paired test gives
-    p < ``alpha``. Raises BaselineError when a gated metric is missing from the baseline.
+    p < ``alpha``. Each change also carries the paired difference's 95% bootstrap CI (current -
+    baseline, ``n_resamples`` resamples seeded with ``seed``). Raises BaselineError when a gated
+    metric is missing from the baseline.
     """
     specs = [c for c in per_q.columns if c not in COUNT_COLUMNS]
     tolerances = check_gate(specs, baseline, max_drop, alpha=alpha)
@@ -333,8 +338,10 @@ def compare(per_q: pd.DataFrame, golden: GoldenSet, baseline: Baseline, max_drop
         failed = tolerance is not None and drop > tolerance + 1e-12 and p < alpha
         worse = both & (current < base - 1e-12)
         better = both & (current > base + 1e-12)
+        diff = aggregate(pd.DataFrame({"diff": (current - base)[both]}), n_resamples=n_resamples, seed=seed)["diff"]
         comparison.changes.append(MetricChange(spec, base_mean, cur_mean, drop, tolerance, p, n,
-                                               int(worse.sum()), int(better.sum()), failed))
+                                               int(worse.sum()), int(better.sum()), failed,
+                                               diff["ci_low"], diff["ci_high"]))
         if failed:
             for k in np.flatnonzero(worse)[np.argsort(-(base - current)[worse], kind="stable")]:
                 q = golden.queries[pairs[k][0]]

@@ -187,13 +187,17 @@ class GateOptions:
 class OutputOptions:
     """Where the results go: ``output`` gets report.json and ``<stem>.questions.jsonl`` beside it;
     ``save_baseline`` gets this run as a baseline, unless the gate failed (a regression never
-    becomes the new baseline silently)."""
+    becomes the new baseline silently); ``report_md`` gets the pull-request comment and ``junit`` a
+    JUnit XML with one test case per metric (:mod:`labeler.harness.ci`), whatever the verdict."""
 
     output: str | os.PathLike | None = None
     save_baseline: str | os.PathLike | None = None
+    report_md: str | os.PathLike | None = None
+    junit: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
-        for option, value in (("--output", self.output), ("--save-baseline", self.save_baseline)):
+        for option, value in (("--output", self.output), ("--save-baseline", self.save_baseline),
+                              ("--report-md", self.report_md), ("--junit", self.junit)):
             if not _path(value) or (value is not None and not str(value).strip()):
                 raise LabelerError(f"{option} must be a file path, e.g. report.json; got {value!r}")
 

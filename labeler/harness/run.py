@@ -22,6 +22,7 @@ from ..errors import DatabaseError, LabelerError
 from ..metrics.bootstrap import aggregate
 from ..metrics.registry import Metric
 from ..retrievers import default_retriever
+from .ci import write_ci_files
 from .gate import (
     Baseline,
     Comparison,
@@ -191,6 +192,8 @@ def evaluate(
     seed: int = 0,
     output: str | Path | None = None,
     save_baseline: str | Path | None = None,
+    report_md: str | Path | None = None,
+    junit: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     judge_runs: Sequence[int] = (),
     llm_config: Any = None,
@@ -217,7 +220,8 @@ def evaluate(
     a baseline made on another golden set or threshold raises BaselineError unless
     ``allow_golden_change``. ``output`` writes report.json and ``<stem>.questions.jsonl`` next to
     it; ``save_baseline`` writes a baseline, except when the gate failed (a regression never
-    becomes the new baseline silently). ``judge_runs``: calibration runs of the faithfulness and/or
+    becomes the new baseline silently); ``report_md`` and ``junit`` get the pull-request comment and
+    a JUnit XML (:mod:`labeler.harness.ci`), whatever the verdict. ``judge_runs``: calibration runs of the faithfulness and/or
     answer-relevance judge (in ``db``); the pipeline's answers are judged with each run's judge,
     rubric and model (``llm_config``, default from the environment) and reported as ``faithfulness``
     (supported / total claims) and ``answer_relevance`` (yes 1, partly 0.5, no 0) with CIs, naming
@@ -242,7 +246,8 @@ def evaluate(
                             holdout=holdout, by=by)
     run = _group(RunOptions, run, "run", pipeline=pipeline, endpoint=endpoint, mapping=mapping, headers=headers,
                  retriever=retriever, concurrency=concurrency, timeout=timeout)
-    outputs = _group(OutputOptions, outputs, "outputs", output=output, save_baseline=save_baseline)
+    outputs = _group(OutputOptions, outputs, "outputs", output=output, save_baseline=save_baseline,
+                     report_md=report_md, junit=junit)
     judges = _group(JudgeOptions, judges, "judges", runs=judge_runs, llm_config=llm_config)
 
     plan = _prepare(golden, db, run=run, golden_options=golden_options, scoring=scoring, gate=gate, judges=judges)
@@ -251,7 +256,7 @@ def evaluate(
     ran_at = time.perf_counter()
     scores = _score(plan, answers, db, scoring, judges)
     scored_at = time.perf_counter()
-    comparison = _compare(plan, scores, gate, seed=scoring.seed)
+    comparison = _compare(plan, scores, gate, seed=scoring.seed, n_resamples=scoring.n_resamples)
     done_at = time.perf_counter()
     timings = {
         "total_seconds": done_at - started, "load_seconds": loaded_at - started,
@@ -377,12 +382,12 @@ def _score(plan: _Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOpti
     return _Scores(per_q, aggregates, judged)
 
 
-def _compare(plan: _Plan, scores: _Scores, gate: GateOptions, *, seed: int) -> Comparison | None:
+def _compare(plan: _Plan, scores: _Scores, gate: GateOptions, *, seed: int, n_resamples: int) -> Comparison | None:
     """The comparison with the baseline (None without one); its warnings join the plan's."""
     if plan.baseline is None:
         return None
     comparison = compare(scores.per_q, plan.golden, plan.baseline, plan.tolerances, alpha=gate.alpha,
-                         n_permutations=gate.n_permutations, seed=seed)
+                         n_permutations=gate.n_permutations, seed=seed, n_resamples=n_resamples)
     plan.warnings.extend(comparison.warnings)
     return comparison
 
@@ -444,6 +449,7 @@ def _report(plan: _Plan, answers: Sequence[Answer], pipeline_info: dict[str, Any
     result.markdown = render_markdown(result)
     if outputs.output is not None:
         write_report(result, outputs.output)
+    write_ci_files(report, rows, report_md=outputs.report_md, junit=outputs.junit)
     if evaluated and len(failures) == len(evaluated):
         raise PipelineError(f"all {len(evaluated)} questions failed, e.g. {failures[0]['error']}; "
                             "check the pipeline (nothing was compared or saved)")

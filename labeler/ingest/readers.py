@@ -133,6 +133,13 @@ class _Counting(io.RawIOBase):
         self.bytes_read += n or 0
         return n
 
+    def close(self) -> None:
+        """Close the file too (a GzipFile leaves the file under it open, and RawIOBase's close
+        would too): an ingest leaves no handle behind."""
+        if not self.closed:
+            self.f.close()
+        super().close()
+
 
 def open_binary(path: Path, gz: bool) -> tuple[IO[bytes], _Counting]:
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the returned handle
@@ -324,6 +331,7 @@ def iter_records(path: Path, fmt: str, gz: bool, *, max_line_bytes: int = MAX_LI
             raise IngestError(f"{path}: cannot read file: {e}") from None
         finally:
             f.close()
+            counter.close()
 
     return closing(), lambda: counter.bytes_read
 

@@ -128,9 +128,10 @@ def remove_in_chunks(db: sqlite_utils.Database, result: UndoResult, lines: dict[
 
 @contextlib.contextmanager
 def _short(db: sqlite_utils.Database) -> Iterator[None]:
-    """One of an undo's short write transactions (foreign keys unchecked: children go first), then
-    a pause longer than a waiting writer's poll, so that annotators' saves get in between."""
-    with store.transaction(db, check_foreign_keys=False):
+    """One of an undo's short write transactions (foreign keys unchecked: children go first), a
+    bulk write (``db.bulk_writes``: a writer already waiting goes first), then a pause longer than
+    a waiting writer's poll, so that annotators' saves get in between."""
+    with store.bulk_writes(db), store.transaction(db, check_foreign_keys=False):
         yield
     time.sleep(store.POLL_MAX_S)
 

@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from .. import db as store
 from .. import owners
 from ..accounts.manage import require
 from ..errors import JudgeError, LabelerError
+from ..llm.batch import local as batch_local
 from ..llm.batch import store as batch_store
 from ..llm.batch import submitting as batch_submitting
 from ..llm.cache import estimate as estimate_cost
@@ -158,9 +160,14 @@ def _execute(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, judge:
             db.execute("UPDATE judge_runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
                        [str(e), store.now(), run.id])
         raise
+    spent = None
     if cached_only:  # a batch run read back: its answers were paid for by its batches
         summary.done, summary.cached = summary.cached, 0
-        summary.prompt_tokens, summary.completion_tokens, summary.cost, _ = batch_store.run_spend(db, "judge", run.id)
+        spent = batch_store.run_spend(db, "judge", run.id)[:3]
+        # a run resumed as a batch is read back again: count only what its batches spent since
+        counted = run.params.get("batch_spend") or [0, 0, None]
+        summary.prompt_tokens, summary.completion_tokens = spent[0] - counted[0], spent[1] - counted[1]
+        summary.cost = None if spent[2] is None else spent[2] - (counted[2] or 0)
     at = store.now()
     ok_rows, failed_rows = [], []
     for t in tasks:
@@ -192,6 +199,9 @@ def _execute(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, judge:
             "WHERE id = ?",
             [status, summary.done, summary.cached, counts.get("failed", 0), counts.get("pending", 0),
              summary.prompt_tokens, summary.completion_tokens, summary.cost, summary.cost, at, run.id])
+        if spent is not None:
+            db.execute("UPDATE judge_runs SET params = json_set(params, '$.batch_spend', json(?)) WHERE id = ?",
+                       [store.dumps(list(spent)), run.id])
         if run.on_set == "unlabeled" and judge.kind == "relevance":
             db.execute(
                 "INSERT INTO suggestions (query_pk, doc_pk, run_id, grade, rationale, created_at) "
@@ -210,7 +220,7 @@ def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: s
               limit: int | None = None, rubric: int | str | None = None, seed: int = 0, max_chunks: int = 10,
               calibration_run: int | None = None, progress: Callable[[Progress], None] | None = None,
               cancel: threading.Event | None = None, dry_run: bool = False, by: str | None = None,
-              batch: bool = False) -> JudgeRun:
+              batch: bool = False, batch_file: str | Path | None = None) -> JudgeRun:
     """Run ``judge`` over the labeled (calibrate) or unlabeled (pre-label) items; return the run.
 
     A paid LLM job: ``by`` (the signed-in account) must be a lead or allowed to run LLM jobs
@@ -230,6 +240,9 @@ def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: s
     ``batch``: hand the requests to the Batch API (``labeler.llm.batch``) and return at once with
     status ``submitted`` and the batch ids; ``labeler llm collect`` stores the answers and finishes
     the run (requests already cached are not sent; when nothing is left to send the run finishes now).
+    ``batch_file``: the same, but the request lines are written to this file for a local runner
+    (``vllm run-batch``) instead of being sent (:mod:`labeler.llm.batch.local`); ``labeler llm
+    collect --file RESULTS`` stores its output and finishes the run.
     """
     j = get_judge(judge)
     r = get_rubric(db, judge, rubric)
@@ -238,7 +251,7 @@ def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: s
              "threshold": settings["threshold"]}
     items = select_items(db, j, on=on, limit=limit, seed=seed, max_chunks=max_chunks)
     params = {"seed": seed, "limit": limit, "max_chunks": max_chunks, "scale": scale}
-    if batch:
+    if batch or batch_file is not None:
         params["engine"] = "batch"
     run = JudgeRun(None, j.name, j.kind, r.name, r.hash, config.model, config.temperature, on, "dry_run",
                    items=len(items), params=params)
@@ -266,20 +279,30 @@ def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: s
         run.id = cur.lastrowid
         db.conn.executemany("INSERT INTO judge_labels (run_id, query_pk, doc_pk, status, updated_at) "
                             "VALUES (?, ?, ?, 'pending', ?)", [[run.id, i.query_pk, i.doc_pk, at] for i in items])
-    if batch:
-        tasks, _ = _tasks(j, items, r.text, scale)
-        try:
-            submitted = batch_submitting.submit(db, config, tasks, owner="judge", run_id=run.id)
-        except LabelerError as e:
-            with store.transaction(db):
-                db.execute("UPDATE judge_runs SET error = ? WHERE id = ?", [str(e), run.id])
-            raise
-        if not submitted.batches:  # everything was cached
-            return _execute(db, config, run, j, r.text, items, progress, cancel, cached_only=True)
-        result = get_run(db, run.id)
-        result.batches = [b.batch_id or b.key for b in submitted.batches]
-        return result
+    if batch or batch_file is not None:
+        return _hand_to_batches(db, config, run, j, r.text, items, scale, batch_file)
     return _execute(db, config, run, j, r.text, items, progress, cancel)
+
+
+def _hand_to_batches(db: sqlite_utils.Database, config: LLMConfig, run: JudgeRun, j: Judge, text: str,
+                     items: list[JudgeItem], scale: dict[str, Any], batch_file: str | Path | None) -> JudgeRun:
+    """Send the run's requests as Batch API batches, or write them to ``batch_file`` for a local
+    runner; the run waits for them (status submitted), or finishes now when everything was cached."""
+    tasks, _ = _tasks(j, items, text, scale)
+    try:
+        if batch_file is not None:
+            submitted = batch_local.write_requests(db, config, tasks, batch_file, owner="judge", run_id=run.id)
+        else:
+            submitted = batch_submitting.submit(db, config, tasks, owner="judge", run_id=run.id)
+    except LabelerError as e:
+        with store.transaction(db):
+            db.execute("UPDATE judge_runs SET error = ? WHERE id = ?", [str(e), run.id])
+        raise
+    if not submitted.batches:  # everything was cached
+        return _execute(db, config, run, j, text, items, None, None, cached_only=True)
+    result = get_run(db, run.id)
+    result.batches = [b.batch_id or b.key for b in submitted.batches]
+    return result
 
 
 def _same_config(config: LLMConfig, run: JudgeRun) -> LLMConfig:
@@ -291,24 +314,33 @@ def _same_config(config: LLMConfig, run: JudgeRun) -> LLMConfig:
 
 def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
                progress: Callable[[Progress], None] | None = None,
-               cancel: threading.Event | None = None, by: str | None = None) -> JudgeRun:
+               cancel: threading.Event | None = None, by: str | None = None,
+               batch_file: str | Path | None = None) -> JudgeRun:
     """Finish a cancelled, failed or interrupted run: its pending and failed items are sent again
     with the run's own judge, rubric text, scale, model and temperature (answers already in the
-    LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`."""
+    LLM cache cost nothing). A paid job: ``by`` as in :func:`run_judge`. ``batch_file``: write
+    those requests to this file for a local runner instead (as :func:`run_judge` does), e.g. the
+    lines a local batch answered badly; ``labeler llm collect --file`` finishes the run again."""
     require(db, by, "llm", "resuming a judge run")
     run = get_run(db, run_id)
     if run.status == "submitted":  # its requests are in batches: sending them again would pay twice
         raise JudgeError(f"run {run_id} is waiting for its batches: `labeler llm collect judge:{run_id}` "
-                         "finishes it (`labeler llm cancel BATCH` to stop them)")
+                         "finishes it (`labeler llm cancel BATCH` to stop them; for requests written with "
+                         "--batch-file, `labeler llm collect --file RESULTS`)")
     j = get_judge(run.judge)
     text = db.execute("SELECT rubric_text FROM judge_runs WHERE id = ?", [run_id]).fetchone()[0]
     keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
                       "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
     config = _same_config(config, run)
+    items = _load_items(db, j, keys, run.params.get("max_chunks", 10))
+    if batch_file is not None:
+        with store.transaction(db):
+            db.execute("UPDATE judge_runs SET status = 'running', owner = ?, params = json_set(params, '$.engine', "
+                       "'batch') WHERE id = ?", [owners.current(), run_id])
+        return _hand_to_batches(db, config, get_run(db, run_id), j, text, items, run.params["scale"], batch_file)
     with store.transaction(db):
         db.execute("UPDATE judge_runs SET status = 'running', owner = ? WHERE id = ?", [owners.current(), run_id])
-    return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
-                    progress, cancel)
+    return _execute(db, config, run, j, text, items, progress, cancel)
 
 
 # --- stability and housekeeping --------------------------------------------------------------------------

@@ -6,9 +6,11 @@ mark and a sync's window and cursor; last sync, error and counts; never a key); 
 keys from the environment or ``.streamlit/secrets.toml``; ``http`` is the JSON client with retries
 and backoff on 429 and 5xx; ``phoenix``, ``langfuse`` and ``langsmith`` page through each store's
 API; ``sync`` reads each source's new retrieval spans and ingests them through ``labeler.ingest``
-like a file of the tool's export.
+like a file of the tool's export; ``push`` sends the consolidated human grades of the synced queries
+back to their source (``labeler push``).
 """
 
+from .push import PushResult, push_source
 from .store import KINDS, Source, add_source, get_source, list_sources, remove_source
 from .sync import (
            SyncResult,
@@ -20,5 +22,5 @@ from .sync import (
            sync_sources,
 )
 
-__all__ = ["KINDS", "Source", "SyncResult", "add_source", "get_source", "list_sources", "parse_interval",
-           "parse_since", "remove_source", "source_status", "sync_every", "sync_source", "sync_sources"]
+__all__ = ["KINDS", "PushResult", "Source", "SyncResult", "add_source", "get_source", "list_sources", "parse_interval",
+           "parse_since", "push_source", "remove_source", "source_status", "sync_every", "sync_source", "sync_sources"]

@@ -124,12 +124,14 @@ def get_source(db: sqlite_utils.Database, name: str) -> Source:
 
 def remove_source(db: sqlite_utils.Database, name: str, *, by: str | None = None) -> Source:
     """Remove the source ``name`` (leads only). What its syncs ingested stays (``labeler ingest
-    undo`` removes an ingest)."""
+    undo`` removes an ingest); what was pushed to it is forgotten (a source added again under the
+    name is sent everything on its first push)."""
     require(db, by, "lead", "removing a source")
     source = get_source(db, name)
     at = store.now()
     with store.transaction(db):
         db.execute("DELETE FROM source_skipped WHERE source = ?", [name])
+        db.execute("DELETE FROM source_pushes WHERE source = ?", [name])  # a source added again starts afresh
         db.execute("DELETE FROM sources WHERE name = ?", [name])
         audit(db.conn, at, by, "source_remove", name, None)
     return source

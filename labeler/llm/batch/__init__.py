@@ -11,8 +11,12 @@ collected again without counting anything twice. A bad line (non-200, invalid ou
 retried once directly (an invalid answer gets the repair request); the lines an expired batch never
 ran are re-batched, or run directly with ``direct_rest``. When every batch of a run is collected,
 the run's owner (``judge``, ``synth``) reads its results back from the cache. Collecting lives in
-``collecting``; this package's face exports the public names of ``store``, ``submitting`` and
-``collecting``.
+``collecting``; this package's face exports the public names of ``store``, ``submitting``,
+``collecting`` and ``local``.
+
+``local`` is the same path without the API, for judges on a team's own GPUs: ``write_requests``
+writes the request lines to a file that ``vllm run-batch`` reads, ``collect_file`` stores its output
+file's lines exactly as collected lines are stored.
 
 A process killed between uploading a file and creating its batch leaves a row that names the file
 (``<key>.jsonl``) and the batch (metadata ``labeler_key``): the next ``submit``/``collect`` finds
@@ -20,6 +24,7 @@ and reuses them, or deletes a partial upload, so nothing is billed twice.
 """
 
 from .collecting import Collected, collect
+from .local import collect_file, write_requests
 from .store import (
     ENDPOINT,
     MAX_BYTES,
@@ -38,5 +43,5 @@ from .submitting import batch_body, batch_line, cancel, client_for, recover, ref
 __all__ = [
     "ENDPOINT", "MAX_BYTES", "MAX_LINES", "TERMINAL", "BatchInfo", "BatchOwner", "Collected", "Submitted", "ages",
     "batch_body", "batch_line", "cancel", "client_for", "collect", "list_batches", "recover", "refresh",
-    "register_owner", "run_spend", "submit", "wait",
+    "register_owner", "run_spend", "submit", "wait", "collect_file", "write_requests",
 ]

@@ -35,7 +35,7 @@ from ..client import (
     validate_content,
 )
 from ..direct import run_tasks
-from .store import BatchInfo, owner_of, set_batch
+from .store import LOCAL, BatchInfo, owner_of, set_batch
 from .submitting import client_for, refresh, submit
 
 _CHUNK = 2_000  # lines stored per transaction
@@ -64,7 +64,8 @@ class Collected:
         return dataclasses.asdict(self)
 
 
-def _run_config(config: LLMConfig, stored: str) -> LLMConfig:
+def run_config(config: LLMConfig, stored: str) -> LLMConfig:
+    """``config`` with the model, temperature and prices a batch was built with."""
     return dataclasses.replace(config, **json.loads(stored))
 
 
@@ -90,6 +91,9 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
                 continue
             if not b.finished:
                 result.waiting.append(b.batch_id or b.key)
+                if b.state == LOCAL:
+                    result.notes.append(f"{b.key} waits for the results of {b.input_file_id}: "
+                                        "labeler llm collect --file RESULTS")
                 continue
             if not _hold(db, b.key, token):
                 if db.execute("SELECT collected_at FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0] is None:
@@ -101,17 +105,22 @@ def collect(db: sqlite_utils.Database, config: LLMConfig, *, owner: str | None =
             finally:
                 _release(db, b.key, token)
             touched.add((b.owner, b.run_id))
-        for kind, run in sorted(touched):
-            if db.execute("SELECT 1 FROM llm_batches WHERE owner = ? AND run_id = ? AND collected_at IS NULL",
-                          [kind, run]).fetchone() is None:
-                stored = db.execute("SELECT config FROM llm_batches WHERE owner = ? AND run_id = ? LIMIT 1",
-                                    [kind, run]).fetchone()[0]
-                owner_of(kind).finish(db, _run_config(config, stored), run)
-                result.finished_runs.append((kind, run))
+        finish_runs(db, config, touched, result)
     finally:
         if own:
             client.close()
     return result
+
+
+def finish_runs(db: sqlite_utils.Database, config: LLMConfig, touched: set[tuple[str, int]], result: Collected) -> None:
+    """Let the owner of every run in ``touched`` whose batches are all collected read its results back."""
+    for kind, run in sorted(touched):
+        if db.execute("SELECT 1 FROM llm_batches WHERE owner = ? AND run_id = ? AND collected_at IS NULL",
+                      [kind, run]).fetchone() is None:
+            stored = db.execute("SELECT config FROM llm_batches WHERE owner = ? AND run_id = ? LIMIT 1",
+                                [kind, run]).fetchone()[0]
+            owner_of(kind).finish(db, run_config(config, stored), run)
+            result.finished_runs.append((kind, run))
 
 
 def _until(seconds: float) -> str:
@@ -142,7 +151,7 @@ def _release(db: sqlite_utils.Database, key: str, token: str) -> None:
 
 def _collect_one(db: sqlite_utils.Database, config: LLMConfig, client: openai.OpenAI, b: BatchInfo,
                  result: Collected, *, direct_rest: bool, renew: Callable[[], None]) -> None:
-    config = _run_config(config, db.execute("SELECT config FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0])
+    config = run_config(config, db.execute("SELECT config FROM llm_batches WHERE key = ?", [b.key]).fetchone()[0])
     schema = owner_of(b.owner).schema(db, b.run_id)
     label = b.batch_id or b.key
     prior: dict[str, tuple[str, bool]] = {}
@@ -225,7 +234,19 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
                  schema: type[pydantic.BaseModel], prior: dict[str, tuple[str, bool]], result: Collected) -> None:
     """Validate and store a chunk of output / error lines in one transaction, with their lines'
     state; lines already collected (a download read again) are skipped."""
-    parsed = [_parse_line(raw) for raw in lines]
+    store_parsed(db, config, b.key, [_parse_line(raw) for raw in lines], schema, prior, result,
+                 prices=config.batch_prices(), engine="batch")
+
+
+def store_parsed(db: sqlite_utils.Database, config: LLMConfig, key: str,
+                 parsed: list[tuple[str | None, int | None, Any, str | None]], schema: type[pydantic.BaseModel],
+                 prior: dict[str, tuple[str, bool]], result: Collected, *, prices: tuple[float, float] | None,
+                 engine: str) -> None:
+    """Store a chunk of answered lines of batch ``key``, each ``(custom_id, status_code, body,
+    error)``, in one transaction: every answer validated as a direct call's is and stored in
+    ``llm_calls`` under its hash at ``prices`` (USD per 1M input and output tokens; None: unknown),
+    its request record marked with ``engine``; the lines' items set ok, failed (a refusal) or retry
+    (anything else). Lines of no open item of the batch (collected before, or not ours) are skipped."""
     hashes = [p[0] for p in parsed if p[0]]
     if not hashes:
         return
@@ -234,19 +255,18 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
         part = hashes[start:start + 500]
         open_items.update(db.execute(
             f"SELECT hash, request FROM llm_batch_items WHERE batch_key = ? AND state = 'sent' "
-            f"AND hash IN ({', '.join('?' * len(part))})", [b.key, *part]).fetchall())
+            f"AND hash IN ({', '.join('?' * len(part))})", [key, *part]).fetchall())
     rows: list[dict[str, Any]] = []
     states: list[tuple[str, str, str]] = []
     redactor = privacy.redactor_for(db)
     spent = [0, 0, 0.0, False]  # prompt tokens, completion tokens, cost, cost known
-    prices = config.batch_prices()
     for h, status, body, error in parsed:
         if h is None or h not in open_items:
             continue  # collected before (an interrupted download read again), or not ours
         if error and error.startswith(("batch_expired", "batch_cancelled")):
             continue  # never ran: left for the rest (re-batched, run directly or failed)
         request = open_items.pop(h)
-        request = request[:-1] + ', "engine": "batch"}'  # the request record, marked as sent in a batch
+        request = request[:-1] + f', "engine": "{engine}"}}'  # the request record, marked as sent in a batch
         pt = ct = 0
         model = raw = None
         if status == 200 and isinstance(body, dict):
@@ -271,7 +291,7 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
                              completion_tokens=ct, requests=1, cost=cost, redactor=redactor))
         # a refusal is an answer (the direct runner does not retry it either); the rest are retried
         final = model is not None or (error or "").startswith("refusal")
-        states.append(("ok" if model is not None else "failed" if final else "retry", b.key, h))
+        states.append(("ok" if model is not None else "failed" if final else "retry", key, h))
         result.ok += model is not None
         result.failed += model is None and final
         spent[0], spent[1] = spent[0] + pt, spent[1] + ct
@@ -282,7 +302,7 @@ def _store_lines(db: sqlite_utils.Database, config: LLMConfig, b: BatchInfo, lin
         db.conn.executemany("UPDATE llm_batch_items SET state = ? WHERE batch_key = ? AND hash = ?", states)
         db.execute("UPDATE llm_batches SET prompt_tokens = prompt_tokens + ?, completion_tokens = "
                    "completion_tokens + ?, cost = CASE WHEN ? THEN coalesce(cost, 0) + ? ELSE cost END WHERE key = ?",
-                   [spent[0], spent[1], spent[3], spent[2], b.key])
+                   [spent[0], spent[1], spent[3], spent[2], key])
 
 
 def _items(db: sqlite_utils.Database, key: str, state: str) -> list[tuple[str, dict[str, Any]]]:

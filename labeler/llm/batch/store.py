@@ -21,6 +21,7 @@ MAX_LINES = 50_000
 MAX_BYTES = 190 * 1024 * 1024
 ENDPOINT = "/v1/chat/completions"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+LOCAL = "local"  # a batch written to a file for a local runner, waiting for its results file (``local``)
 
 
 # --- owners: the runs that hand work to batches ---------------------------------------------------

@@ -37,6 +37,7 @@ from .store import (
     ENDPOINT,
     MAX_BYTES,
     MAX_LINES,
+    TERMINAL,
     BatchInfo,
     Submitted,
     list_batches,
@@ -101,7 +102,7 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
     read once, as a stream: a generator of a million tasks is never held whole."""
     owner_of(owner)
     counts = {"cached": 0, "sent": 0}
-    keys = write_parts(db, config, _todo(db, config, tasks, counts), owner=owner, run_id=run_id,
+    keys = write_parts(db, config, todo(db, config, tasks, counts), owner=owner, run_id=run_id,
                         max_lines=max_lines, max_bytes=max_bytes)
     if keys:
         own = client is None
@@ -116,7 +117,7 @@ def submit(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task], 
                      cached=counts["cached"], sent=counts["sent"])
 
 
-def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
+def todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
           counts: dict[str, int]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(hash, request record) of each distinct request not answered in the cache, in task order."""
     seen: set[str] = set()
@@ -145,9 +146,10 @@ def _todo(db: sqlite_utils.Database, config: LLMConfig, tasks: Iterable[Task],
 
 
 def write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tuple[str, dict[str, Any]]], *,
-                 owner: str, run_id: int, max_lines: int, max_bytes: int) -> list[str]:
+                 owner: str, run_id: int, max_lines: int, max_bytes: int, state: str = "building") -> list[str]:
     """Store the lines in parts of at most ``max_lines`` lines and ``max_bytes`` bytes, one
-    transaction a part, rows in state 'building'. Returns the parts' keys."""
+    transaction a part, rows in ``state`` ('building': to upload; 'local': written to a file for a
+    local runner, :mod:`labeler.llm.batch.local`). Returns the parts' keys."""
     stored = dumps({name: getattr(config, name) for name in _CONFIG_FIELDS})
     part = db.execute("SELECT coalesce(max(part), -1) + 1 FROM llm_batches WHERE owner = ? AND run_id = ?",
                       [owner, run_id]).fetchone()[0]
@@ -160,8 +162,8 @@ def write_parts(db: sqlite_utils.Database, config: LLMConfig, todo: Iterator[tup
         with transaction(db):
             stamp = now()
             db.execute("INSERT INTO llm_batches (key, owner, run_id, part, model, config, requests, bytes, state, "
-                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 'building', ?, ?)",
-                       [key, owner, run_id, part, config.model, stored, stamp, stamp])
+                       "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
+                       [key, owner, run_id, part, config.model, stored, state, stamp, stamp])
             while pending is not None:
                 h, record = pending
                 line_bytes = len(batch_line(h, record).encode()) + 1
@@ -253,7 +255,13 @@ def recover(db: sqlite_utils.Database, client: openai.OpenAI) -> list[str]:
 
 def refresh(db: sqlite_utils.Database, config: LLMConfig, *, client: openai.OpenAI | None = None,
             owner: str | None = None, run_id: int | None = None) -> list[BatchInfo]:
-    """Ask the provider for the state of every unfinished batch (all, or one run's); return them all."""
+    """Ask the provider for the state of every unfinished batch (all, or one run's); return them all.
+    When no batch waits for the provider (none, or only local ones) nothing is asked: no client is
+    made, so a team that only runs local batches needs no API key."""
+    if client is None and not stored_batches(
+            db, "state IN ('building', 'uploaded') OR (batch_id IS NOT NULL AND state NOT IN "
+                f"({', '.join('?' * len(TERMINAL))}))", sorted(TERMINAL)):
+        return list_batches(db, owner=owner, run_id=run_id)
     own = client is None
     client = client or client_for(config)
     try:
