@@ -493,3 +493,16 @@ def test_langsmith_feedback_not_made_by_a_model_is_a_signal_and_routes(db):
     assert r.ok and r.new == 5, r.to_dict()
     routed = {q for q, (ok, _, _) in decisions(db).items() if ok}
     assert routed == {f"00000000-0000-4000-9000-{n:012x}" for n in (1, 2)}
+
+
+def test_queries_are_decided_in_the_order_they_were_first_seen(db):
+    routing.set_rules(db, rate=0.0, quotas={7: 2})
+    # query ids in the opposite order of their times
+    rows = [(f"z{9 - i}", f"2026-12-05T0{i}:00:00Z") for i in range(5)]
+    pks = []
+    for qid, seen in rows:
+        pks.append(db.execute("INSERT INTO queries (query_id, question, norm_question, origin, first_seen, created_at) "
+                              "VALUES (?, ?, ?, 'log', ?, ?)", [qid, qid, qid, seen, seen]).lastrowid)
+    db.conn.commit()
+    got = [c.query_id for c in routing.candidates(db, routing.get_rules(db), pks, at="2026-12-06T00:00:00Z")]
+    assert got == ["z9", "z8", "z7", "z6", "z5"]

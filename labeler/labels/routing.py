@@ -210,6 +210,7 @@ class Candidate:
     unhappy: bool = False
     topic: int | None = None
     far: bool = False
+    seen: str = ""  # first seen (sortable text): the arrival order
 
 
 @dataclass(frozen=True)
@@ -257,11 +258,16 @@ def decide(rules: Rules, candidates: Iterable[Candidate], counts: DayCounts | No
     return out
 
 
-def _day(seen: Any, fallback: str) -> str:
+def _seen(seen: Any, fallback: str) -> str:
+    """When the query was first seen, as a stored UTC time (``fallback`` when unknown or unreadable)."""
     try:
-        return stamp(parse_time(seen))[:10] if seen else fallback[:10]
+        return stamp(parse_time(seen)) if seen else fallback
     except LabelError:
-        return fallback[:10]
+        return fallback
+
+
+def _day(seen: Any, fallback: str) -> str:
+    return _seen(seen, fallback)[:10]
 
 
 def _topics(conn: sqlite3.Connection, pks: list[int]) -> dict[int, tuple[int, bool]]:
@@ -289,8 +295,8 @@ def candidates(db: sqlite_utils.Database, rules: Rules, pks: list[int], *, at: s
     for pk, query_id, seen, meta in rows:
         topic, far = topics.get(pk, (None, False))
         out.append(Candidate(pk, query_id, _day(seen, at), unhappy(normalise(store.loads(meta) if meta else None)),
-                             topic, far))
-    return sorted(out, key=lambda c: (c.day, c.query_id))
+                             topic, far, _seen(seen, at)))
+    return sorted(out, key=lambda c: (c.seen, c.query_id))
 
 
 def _counts(conn: sqlite3.Connection, days: set[str]) -> DayCounts:
