@@ -89,6 +89,8 @@ def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int
 
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces python app.py
     """
+    import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner
+
     from ..sources.collector import CollectOptions, parse_address, serve
     from ..sources.otlp_proto import OTLP_EXTRA, protobuf_available
 

@@ -286,6 +286,9 @@ def _topics(conn: sqlite3.Connection, pks: list[int]) -> dict[int, tuple[int, bo
 def candidates(db: sqlite_utils.Database, rules: Rules, pks: list[int], *, at: str) -> list[Candidate]:
     """The queries ``pks`` as candidates, in arrival order (first seen, then query id)."""
     if rules.quotas or rules.new_topics:
+        if not _assigners:  # never silently route as if no query had a topic
+            raise LabelError("the routing rules have topic quotas or new topics, which need labeler.topics: "
+                             "import labeler.topics before syncing (the CLI and the app do)")
         for assign in _assigners:
             assign(db)
     rows = db.execute("SELECT pk, query_id, coalesce(first_seen, created_at), meta FROM queries WHERE pk IN "
