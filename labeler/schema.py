@@ -940,3 +940,28 @@ def m025_source_pushes(db: sqlite_utils.Database) -> None:
     sent again; a failed item keeps its error until a later push succeeds."""
     for statement in _M025_SOURCE_PUSHES:
         db.execute(statement)
+
+
+# --- m027: judge alignment (rubric lineage, few-shot examples) and stress tests (labeler.judge) -------
+# (m026 is left to the routing rules being built beside this)
+
+_M027_JUDGE_ALIGN_STRESS = [
+    "ALTER TABLE judge_rubrics ADD COLUMN parent INTEGER",
+    "ALTER TABLE judge_rubrics ADD COLUMN examples TEXT",
+    "ALTER TABLE judge_rubrics ADD COLUMN origin TEXT",
+    "CREATE TABLE judge_checks (id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('stress', 'align')), "
+    "judge TEXT NOT NULL, rubric TEXT NOT NULL, rubric_hash TEXT NOT NULL, model TEXT NOT NULL, temperature REAL, "
+    "params TEXT NOT NULL, result TEXT NOT NULL, created_at TEXT NOT NULL, by TEXT)",
+    "CREATE INDEX judge_checks_judge ON judge_checks (judge, kind, id)",
+]
+
+
+@migrations()
+def m027_judge_align_stress(db: sqlite_utils.Database) -> None:
+    """``labeler judge align`` and ``labeler judge stress``: a rubric version records the version it
+    was derived from (``parent``), the few-shot examples it carries (``examples``, JSON) and how it
+    was made (``origin``: ``align`` for a registered alignment candidate); ``judge_checks`` keeps
+    every stress test and alignment with its parameters and result (JSON), which the calibration
+    gate reads (a judge that obeys instructions planted in passages is refused)."""
+    for statement in _M027_JUDGE_ALIGN_STRESS:
+        db.execute(statement)

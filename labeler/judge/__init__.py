@@ -10,6 +10,8 @@ keeps per item the grade, score, verdict, rationale, claim list and the ``llm_ca
 raw response. A run over the *unlabeled* pairs is allowed only for a judge configuration (judge,
 rubric hash, model, temperature) whose calibration run on labeled pairs passes the gate; its grades
 become **suggestions**, which become labels only when a human accepts them (``origin='suggestion'``).
+A **stress test** (``stress_judge``) grades perturbed copies of human grade-0 chunks; the gate refuses
+a judge that obeys an instruction planted in a passage.
 """
 
 from .calibration import Agreement, Comparison, compare_runs, drift, run_agreement
@@ -73,7 +75,8 @@ from .runs import (
     select_items,
     stability,
 )
-from .store import JudgeRun, get_run, list_runs
+from .store import JudgeRun, get_run, list_checks, list_runs
+from .stress import PERTURBATIONS, PLANTED_INSTRUCTION, StressResult, perturb, stress_judge
 
 __all__ = [
     "Agreement",
@@ -89,4 +92,5 @@ __all__ = [
     "gate", "gate_settings", "get_judge", "get_rubric", "get_run", "human_answers", "human_grades", "list_runs",
     "register_judge", "resume_run", "judge_answers", "AnswerVerdicts", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
     "save_rubric", "select_items", "set_gate_settings", "stability", "suggestions_for", "tag_counts", "tag_item",
+    "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
 ]
