@@ -4,6 +4,7 @@ and query ids, read side by side so the holdout's labels are read only when aske
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,11 +30,12 @@ class LabeledPairs:
         return LabeledPairs([self.keys[i] for i in idx], self.grades[idx], [self.query_ids[i] for i in idx])
 
 
-def labeled_pairs(db: sqlite_utils.Database, side: str = DEV) -> LabeledPairs:
+def labeled_pairs(db: sqlite_utils.Database, side: str = DEV, *, grades: bool = True) -> LabeledPairs:
     """The consolidated human grades of the submitted pairs on ``side`` (``dev`` or ``holdout``).
 
     With no split set every query is dev (and the holdout is empty). Holdout grades are read only
-    when ``side`` is ``holdout``: callers that count their looks ask for them once."""
+    when ``side`` is ``holdout`` and ``grades``: callers that count their looks ask for them once;
+    ``grades=False`` gives the pairs alone (their grades all -1), e.g. to estimate what grading them costs."""
     from ..labels.consolidate import golden_labels
 
     split = current_split(db)
@@ -45,6 +47,12 @@ def labeled_pairs(db: sqlite_utils.Database, side: str = DEV) -> LabeledPairs:
               if (DEV if split is None else split_of(str(qid), split.fraction, split.seed)) == side]
     if not wanted:
         return LabeledPairs([], np.zeros(0, dtype=np.int64), [])
+    if not grades:
+        keys = db.execute(
+            "SELECT DISTINCT r.query_pk, r.doc_pk FROM relevance_labels r JOIN query_labels l ON l.query_pk = "
+            "r.query_pk AND l.annotator = r.annotator AND l.status = 'submitted' WHERE r.query_pk IN "
+            "(SELECT value FROM json_each(?)) ORDER BY 1, 2", [json.dumps([int(p) for p in wanted])]).fetchall()
+        return LabeledPairs(keys, np.full(len(keys), -1, dtype=np.int64), [str(ids[q]) for q, _ in keys])
     golden = golden_labels(db, query_pks=wanted).sort_values(["query_pk", "doc_pk"])
     keys = list(zip(golden["query_pk"].astype(int), golden["doc_pk"].astype(int), strict=True))
     return LabeledPairs(keys, golden["grade"].to_numpy(np.int64), [str(ids[q]) for q, _ in keys])

@@ -1,0 +1,431 @@
+"""Aligning a judge with the annotators (``labeler judge align``): candidate versions of a relevance
+judge's rubric, scored against the human labels of the dev split, registered only when they are
+better than the current version by more than chance.
+
+The steps, all seeded (``seed``) and all requests through ``labeler.llm`` (cache and ledger: a rerun,
+or a run resumed after it was killed, pays only for what is missing):
+
+1. The human-labeled pairs of the **dev** side of the locked split (``labeler.holdout``; a split must
+   be set) are split by query into *selection* and *validation* (``validation`` share, by a hash of
+   the seed and the query id: fixed by the seed, whole queries on one side).
+2. The current version grades every dev pair.
+3. Candidates, built from the selection pairs only: ``candidates`` few-shot sets of ``shots`` graded
+   examples, stratified by human grade (the shots spread over the grades in turn) and preferring
+   pairs the current version got wrong, appended to the current rubric (``EXAMPLES_HEADER``); and
+   ``revisions`` rubric revisions an LLM proposes (``ALIGN_REVISION_PROMPT_V1``) from up to
+   ``MAX_DISAGREEMENTS`` pairs where the current version disagreed with the humans.
+4. Every candidate and the current version grade the validation pairs, which no selection saw.
+   Reported per candidate on the same items: Cohen's kappa, weighted kappa (linear, quadratic) and
+   Krippendorff's alpha (ordinal) with 95% CIs, and the paired difference to the current version
+   with a paired bootstrap CI (the same resamples of whole queries for both sides,
+   ``agreement.stats.paired_difference``). The decision reads the difference in ``statistic``
+   (default Cohen's kappa) at a Bonferroni-corrected level, 1 - 0.05 / (number of candidates
+   scored), because the best of several candidates is picked on the same items.
+5. Only a candidate whose corrected CI lies above 0 wins (the largest difference among them). The
+   winner and the current version are then graded **once** on the holdout (the look is counted with
+   ``holdout.record_look`` and the count reported), and the winner is registered as a new rubric
+   version with its parent and examples recorded (``judge.save_rubric``, origin ``align``).
+   Otherwise nothing is registered, the holdout is not looked at, and the result says why.
+
+Every alignment is stored (``judge_checks``, kind ``align``), with each candidate's numbers: the
+Judge page shows a version's lineage and its validation kappa from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pydantic
+import sqlite_utils
+
+from .. import db as store
+from ..accounts.manage import require
+from ..agreement.stats import Stat, ordinal_agreement, ordinal_arrays, paired_difference
+from ..errors import JudgeError
+from ..holdout import DEV, HOLDOUT, current_split, looks, record_look
+from ..llm.cache import estimate as estimate_cost
+from ..llm.client import Estimate, LLMConfig, Progress, Task
+from ..llm.direct import run_tasks
+from .pairs import LabeledPairs, labeled_pairs
+from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, save_rubric
+from .runs import grade_items, grading_tasks, load_items, scale_of
+from .store import save_check
+from .stress import split_name
+
+ALIGN_REVISION_PROMPT_V1 = """You improve the grading instructions (the rubric) of an LLM judge that grades how well
+ONE retrieved chunk helps answer a user's question, on this scale:
+{scale}
+
+Below are the current rubric and pairs where the judge's grade differed from the grade human
+annotators gave. Find what the judge misunderstands and write a revised rubric that would make it
+grade as the annotators do. Keep what works, keep it short (at most 12 lines), write rules, not
+examples, and do not mention these particular questions.
+
+Give a short analysis of the disagreements first, then the full revised rubric."""
+
+EXAMPLES_HEADER = "Graded examples (the grades human annotators gave):"
+MAX_DISAGREEMENTS = 12
+REPORTED = ("cohen_kappa", "kappa_linear", "kappa_quadratic", "krippendorff_alpha")
+_EXAMPLE_CHARS = 600
+MIN_PAIRS = 10
+
+
+class RubricRevision(pydantic.BaseModel):
+    """An LLM's proposed rubric: the analysis comes first (schema order is the writing order)."""
+
+    analysis: str = pydantic.Field(description="what the judge gets wrong, in two or three sentences")
+    rubric: str = pydantic.Field(description="the full revised rubric")
+
+
+# --- candidates ----------------------------------------------------------------------------------------
+
+def _one_line(text: str | None, limit: int = _EXAMPLE_CHARS) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def instructions_of(rubric_text: str) -> str:
+    """A rubric's text without the graded examples an alignment appended."""
+    return rubric_text.split(EXAMPLES_HEADER, 1)[0].rstrip()
+
+
+def with_examples(rubric_text: str, examples: list[dict[str, Any]]) -> str:
+    """The rubric's instructions followed by ``examples`` (question, text, grade), replacing any it had."""
+    if not examples:
+        return instructions_of(rubric_text)
+    lines = [instructions_of(rubric_text), "", EXAMPLES_HEADER]
+    for i, e in enumerate(examples, 1):
+        lines += [f"Example {i} (grade {e['grade']})", f"Question: {_one_line(e['question'])}",
+                  f"Chunk: {_one_line(e['text'])}"]
+    return "\n".join(lines)
+
+
+def pick_examples(grades: np.ndarray, wrong: np.ndarray, shots: int, rng: np.random.Generator) -> list[int]:
+    """Indices of ``shots`` examples stratified by grade (the grades present take turns, lowest
+    first), within a grade the current judge's mistakes (``wrong``) first, each group shuffled."""
+    pools: dict[int, list[int]] = {}
+    for g in np.unique(grades):
+        idx = np.flatnonzero(grades == g)
+        bad, good = idx[wrong[idx]], idx[~wrong[idx]]
+        pools[int(g)] = [*rng.permutation(bad).tolist(), *rng.permutation(good).tolist()]
+    picked: list[int] = []
+    while len(picked) < shots and any(pools.values()):
+        for g in sorted(pools):
+            if pools[g] and len(picked) < shots:
+                picked.append(pools[g].pop(0))
+    return sorted(picked, key=lambda i: (int(grades[i]), i))
+
+
+def _revision_task(key: str, current: str, scale: dict[str, Any], disagreements: list[dict[str, Any]]) -> Task:
+    names = scale["grade_names"]
+    system = ALIGN_REVISION_PROMPT_V1.format(scale="\n".join(f"{g} = {n}" for g, n in enumerate(names)))
+    shown = "\n\n".join(f"Question: {_one_line(d['question'])}\nChunk: {_one_line(d['text'])}\n"
+                        f"Judge's grade: {d['judge']}; annotators' grade: {d['grade']}" for d in disagreements)
+    user = f"Current rubric:\n<<<\n{instructions_of(current)}\n>>>\n\nDisagreements:\n<<<\n{shown or '(none)'}\n>>>"
+    return Task(key, [{"role": "system", "content": system}, {"role": "user", "content": user}], RubricRevision)
+
+
+# --- results -----------------------------------------------------------------------------------------------
+
+@dataclass
+class Candidate:
+    """One candidate version: how it was made, its text and examples, and its validation numbers."""
+
+    name: str
+    kind: str  # "examples" or "revision"
+    text: str
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    analysis: str | None = None
+    n: int = 0
+    statistics: dict[str, Any] = field(default_factory=dict)
+    current: dict[str, Any] = field(default_factory=dict)
+    difference: dict[str, Any] = field(default_factory=dict)
+    decision: dict[str, Any] = field(default_factory=dict)
+    failed: int = 0
+
+
+@dataclass
+class AlignResult:
+    """An alignment (``id`` None for a dry run, which carries only ``estimate``)."""
+
+    id: int | None
+    judge: str
+    rubric: str
+    model: str
+    seed: int
+    statistic: str
+    confidence: float
+    selection: dict[str, int] = field(default_factory=dict)
+    validation: dict[str, int] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    winner: str | None = None
+    registered: str | None = None
+    holdout: dict[str, Any] | None = None
+    holdout_looks: int | None = None
+    message: str = ""
+    requests: int = 0
+    cached: int = 0
+    cost: float | None = None
+    estimate: Estimate | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["estimate"] = asdict(self.estimate) if self.estimate is not None else None
+        return out
+
+
+def _sum_estimates(parts: list[Estimate], model: str, notes: list[str]) -> Estimate:
+    def total(name: str) -> float | None:
+        values = [getattr(p, name) for p in parts]
+        return None if any(v is None for v in values) else sum(values)
+
+    all_notes = list(dict.fromkeys([*notes, *(n for p in parts for n in p.notes)]))
+    return Estimate(tasks=sum(p.tasks for p in parts), unique=sum(p.unique for p in parts),
+                    cached=sum(p.cached for p in parts), to_request=sum(p.to_request for p in parts),
+                    input_tokens=sum(p.input_tokens for p in parts), output_tokens=sum(p.output_tokens for p in parts),
+                    cost=total("cost"), cost_max=total("cost_max"), model=model, notes=all_notes,
+                    cost_batch=total("cost_batch"), cost_batch_max=total("cost_batch_max"))
+
+
+class _Spend:
+    """What the requests of one alignment cost, summed over its ``run_tasks`` calls."""
+
+    def __init__(self) -> None:
+        self.requests, self.cached, self.cost = 0, 0, 0.0
+        self.unknown = False
+
+    def add(self, summary: Any) -> None:
+        self.requests += summary.done
+        self.cached += summary.cached
+        if summary.cost is None and summary.done:
+            self.unknown = True
+        self.cost += summary.cost or 0.0
+
+
+def _validation_side(query_id: str, seed: int, share: float) -> bool:
+    digest = hashlib.blake2b(f"align\x1f{seed}\x1f{query_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64 < share
+
+
+def _stat(s: Stat) -> dict[str, Any]:
+    return s.to_dict()
+
+
+def _score(human: np.ndarray, base: np.ndarray, other: np.ndarray, clusters: np.ndarray, *, levels: int,
+           threshold: int, n_resamples: int, seed: int, confidence: float) -> dict[str, Any]:
+    """Both sides against humans (95% CIs), and other - base with a paired bootstrap CI at 95% and at
+    ``confidence`` (the decision's level), on the same resamples of whole queries."""
+    common = dict(levels=levels, threshold=threshold, n_resamples=n_resamples, seed=seed)
+    a = ordinal_agreement(human, base, **common, clusters=clusters)
+    b = ordinal_agreement(human, other, **common, clusters=clusters)
+    first = ordinal_arrays(human, base, **common, clusters=clusters)
+    second = ordinal_arrays(human, other, **common, clusters=clusters)
+    diff = paired_difference(first, second, 0.95)
+    decision = paired_difference(first, second, confidence)
+    return {"base": {k: _stat(a[k]) for k in REPORTED}, "other": {k: _stat(b[k]) for k in REPORTED},
+            "difference": {k: _stat(diff[k]) for k in REPORTED}, "decision": {k: _stat(decision[k]) for k in REPORTED},
+            "n": int(human.size)}
+
+
+def _compare(pairs: LabeledPairs, base: dict[str, int], other: dict[str, int], **options: Any) -> dict[str, Any]:
+    keep = [i for i, (q, d) in enumerate(pairs.keys) if f"{q}:{d}" in base and f"{q}:{d}" in other]
+    keys = [pairs.keys[i] for i in keep]
+    human = pairs.grades[keep]
+    b = np.array([base[f"{q}:{d}"] for q, d in keys], dtype=np.int64)
+    o = np.array([other[f"{q}:{d}"] for q, d in keys], dtype=np.int64)
+    clusters = np.array([q for q, _ in keys], dtype=np.int64)
+    out = _score(human, b, o, clusters, **options)
+    out["failed"] = len(pairs) - len(keep)
+    return out
+
+
+# --- the alignment -----------------------------------------------------------------------------------------
+
+def _check_options(shots: int, candidates: int, revisions: int, validation: float, statistic: str) -> None:
+    for label, value, low in (("shots", shots, 1), ("candidates", candidates, 0), ("revisions", revisions, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise JudgeError(f"{label}={value!r} must be a whole number >= {low}")
+    if candidates + revisions < 1:
+        raise JudgeError("nothing to try: give at least one candidate (--candidates) or revision (--revisions)")
+    if not 0 < validation < 1:
+        raise JudgeError(f"validation={validation!r} must be the validation share of dev, between 0 and 1 (e.g. 0.5)")
+    if statistic not in REPORTED:
+        raise JudgeError(f"statistic {statistic!r} is unknown; use one of: {', '.join(REPORTED)}")
+
+
+def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, shots: int = 4, candidates: int = 3,
+                revisions: int = 1, seed: int = 0, validation: float = 0.5, statistic: str = "cohen_kappa",
+                n_resamples: int = 1000, dry_run: bool = False, by: str | None = None,
+                progress: Callable[[Progress], None] | None = None,
+                cancel: threading.Event | None = None) -> AlignResult:
+    """Build, score and maybe register candidate versions of ``judge`` (a relevance judge, or one of
+    its rubric versions such as ``relevance.v1/r2``): see the module doc.
+
+    ``dry_run``: nothing is sent, stored or looked at; the result carries the ``estimate`` of the
+    requests (the candidates' requests are estimated from the current rubric with examples of the
+    same size, and counted as not cached). Otherwise a paid LLM job that may register a rubric
+    version: ``by`` must be a lead. Raises JudgeError when no split is set or dev is too small.
+    """
+    _check_options(shots, candidates, revisions, validation, statistic)
+    name, version = split_name(judge)
+    j = get_judge(name)
+    if j.kind != "relevance" or j.unit != "pair":
+        raise JudgeError(f"{j.name} judges answers; align works on relevance judges (graded chunks)")
+    if current_split(db) is None:
+        raise JudgeError("align scores its winner once on the locked holdout: set the split first "
+                         "(labeler split --holdout 0.2 --seed 7)")
+    current = get_rubric(db, name, version)
+    scale = scale_of(db)
+    levels, threshold = len(scale["grade_names"]), int(scale["threshold"])
+    dev = labeled_pairs(db, DEV)
+    on_validation = np.array([_validation_side(q, seed, validation) for q in dev.query_ids], dtype=bool)
+    select, valid = dev.take(~on_validation), dev.take(on_validation)
+    if len(select) < MIN_PAIRS or len(valid) < MIN_PAIRS:
+        raise JudgeError(f"dev has {len(select)} selection and {len(valid)} validation pairs; align needs at least "
+                         f"{MIN_PAIRS} of each: label more dev queries")
+    items = {item.key: item for item in load_items(db, j, dev.keys)}
+    result = AlignResult(None, j.name, current.name, config.model, seed, statistic,
+                         1 - 0.05 / max(candidates + revisions, 1),
+                         selection={"pairs": len(select), "queries": len(set(select.query_ids))},
+                         validation={"pairs": len(valid), "queries": len(set(valid.query_ids))})
+    holdout_keys = labeled_pairs(db, HOLDOUT, grades=False).keys
+    if dry_run:
+        result.estimate = _estimate(db, config, j, current, items, select, valid, holdout_keys, scale,
+                                    shots=shots, candidates=candidates, revisions=revisions)
+        return result
+    require(db, by, "lead", "aligning a judge (it may register a rubric version)")
+    spend = _Spend()
+
+    def graded(subset: dict[str, JudgeItem], text: str) -> dict[str, int]:
+        g = grade_items(db, config, j, subset, text, scale, progress=progress, cancel=cancel)
+        spend.add(g.summary)
+        return g.grades()
+
+    base = graded(items, current.text)
+    wrong = np.array([base.get(f"{q}:{d}", -1) != h for (q, d), h in zip(select.keys, select.grades, strict=True)])
+    built = _candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
+                        revisions=revisions, seed=seed, spend=spend)
+    valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}
+    options = dict(levels=levels, threshold=threshold, n_resamples=n_resamples, seed=seed,
+                   confidence=result.confidence)
+    for cand in built:
+        scores = _compare(valid, base, graded(valid_items, cand.text), **options)
+        cand.n, cand.failed = scores["n"], scores["failed"]
+        cand.current, cand.statistics = scores["base"], scores["other"]
+        cand.difference, cand.decision = scores["difference"], scores["decision"]
+    result.candidates = built
+    better = [c for c in built if (c.decision[statistic].get("ci_low") or 0) > 0]
+    if not better:
+        result.message = (f"no candidate is better than {current.name}: every paired difference in "
+                          f"{statistic} has a {result.confidence:.1%} CI that reaches 0 or below; nothing changed, "
+                          "the holdout was not looked at")
+        result.holdout_looks = looks(db)["count"]
+    else:
+        winner = max(better, key=lambda c: c.difference[statistic]["value"])
+        result.winner = winner.name
+        result.holdout, result.holdout_looks = _holdout_look(db, config, j, current, winner, scale, graded, by=by,
+                                                             **{k: v for k, v in options.items() if k != "confidence"})
+        registered = save_rubric(db, j.name, winner.text, author=by or "labeler judge align", by=by,
+                                 parent=current.version, examples=winner.examples or None, origin="align")
+        result.registered = registered.name
+        d = winner.decision[statistic]
+        result.message = (f"{winner.name} beats {current.name} on validation: {statistic} "
+                          f"{winner.difference[statistic]['value']:+.3f} ({result.confidence:.1%} CI "
+                          f"{d['ci_low']:+.3f} to {d['ci_high']:+.3f}); registered as {registered.name} "
+                          f"(parent {current.name})")
+    result.requests, result.cached = spend.requests, spend.cached
+    result.cost = None if spend.unknown else spend.cost
+    result.id = save_check(db, "align", judge=j.name, rubric=current.name, rubric_hash=current.hash,
+                           model=config.model, temperature=config.temperature,
+                           params={"shots": shots, "candidates": candidates, "revisions": revisions, "seed": seed,
+                                   "validation": validation, "statistic": statistic, "n_resamples": n_resamples},
+                           result=result.to_dict(), by=by)
+    return result
+
+
+def _candidates(db: sqlite_utils.Database, config: LLMConfig, current: Rubric, select: LabeledPairs,
+                items: dict[str, JudgeItem], base: dict[str, int], wrong: np.ndarray, scale: dict[str, Any], *,
+                shots: int, candidates: int, revisions: int, seed: int, spend: _Spend) -> list[Candidate]:
+    ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
+                          [store.dumps([int(d) for _, d in select.keys])]).fetchall())
+
+    def example(i: int) -> dict[str, Any]:
+        q, d = select.keys[i]
+        item = items[f"{q}:{d}"]
+        return {"query_id": select.query_ids[i], "doc_id": ids.get(d), "question": item.question,
+                "text": item.text, "grade": int(select.grades[i]), "judge_grade": base.get(f"{q}:{d}")}
+
+    usable = np.array([bool((items.get(f"{q}:{d}") or JudgeItem(0, 0, "")).text) for q, d in select.keys])
+    out = []
+    for c in range(candidates):
+        rng = np.random.default_rng([seed, c])
+        chosen = pick_examples(select.grades[usable], wrong[usable], shots, rng)
+        picked = [example(int(i)) for i in np.flatnonzero(usable)[chosen]]
+        out.append(Candidate(f"examples-{c + 1}", "examples", with_examples(current.text, picked), picked))
+    disagreements = [example(i) for i in np.flatnonzero(wrong & usable)]
+    tasks = []
+    for r in range(revisions):
+        rng = np.random.default_rng([seed, 1000 + r])
+        shown = [disagreements[i] for i in sorted(rng.permutation(len(disagreements))[:MAX_DISAGREEMENTS])]
+        tasks.append(_revision_task(f"revision-{r + 1}", current.text, scale,
+                                    [{**d, "judge": d["judge_grade"]} for d in shown]))
+    if tasks:
+        summary = run_tasks(db, config, tasks)
+        spend.add(summary)
+        kept = list(current.examples or [])
+        for t in tasks:
+            answer = summary.results.get(t.key)
+            if answer is None or not answer.rubric.strip() or answer.rubric.strip() == instructions_of(current.text):
+                continue
+            out.append(Candidate(t.key, "revision", with_examples(answer.rubric.strip(), kept), kept,
+                                 analysis=answer.analysis))
+    return out
+
+
+def _holdout_look(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubric, winner: Candidate,
+                  scale: dict[str, Any], graded: Callable[[dict[str, JudgeItem], str], dict[str, int]], *,
+                  by: str | None, **options: Any) -> tuple[dict[str, Any], int]:
+    """Grade the holdout with the current version and the winner, read its labels, count the look."""
+    hold = labeled_pairs(db, HOLDOUT)
+    what = f"judge align {j.name}: {winner.name} vs {current.name}"
+    count = record_look(db, what, len(set(hold.query_ids)), by=by)
+    if len(hold) == 0:
+        return {"n": 0, "reason": "no labeled holdout pairs"}, count
+    hold_items = {item.key: item for item in load_items(db, j, hold.keys)}
+    scores = _compare(hold, graded(hold_items, current.text), graded(hold_items, winner.text),
+                      confidence=0.95, **options)
+    return {"n": scores["n"], "failed": scores["failed"], "current": scores["base"], "winner": scores["other"],
+            "difference": scores["difference"]}, count
+
+
+def _estimate(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubric, items: dict[str, JudgeItem],
+              select: LabeledPairs, valid: LabeledPairs, holdout_keys: list[tuple[int, int]], scale: dict[str, Any], *,
+              shots: int, candidates: int, revisions: int) -> Estimate:
+    """Requests, tokens and cost of an alignment: the current version on dev and the holdout
+    (exact, cache-aware); each candidate on validation, the revision requests and the winner on the
+    holdout as the current rubric with ``shots`` examples (their texts are not known before the run;
+    counted as not cached)."""
+    parts = [estimate_cost(db, config, grading_tasks(j, items, current.text, scale)[0])]
+    rng = np.random.default_rng(0)
+    proxy_examples = [{"question": items[f"{q}:{d}"].question, "text": items[f"{q}:{d}"].text,
+                       "grade": int(g)} for i, ((q, d), g) in enumerate(zip(select.keys, select.grades, strict=True))
+                      if i in set(pick_examples(select.grades, np.zeros(len(select), bool), shots, rng))]
+    proxy = with_examples(current.text, proxy_examples) + "\n[estimate]"
+    valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}
+    hold_items = {item.key: item for item in load_items(db, j, holdout_keys)}
+    candidate = estimate_cost(None, config, grading_tasks(j, valid_items, proxy, scale)[0])
+    parts += [candidate] * (candidates + revisions)
+    if revisions:
+        shown = [{"question": e["question"], "text": e["text"], "grade": e["grade"], "judge": 0}
+                 for e in proxy_examples][:MAX_DISAGREEMENTS]
+        parts += [estimate_cost(None, config, [_revision_task("r", current.text, scale, shown)])] * revisions
+    parts.append(estimate_cost(db, config, grading_tasks(j, hold_items, current.text, scale)[0]))
+    parts.append(estimate_cost(None, config, grading_tasks(j, hold_items, proxy, scale)[0]))
+    return _sum_estimates(parts, config.model, [
+        "candidates' requests are estimated with the current rubric plus examples of the same size and counted as "
+        "not cached; the holdout is graded only when a candidate wins (counted here)"])
