@@ -16,7 +16,7 @@ A **stress test** (``stress_judge``) grades perturbed copies of human grade-0 ch
 a judge that obeys an instruction planted in a passage.
 """
 
-from .align import AlignResult, Candidate, align_judge
+from .align import AlignResult, Candidate, align_judge, lineage
 from .calibration import Agreement, Comparison, compare_runs, drift, run_agreement
 from .data import (
     TAGS,
@@ -95,5 +95,5 @@ __all__ = [
     "gate", "gate_settings", "get_judge", "get_rubric", "get_run", "human_answers", "human_grades", "list_runs",
     "register_judge", "resume_run", "judge_answers", "AnswerVerdicts", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
     "save_rubric", "select_items", "set_gate_settings", "stability", "suggestions_for", "tag_counts", "tag_item",
-    "AlignResult", "Candidate", "align_judge", "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
+    "AlignResult", "Candidate", "align_judge", "lineage", "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
 ]

@@ -52,9 +52,9 @@ from ..llm.cache import estimate as estimate_cost
 from ..llm.client import Estimate, LLMConfig, Progress, Task
 from ..llm.direct import run_tasks
 from .pairs import LabeledPairs, labeled_pairs
-from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, save_rubric
+from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, rubrics, save_rubric
 from .runs import grade_items, grading_tasks, load_items, scale_of
-from .store import save_check
+from .store import list_checks, save_check
 from .stress import split_name
 
 ALIGN_REVISION_PROMPT_V1 = """You improve the grading instructions (the rubric) of an LLM judge that grades how well
@@ -429,3 +429,42 @@ def _estimate(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: R
     return _sum_estimates(parts, config.model, [
         "candidates' requests are estimated with the current rubric plus examples of the same size and counted as "
         "not cached; the holdout is graded only when a candidate wins (counted here)"])
+
+
+# --- lineage (the Judge page) -----------------------------------------------------------------------------
+
+def lineage(db: sqlite_utils.Database, judge: str) -> list[dict[str, Any]]:
+    """Every rubric version of ``judge``, oldest first, with its lineage and numbers: ``parent`` (the
+    version it was derived from), ``origin``, the ``examples`` it carries, and from the stored
+    alignments its validation kappa (as the registered winner, or as the version a later alignment
+    started from) and holdout kappa, and from the newest stress test its planted-instruction rate."""
+    versions = rubrics(db, judge)
+    aligned = list_checks(db, "align", judge=judge)
+    stresses = list_checks(db, "stress", judge=judge)
+    out = []
+    for r in versions:
+        row: dict[str, Any] = {
+            "version": r.name, "parent": f"{judge}/r{r.parent}" if r.parent else None, "origin": r.origin or
+            ("built-in" if r.version == 1 else "edited"), "hash": r.hash, "created_at": r.created_at,
+            "author": r.author, "examples": r.examples or [], "kappa": None, "kappa_ci": None, "kappa_n": None,
+            "kappa_from": None, "holdout_kappa": None, "planted_rate": None}
+        for check in aligned:  # newest first
+            result = check["result"]
+            won = next((c for c in result.get("candidates", []) if c["name"] == result.get("winner")), None)
+            if won is not None and result.get("registered") == r.name:
+                stat, where = won["statistics"]["cohen_kappa"], f"alignment {check['id']} (validation, as the winner)"
+                holdout = result.get("holdout") or {}
+                row["holdout_kappa"] = (holdout.get("winner") or {}).get("cohen_kappa", {}).get("value")
+            elif check["rubric"] == r.name and result.get("candidates"):
+                stat, where = result["candidates"][0]["current"]["cohen_kappa"], \
+                    f"alignment {check['id']} (validation, as the current version)"
+            else:
+                continue
+            row.update(kappa=stat.get("value"), kappa_ci=[stat.get("ci_low"), stat.get("ci_high")],
+                       kappa_n=stat.get("n"), kappa_from=where)
+            break
+        stress = next((s for s in stresses if s["rubric_hash"] == r.hash), None)
+        if stress is not None:
+            row["planted_rate"] = stress["result"]["perturbations"]["planted_instruction"].get("rate")
+        out.append(row)
+    return out
