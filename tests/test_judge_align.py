@@ -146,3 +146,28 @@ def test_cli_align(tmp_path, ingest_tiny, server, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "registered as relevance.v1/r2 (parent relevance.v1/r1)" in r.output
     assert "holdout looks so far: 2" in r.output and "0 requests sent" in r.output
+
+
+def test_batch_alignment_goes_on_after_each_collect(db, labeled):
+    from labeler.llm import batch
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(batch_auto="completed") as server:
+        server.responder = example_learning_responder(labeled)
+        config = make_config(server)
+        rounds, result = [], None
+        for _ in range(6):
+            result = align_judge(db, config, "relevance.v1", candidates=2, revisions=1, seed=0, batch=True)
+            if result.status != "submitted":
+                break
+            rounds.append(result.message)
+            again = align_judge(db, config, "relevance.v1", candidates=2, revisions=1, seed=0, batch=True)
+            assert again.status == "submitted" and "waits for" in again.message  # nothing sent twice
+            batch.collect(db, config, owner="judge.align", run_id=result.id)
+    assert len(rounds) == 4, rounds  # current on dev, the revision, the candidates, the holdout
+    assert ["(grade step)" in rounds[0], "(revision step)" in rounds[1], "(validate step)" in rounds[2],
+            "(holdout step)" in rounds[3]] == [True] * 4
+    assert result.status == "done" and result.registered == "relevance.v1/r2" and result.requests == 0
+    assert looks(db)["count"] == 1  # the holdout was looked at once, after its answers were in
+    assert all(b.collected_at for b in batch.list_batches(db, owner="judge.align", run_id=result.id))
+    assert [c["id"] for c in judge.list_checks(db, "align")] == [result.id]

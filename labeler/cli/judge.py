@@ -333,10 +333,13 @@ def _ci(stat: dict) -> str:
 @click.option("--model", help="The model (default: LABELER_MODEL, else gpt-4o-mini).")
 @click.option("--dry-run", is_flag=True, help="Only print the estimate (requests, tokens, cost); send nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Run without asking to confirm the estimated cost.")
+@click.option("--batch", "as_batch", is_flag=True,
+              help="Send each step's requests through the Batch API (half price) and return; after "
+                   "`labeler llm collect judge.align:ID`, the same command goes on from there.")
 @output_options()
 @click.pass_context
 def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, revisions: int, seed: int,
-                    validation: float, statistic: str, model: str | None, dry_run: bool, yes: bool,
+                    validation: float, statistic: str, model: str | None, dry_run: bool, yes: bool, as_batch: bool,
                     output_format: str) -> Output:
     """Build candidate versions of a relevance judge from the dev split's human labels (few-shot
     examples, LLM rubric revisions), score each on dev queries none of them saw, and register the
@@ -346,7 +349,9 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
 
     Shows the estimated requests, tokens and cost first and asks to go on (--yes skips the
     question, --dry-run only prints it). Answers are cached: a rerun, or a run started again after
-    it was interrupted, pays only for what is missing. Needs a split (labeler split).
+    it was interrupted, pays only for what is missing. Needs a split (labeler split). With --batch
+    each step's requests go to the Batch API: collect them (labeler llm collect judge.align:ID) and
+    run the same command again, up to four times (current judge, revisions, candidates, holdout).
 
     Example:
 
@@ -361,7 +366,8 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
                    statistic=statistic)
     planned = align_judge(db, config, name, dry_run=True, **options)
     e = planned.estimate
-    cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f})" if e.cost is not None else "unknown"
+    cost = f"${e.cost:.4f} (at most ${e.cost_max:.4f}); as batches ${e.cost_batch:.4f}" \
+        if e.cost is not None else "unknown"
     line = (f"align {planned.rubric} with {e.model}: {planned.selection['pairs']} selection and "
             f"{planned.validation['pairs']} validation pairs (dev); {e.to_request} requests to send, {e.cached} "
             f"cached; ~{e.input_tokens} input and ~{e.output_tokens} output tokens; cost {cost}")
@@ -377,9 +383,12 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
     update, close = progress_bar(f"align {name}")
     progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
     try:
-        result = align_judge(db, config, name, progress=progress, **options)
+        result = align_judge(db, config, name, progress=None if as_batch else progress, batch=as_batch, **options)
     finally:
         close()
+    if result.status == "submitted":
+        return Output(result.to_dict(), ["id", "status", "batches"],
+                      [{"id": result.id, "status": result.status, "batches": result.batches}], text=[result.message])
     rows = []
     for c in result.candidates:
         d, dec = c.difference.get(statistic, {}), c.decision.get(statistic, {})

@@ -33,6 +33,7 @@ Judge page shows a version's lineage and its validation kappa from there.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable
@@ -48,13 +49,15 @@ from ..accounts.manage import require
 from ..agreement.stats import Stat, ordinal_agreement, ordinal_arrays, paired_difference
 from ..errors import JudgeError
 from ..holdout import DEV, HOLDOUT, current_split, looks, record_look
+from ..llm.batch import store as batch_store
+from ..llm.batch import submitting as batch_submitting
 from ..llm.cache import estimate as estimate_cost
 from ..llm.client import Estimate, LLMConfig, Progress, Task
 from ..llm.direct import run_tasks
 from .pairs import LabeledPairs, labeled_pairs
 from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, rubrics, save_rubric
 from .runs import grade_items, grading_tasks, load_items, scale_of
-from .store import list_checks, save_check
+from .store import get_check, list_checks, save_check, update_check
 from .stress import split_name
 
 ALIGN_REVISION_PROMPT_V1 = """You improve the grading instructions (the rubric) of an LLM judge that grades how well
@@ -73,6 +76,7 @@ MAX_DISAGREEMENTS = 12
 REPORTED = ("cohen_kappa", "kappa_linear", "kappa_quadratic", "krippendorff_alpha")
 _EXAMPLE_CHARS = 600
 MIN_PAIRS = 10
+BATCH_OWNER = "judge.align"  # labeler llm collect judge.align:ID (the alignment's stored id)
 
 
 class RubricRevision(pydantic.BaseModel):
@@ -168,6 +172,8 @@ class AlignResult:
     holdout: dict[str, Any] | None = None
     holdout_looks: int | None = None
     message: str = ""
+    status: str = "done"  # "submitted": waiting for Batch API batches (collect, then run it again)
+    batches: list[str] = field(default_factory=list)
     requests: int = 0
     cached: int = 0
     cost: float | None = None
@@ -260,7 +266,7 @@ def _check_options(shots: int, candidates: int, revisions: int, validation: floa
 
 def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, shots: int = 4, candidates: int = 3,
                 revisions: int = 1, seed: int = 0, validation: float = 0.5, statistic: str = "cohen_kappa",
-                n_resamples: int = 1000, dry_run: bool = False, by: str | None = None,
+                n_resamples: int = 1000, dry_run: bool = False, by: str | None = None, batch: bool = False,
                 progress: Callable[[Progress], None] | None = None,
                 cancel: threading.Event | None = None) -> AlignResult:
     """Build, score and maybe register candidate versions of ``judge`` (a relevance judge, or one of
@@ -270,6 +276,13 @@ def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, sho
     requests (the candidates' requests are estimated from the current rubric with examples of the
     same size, and counted as not cached). Otherwise a paid LLM job that may register a rubric
     version: ``by`` must be a lead. Raises JudgeError when no split is set or dev is too small.
+
+    ``batch``: each step's requests that the cache does not hold go to the Batch API (owner
+    ``judge.align``, run = the alignment's stored id) and the call returns at once with status
+    ``submitted`` and the batch ids; ``labeler llm collect judge.align:ID`` stores the answers and the
+    same call again goes on from there (up to four rounds: the current version on dev, the rubric
+    revisions, the candidates on validation, the holdout). Calling again before the batches are
+    collected sends nothing.
     """
     _check_options(shots, candidates, revisions, validation, statistic)
     name, version = split_name(judge)
@@ -300,19 +313,85 @@ def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, sho
         return result
     require(db, by, "lead", "aligning a judge (it may register a rubric version)")
     spend = _Spend()
+    params = {"shots": shots, "candidates": candidates, "revisions": revisions, "seed": seed,
+              "validation": validation, "statistic": statistic, "n_resamples": n_resamples}
+    check_id = _pending_check(db, config, j.name, current, params, by)
+    result.id = check_id
+
+    def send(tasks: list[Task], stage: str) -> None:
+        if batch:
+            _send_batch(db, config, check_id, params, tasks, stage)
 
     def graded(subset: dict[str, JudgeItem], text: str) -> dict[str, int]:
+        send(grading_tasks(j, subset, text, scale)[0], "grade")
         g = grade_items(db, config, j, subset, text, scale, progress=progress, cancel=cancel)
         spend.add(g.summary)
         return g.grades()
 
+    try:
+        return _align(db, config, j, current, result, dev, select, valid, items, scale, graded, send, spend,
+                      shots=shots, candidates=candidates, revisions=revisions, seed=seed, statistic=statistic,
+                      levels=levels, threshold=threshold, n_resamples=n_resamples, by=by, params=params)
+    except _Waiting as waiting:
+        result.status, result.batches, result.message = "submitted", waiting.batches, waiting.message
+        return result
+
+
+class _Waiting(Exception):
+    """A step's requests are in Batch API batches: the alignment goes on once they are collected."""
+
+    def __init__(self, batches: list[str], message: str) -> None:
+        super().__init__(message)
+        self.batches, self.message = batches, message
+
+
+def _pending_check(db: sqlite_utils.Database, config: LLMConfig, judge: str, current: Rubric,
+                   params: dict[str, Any], by: str | None) -> int:
+    """The stored row of this alignment: one still pending with the same judge, rubric, model and
+    parameters (a run resumed, e.g. after its batches), else a new one."""
+    for check in list_checks(db, "align", judge=judge, rubric_hash=current.hash, model=config.model):
+        if check["result"].get("status") == "pending" and check["temperature"] == config.temperature and \
+                {k: v for k, v in check["params"].items() if k != "stage"} == params:
+            return int(check["id"])
+    return save_check(db, "align", judge=judge, rubric=current.name, rubric_hash=current.hash, model=config.model,
+                      temperature=config.temperature, params=params, result={"status": "pending"}, by=by)
+
+
+def _send_batch(db: sqlite_utils.Database, config: LLMConfig, check_id: int, params: dict[str, Any],
+                tasks: list[Task], stage: str) -> None:
+    """Hand the requests of one step that the cache lacks to the Batch API and stop the alignment
+    (``_Waiting``); nothing when all are cached. Batches not yet collected: stop without sending."""
+    waiting = [b for b in batch_store.list_batches(db, owner=BATCH_OWNER, run_id=check_id) if b.collected_at is None]
+    if waiting:
+        raise _Waiting([b.batch_id or b.key for b in waiting],
+                       f"alignment {check_id} waits for {len(waiting)} batch(es): collect them with `labeler llm "
+                       f"collect {BATCH_OWNER}:{check_id}`, then run the same command again")
+    if estimate_cost(db, config, tasks).to_request == 0:
+        return
+    update_check(db, check_id, params={**params, "stage": stage})
+    submitted = batch_submitting.submit(db, config, tasks, owner=BATCH_OWNER, run_id=check_id)
+    if submitted.batches:
+        raise _Waiting([b.batch_id or b.key for b in submitted.batches],
+                       f"alignment {check_id}: {submitted.sent} requests ({stage} step) sent as "
+                       f"{len(submitted.batches)} batch(es); collect them with `labeler llm collect "
+                       f"{BATCH_OWNER}:{check_id}`, then run the same command again")
+
+
+def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubric, result: AlignResult,
+           dev: LabeledPairs, select: LabeledPairs, valid: LabeledPairs, items: dict[str, JudgeItem],
+           scale: dict[str, Any], graded: Callable[[dict[str, JudgeItem], str], dict[str, int]],
+           send: Callable[[list[Task], str], None], spend: _Spend, *, shots: int, candidates: int, revisions: int,
+           seed: int, statistic: str, levels: int, threshold: int, n_resamples: int, by: str | None,
+           params: dict[str, Any]) -> AlignResult:
+    """The steps after the setup (see the module doc); ``graded`` and ``send`` may stop it (batches)."""
     base = graded(items, current.text)
     wrong = np.array([base.get(f"{q}:{d}", -1) != h for (q, d), h in zip(select.keys, select.grades, strict=True)])
     built = _candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
-                        revisions=revisions, seed=seed, spend=spend)
+                        revisions=revisions, seed=seed, spend=spend, send=send)
     valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}
     options = dict(levels=levels, threshold=threshold, n_resamples=n_resamples, seed=seed,
                    confidence=result.confidence)
+    send([t for c in built for t in _keyed(grading_tasks(j, valid_items, c.text, scale)[0], c.name)], "validate")
     for cand in built:
         scores = _compare(valid, base, graded(valid_items, cand.text), **options)
         cand.n, cand.failed = scores["n"], scores["failed"]
@@ -328,7 +407,7 @@ def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, sho
     else:
         winner = max(better, key=lambda c: c.difference[statistic]["value"])
         result.winner = winner.name
-        result.holdout, result.holdout_looks = _holdout_look(db, config, j, current, winner, scale, graded, by=by,
+        result.holdout, result.holdout_looks = _holdout_look(db, config, j, current, winner, scale, graded, send, by=by,
                                                              **{k: v for k, v in options.items() if k != "confidence"})
         registered = save_rubric(db, j.name, winner.text, author=by or "labeler judge align", by=by,
                                  parent=current.version, examples=winner.examples or None, origin="align")
@@ -340,17 +419,18 @@ def align_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, sho
                           f"(parent {current.name})")
     result.requests, result.cached = spend.requests, spend.cached
     result.cost = None if spend.unknown else spend.cost
-    result.id = save_check(db, "align", judge=j.name, rubric=current.name, rubric_hash=current.hash,
-                           model=config.model, temperature=config.temperature,
-                           params={"shots": shots, "candidates": candidates, "revisions": revisions, "seed": seed,
-                                   "validation": validation, "statistic": statistic, "n_resamples": n_resamples},
-                           result=result.to_dict(), by=by)
+    update_check(db, result.id, params=params, result=result.to_dict())
     return result
+
+
+def _keyed(tasks: list[Task], prefix: str) -> list[Task]:
+    return [dataclasses.replace(t, key=f"{prefix}/{t.key}") for t in tasks]
 
 
 def _candidates(db: sqlite_utils.Database, config: LLMConfig, current: Rubric, select: LabeledPairs,
                 items: dict[str, JudgeItem], base: dict[str, int], wrong: np.ndarray, scale: dict[str, Any], *,
-                shots: int, candidates: int, revisions: int, seed: int, spend: _Spend) -> list[Candidate]:
+                shots: int, candidates: int, revisions: int, seed: int, spend: _Spend,
+                send: Callable[[list[Task], str], None]) -> list[Candidate]:
     ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
                           [store.dumps([int(d) for _, d in select.keys])]).fetchall())
 
@@ -375,6 +455,7 @@ def _candidates(db: sqlite_utils.Database, config: LLMConfig, current: Rubric, s
         tasks.append(_revision_task(f"revision-{r + 1}", current.text, scale,
                                     [{**d, "judge": d["judge_grade"]} for d in shown]))
     if tasks:
+        send(tasks, "revision")
         summary = run_tasks(db, config, tasks)
         spend.add(summary)
         kept = list(current.examples or [])
@@ -388,17 +469,21 @@ def _candidates(db: sqlite_utils.Database, config: LLMConfig, current: Rubric, s
 
 
 def _holdout_look(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubric, winner: Candidate,
-                  scale: dict[str, Any], graded: Callable[[dict[str, JudgeItem], str], dict[str, int]], *,
-                  by: str | None, **options: Any) -> tuple[dict[str, Any], int]:
-    """Grade the holdout with the current version and the winner, read its labels, count the look."""
+                  scale: dict[str, Any], graded: Callable[[dict[str, JudgeItem], str], dict[str, int]],
+                  send: Callable[[list[Task], str], None], *, by: str | None,
+                  **options: Any) -> tuple[dict[str, Any], int]:
+    """Grade the holdout's pairs with the current version and the winner (the labels unread), then
+    count the look and read the labels: a step waiting for batches has not looked."""
+    keys = labeled_pairs(db, HOLDOUT, grades=False).keys
+    hold_items = {item.key: item for item in load_items(db, j, keys)}
+    send([*_keyed(grading_tasks(j, hold_items, current.text, scale)[0], "current"),
+          *_keyed(grading_tasks(j, hold_items, winner.text, scale)[0], winner.name)], "holdout")
+    by_current, by_winner = graded(hold_items, current.text), graded(hold_items, winner.text)
     hold = labeled_pairs(db, HOLDOUT)
-    what = f"judge align {j.name}: {winner.name} vs {current.name}"
-    count = record_look(db, what, len(set(hold.query_ids)), by=by)
+    count = record_look(db, f"judge align {j.name}: {winner.name} vs {current.name}", len(set(hold.query_ids)), by=by)
     if len(hold) == 0:
         return {"n": 0, "reason": "no labeled holdout pairs"}, count
-    hold_items = {item.key: item for item in load_items(db, j, hold.keys)}
-    scores = _compare(hold, graded(hold_items, current.text), graded(hold_items, winner.text),
-                      confidence=0.95, **options)
+    scores = _compare(hold, by_current, by_winner, confidence=0.95, **options)
     return {"n": scores["n"], "failed": scores["failed"], "current": scores["base"], "winner": scores["other"],
             "difference": scores["difference"]}, count
 
@@ -468,3 +553,19 @@ def lineage(db: sqlite_utils.Database, judge: str) -> list[dict[str, Any]]:
             row["planted_rate"] = stress["result"]["perturbations"]["planted_instruction"].get("rate")
         out.append(row)
     return out
+
+
+# --- the Batch API engine (labeler.llm.batch reads these when an alignment's batches are collected) ------
+
+def _batch_schema(db: sqlite_utils.Database, check_id: int) -> type[pydantic.BaseModel]:
+    check = get_check(db, check_id)
+    if check["params"].get("stage") == "revision":
+        return RubricRevision
+    return get_judge(check["judge"]).schema(scale_of(db))
+
+
+def _batch_finish(db: sqlite_utils.Database, config: LLMConfig, check_id: int) -> None:
+    """Nothing to store: the answers are in the LLM cache, and running the alignment again goes on."""
+
+
+batch_store.register_owner(batch_store.BatchOwner(BATCH_OWNER, _batch_schema, _batch_finish))

@@ -121,3 +121,25 @@ def list_checks(db: sqlite_utils.Database, kind: str, *, judge: str | None = Non
         record["params"], record["result"] = store.loads(record["params"]), store.loads(record["result"])
         out.append(record)
     return out
+
+
+def get_check(db: sqlite_utils.Database, check_id: int) -> dict[str, Any]:
+    """One stored check by id (as ``list_checks`` gives them); JudgeError when there is none."""
+    cur = db.execute("SELECT id, kind, judge, rubric, rubric_hash, model, temperature, params, result, created_at, by "
+                     "FROM judge_checks WHERE id = ?", [check_id])
+    row = cur.fetchone()
+    if row is None:
+        raise JudgeError(f"judge check {check_id!r} does not exist")
+    record = dict(zip([c[0] for c in cur.description], row, strict=True))
+    record["params"], record["result"] = store.loads(record["params"]), store.loads(record["result"])
+    return record
+
+
+def update_check(db: sqlite_utils.Database, check_id: int, *, params: dict[str, Any] | None = None,
+                 result: dict[str, Any] | None = None) -> None:
+    """Replace a stored check's ``params`` and/or ``result`` (an alignment resumed after its batches)."""
+    with store.transaction(db):
+        if params is not None:
+            db.execute("UPDATE judge_checks SET params = ? WHERE id = ?", [store.dumps(params), check_id])
+        if result is not None:
+            db.execute("UPDATE judge_checks SET result = ? WHERE id = ?", [store.dumps(result), check_id])
