@@ -171,3 +171,30 @@ def test_batch_alignment_goes_on_after_each_collect(db, labeled):
     assert looks(db)["count"] == 1  # the holdout was looked at once, after its answers were in
     assert all(b.collected_at for b in batch.list_batches(db, owner="judge.align", run_id=result.id))
     assert [c["id"] for c in judge.list_checks(db, "align")] == [result.id]
+
+
+def test_cli_align_batch_then_collect(tmp_path, ingest_tiny, monkeypatch):
+    from tests.fake_openai import FakeOpenAI
+
+    path = tmp_path / "cli.db"
+    database = store.connect(path)
+    _, truth = build(database, ingest_tiny, n=90, overlap=0)
+    set_split(database, 0.2, seed=7)
+    database.close()
+    runner = CliRunner()
+    with FakeOpenAI(batch_auto="completed") as server:
+        server.responder = example_learning_responder(truth)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setenv("LABELER_MODEL", "fake-model")
+        args = ["--db", str(path), "judge", "align", "relevance.v1", "--candidates", "1", "--revisions", "0",
+                "--yes", "--batch"]
+        for _ in range(4):
+            r = runner.invoke(cli, args)
+            assert r.exit_code == 0, r.output
+            if "registered as" in r.output:
+                break
+            assert "labeler llm collect judge.align:1" in r.output
+            c = runner.invoke(cli, ["--db", str(path), "llm", "collect", "judge.align:1"])
+            assert c.exit_code == 0, c.output
+    assert "registered as relevance.v1/r2" in r.output and "holdout looks so far: 1" in r.output
