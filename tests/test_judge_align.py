@@ -16,7 +16,8 @@ from labeler import judge
 from labeler.cli import cli
 from labeler.errors import JudgeError
 from labeler.holdout import DEV, looks, set_split, split_of
-from labeler.judge.align import EXAMPLES_HEADER, align_judge, pick_examples, with_examples
+from labeler.judge.align import align_judge
+from labeler.judge.candidates import EXAMPLES_HEADER, pick_examples, with_examples
 from tests.fake_openai import example_learning_responder, prompt_examples, random_responder
 from tests.test_judge import KEY, build, make_config
 

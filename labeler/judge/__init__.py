@@ -16,8 +16,9 @@ A **stress test** (``stress_judge``) grades perturbed copies of human grade-0 ch
 a judge that obeys an instruction planted in a passage.
 """
 
-from .align import AlignResult, Candidate, align_judge, lineage
+from .align import AlignResult, align_judge
 from .calibration import Agreement, Comparison, compare_runs, drift, run_agreement
+from .candidates import ALIGN_REVISION_PROMPT_V1, Candidate
 from .data import (
     TAGS,
     ComparisonData,
@@ -43,6 +44,7 @@ from .gate import (
     set_gate_settings,
     suggestions_for,
 )
+from .lineage import lineage
 from .registry import (
     ANSWER_FIELDS,
     ANSWER_RELEVANCE_PROMPT_V1,
@@ -95,5 +97,5 @@ __all__ = [
     "gate", "gate_settings", "get_judge", "get_rubric", "get_run", "human_answers", "human_grades", "list_runs",
     "register_judge", "resume_run", "judge_answers", "AnswerVerdicts", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
     "save_rubric", "select_items", "set_gate_settings", "stability", "suggestions_for", "tag_counts", "tag_item",
-    "AlignResult", "Candidate", "align_judge", "lineage", "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
+    "ALIGN_REVISION_PROMPT_V1", "AlignResult", "Candidate", "align_judge", "lineage", "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
 ]

@@ -12,7 +12,7 @@ or a run resumed after it was killed, pays only for what is missing):
 3. Candidates, built from the selection pairs only: ``candidates`` few-shot sets of ``shots`` graded
    examples, stratified by human grade (the shots spread over the grades in turn) and preferring
    pairs the current version got wrong, appended to the current rubric (``EXAMPLES_HEADER``); and
-   ``revisions`` rubric revisions an LLM proposes (``ALIGN_REVISION_PROMPT_V1``) from up to
+   ``revisions`` rubric revisions an LLM proposes (``candidates.ALIGN_REVISION_PROMPT_V1``) from up to
    ``MAX_DISAGREEMENTS`` pairs where the current version disagreed with the humans.
 4. Every candidate and the current version grade the validation pairs, which no selection saw.
    Reported per candidate on the same items: Cohen's kappa, weighted kappa (linear, quadratic) and
@@ -33,7 +33,6 @@ Judge page shows a version's lineage and its validation kappa from there.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable
@@ -44,7 +43,6 @@ import numpy as np
 import pydantic
 import sqlite_utils
 
-from .. import db as store
 from ..accounts.manage import require
 from ..agreement.stats import Stat, ordinal_agreement, ordinal_arrays, paired_difference
 from ..errors import JudgeError
@@ -53,105 +51,28 @@ from ..llm.batch import store as batch_store
 from ..llm.batch import submitting as batch_submitting
 from ..llm.cache import estimate as estimate_cost
 from ..llm.client import Estimate, LLMConfig, Progress, Task
-from ..llm.direct import run_tasks
+from .candidates import (
+    MAX_DISAGREEMENTS,
+    Candidate,
+    RubricRevision,
+    build_candidates,
+    keyed,
+    pick_examples,
+    revision_task,
+    with_examples,
+)
 from .pairs import LabeledPairs, labeled_pairs
-from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, rubrics, save_rubric
+from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, save_rubric
 from .runs import grade_items, grading_tasks, load_items, scale_of
 from .store import get_check, list_checks, save_check, update_check
 from .stress import split_name
 
-ALIGN_REVISION_PROMPT_V1 = """You improve the grading instructions (the rubric) of an LLM judge that grades how well
-ONE retrieved chunk helps answer a user's question, on this scale:
-{scale}
-
-Below are the current rubric and pairs where the judge's grade differed from the grade human
-annotators gave. Find what the judge misunderstands and write a revised rubric that would make it
-grade as the annotators do. Keep what works, keep it short (at most 12 lines), write rules, not
-examples, and do not mention these particular questions.
-
-Give a short analysis of the disagreements first, then the full revised rubric."""
-
-EXAMPLES_HEADER = "Graded examples (the grades human annotators gave):"
-MAX_DISAGREEMENTS = 12
 REPORTED = ("cohen_kappa", "kappa_linear", "kappa_quadratic", "krippendorff_alpha")
-_EXAMPLE_CHARS = 600
 MIN_PAIRS = 10
 BATCH_OWNER = "judge.align"  # labeler llm collect judge.align:ID (the alignment's stored id)
 
 
-class RubricRevision(pydantic.BaseModel):
-    """An LLM's proposed rubric: the analysis comes first (schema order is the writing order)."""
-
-    analysis: str = pydantic.Field(description="what the judge gets wrong, in two or three sentences")
-    rubric: str = pydantic.Field(description="the full revised rubric")
-
-
-# --- candidates ----------------------------------------------------------------------------------------
-
-def _one_line(text: str | None, limit: int = _EXAMPLE_CHARS) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def instructions_of(rubric_text: str) -> str:
-    """A rubric's text without the graded examples an alignment appended."""
-    return rubric_text.split(EXAMPLES_HEADER, 1)[0].rstrip()
-
-
-def with_examples(rubric_text: str, examples: list[dict[str, Any]]) -> str:
-    """The rubric's instructions followed by ``examples`` (question, text, grade), replacing any it had."""
-    if not examples:
-        return instructions_of(rubric_text)
-    lines = [instructions_of(rubric_text), "", EXAMPLES_HEADER]
-    for i, e in enumerate(examples, 1):
-        lines += [f"Example {i} (grade {e['grade']})", f"Question: {_one_line(e['question'])}",
-                  f"Chunk: {_one_line(e['text'])}"]
-    return "\n".join(lines)
-
-
-def pick_examples(grades: np.ndarray, wrong: np.ndarray, shots: int, rng: np.random.Generator) -> list[int]:
-    """Indices of ``shots`` examples stratified by grade (the grades present take turns, lowest
-    first), within a grade the current judge's mistakes (``wrong``) first, each group shuffled."""
-    pools: dict[int, list[int]] = {}
-    for g in np.unique(grades):
-        idx = np.flatnonzero(grades == g)
-        bad, good = idx[wrong[idx]], idx[~wrong[idx]]
-        pools[int(g)] = [*rng.permutation(bad).tolist(), *rng.permutation(good).tolist()]
-    picked: list[int] = []
-    while len(picked) < shots and any(pools.values()):
-        for g in sorted(pools):
-            if pools[g] and len(picked) < shots:
-                picked.append(pools[g].pop(0))
-    return sorted(picked, key=lambda i: (int(grades[i]), i))
-
-
-def _revision_task(key: str, current: str, scale: dict[str, Any], disagreements: list[dict[str, Any]]) -> Task:
-    names = scale["grade_names"]
-    system = ALIGN_REVISION_PROMPT_V1.format(scale="\n".join(f"{g} = {n}" for g, n in enumerate(names)))
-    shown = "\n\n".join(f"Question: {_one_line(d['question'])}\nChunk: {_one_line(d['text'])}\n"
-                        f"Judge's grade: {d['judge']}; annotators' grade: {d['grade']}" for d in disagreements)
-    user = f"Current rubric:\n<<<\n{instructions_of(current)}\n>>>\n\nDisagreements:\n<<<\n{shown or '(none)'}\n>>>"
-    return Task(key, [{"role": "system", "content": system}, {"role": "user", "content": user}], RubricRevision)
-
-
 # --- results -----------------------------------------------------------------------------------------------
-
-@dataclass
-class Candidate:
-    """One candidate version: how it was made, its text and examples, and its validation numbers."""
-
-    name: str
-    kind: str  # "examples" or "revision"
-    text: str
-    examples: list[dict[str, Any]] = field(default_factory=list)
-    analysis: str | None = None
-    n: int = 0
-    statistics: dict[str, Any] = field(default_factory=dict)
-    current: dict[str, Any] = field(default_factory=dict)
-    difference: dict[str, Any] = field(default_factory=dict)
-    decision: dict[str, Any] = field(default_factory=dict)
-    failed: int = 0
-
 
 @dataclass
 class AlignResult:
@@ -386,12 +307,12 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
     """The steps after the setup (see the module doc); ``graded`` and ``send`` may stop it (batches)."""
     base = graded(items, current.text)
     wrong = np.array([base.get(f"{q}:{d}", -1) != h for (q, d), h in zip(select.keys, select.grades, strict=True)])
-    built = _candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
+    built = build_candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
                         revisions=revisions, seed=seed, spend=spend, send=send)
     valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}
     options = dict(levels=levels, threshold=threshold, n_resamples=n_resamples, seed=seed,
                    confidence=result.confidence)
-    send([t for c in built for t in _keyed(grading_tasks(j, valid_items, c.text, scale)[0], c.name)], "validate")
+    send([t for c in built for t in keyed(grading_tasks(j, valid_items, c.text, scale)[0], c.name)], "validate")
     for cand in built:
         scores = _compare(valid, base, graded(valid_items, cand.text), **options)
         cand.n, cand.failed = scores["n"], scores["failed"]
@@ -423,51 +344,6 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
     return result
 
 
-def _keyed(tasks: list[Task], prefix: str) -> list[Task]:
-    return [dataclasses.replace(t, key=f"{prefix}/{t.key}") for t in tasks]
-
-
-def _candidates(db: sqlite_utils.Database, config: LLMConfig, current: Rubric, select: LabeledPairs,
-                items: dict[str, JudgeItem], base: dict[str, int], wrong: np.ndarray, scale: dict[str, Any], *,
-                shots: int, candidates: int, revisions: int, seed: int, spend: _Spend,
-                send: Callable[[list[Task], str], None]) -> list[Candidate]:
-    ids = dict(db.execute("SELECT pk, doc_id FROM documents WHERE pk IN (SELECT value FROM json_each(?))",
-                          [store.dumps([int(d) for _, d in select.keys])]).fetchall())
-
-    def example(i: int) -> dict[str, Any]:
-        q, d = select.keys[i]
-        item = items[f"{q}:{d}"]
-        return {"query_id": select.query_ids[i], "doc_id": ids.get(d), "question": item.question,
-                "text": item.text, "grade": int(select.grades[i]), "judge_grade": base.get(f"{q}:{d}")}
-
-    usable = np.array([bool((items.get(f"{q}:{d}") or JudgeItem(0, 0, "")).text) for q, d in select.keys])
-    out = []
-    for c in range(candidates):
-        rng = np.random.default_rng([seed, c])
-        chosen = pick_examples(select.grades[usable], wrong[usable], shots, rng)
-        picked = [example(int(i)) for i in np.flatnonzero(usable)[chosen]]
-        out.append(Candidate(f"examples-{c + 1}", "examples", with_examples(current.text, picked), picked))
-    disagreements = [example(i) for i in np.flatnonzero(wrong & usable)]
-    tasks = []
-    for r in range(revisions):
-        rng = np.random.default_rng([seed, 1000 + r])
-        shown = [disagreements[i] for i in sorted(rng.permutation(len(disagreements))[:MAX_DISAGREEMENTS])]
-        tasks.append(_revision_task(f"revision-{r + 1}", current.text, scale,
-                                    [{**d, "judge": d["judge_grade"]} for d in shown]))
-    if tasks:
-        send(tasks, "revision")
-        summary = run_tasks(db, config, tasks)
-        spend.add(summary)
-        kept = list(current.examples or [])
-        for t in tasks:
-            answer = summary.results.get(t.key)
-            if answer is None or not answer.rubric.strip() or answer.rubric.strip() == instructions_of(current.text):
-                continue
-            out.append(Candidate(t.key, "revision", with_examples(answer.rubric.strip(), kept), kept,
-                                 analysis=answer.analysis))
-    return out
-
-
 def _holdout_look(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubric, winner: Candidate,
                   scale: dict[str, Any], graded: Callable[[dict[str, JudgeItem], str], dict[str, int]],
                   send: Callable[[list[Task], str], None], *, by: str | None,
@@ -476,8 +352,8 @@ def _holdout_look(db: sqlite_utils.Database, config: LLMConfig, j: Judge, curren
     count the look and read the labels: a step waiting for batches has not looked."""
     keys = labeled_pairs(db, HOLDOUT, grades=False).keys
     hold_items = {item.key: item for item in load_items(db, j, keys)}
-    send([*_keyed(grading_tasks(j, hold_items, current.text, scale)[0], "current"),
-          *_keyed(grading_tasks(j, hold_items, winner.text, scale)[0], winner.name)], "holdout")
+    send([*keyed(grading_tasks(j, hold_items, current.text, scale)[0], "current"),
+          *keyed(grading_tasks(j, hold_items, winner.text, scale)[0], winner.name)], "holdout")
     by_current, by_winner = graded(hold_items, current.text), graded(hold_items, winner.text)
     hold = labeled_pairs(db, HOLDOUT)
     count = record_look(db, f"judge align {j.name}: {winner.name} vs {current.name}", len(set(hold.query_ids)), by=by)
@@ -508,51 +384,12 @@ def _estimate(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: R
     if revisions:
         shown = [{"question": e["question"], "text": e["text"], "grade": e["grade"], "judge": 0}
                  for e in proxy_examples][:MAX_DISAGREEMENTS]
-        parts += [estimate_cost(None, config, [_revision_task("r", current.text, scale, shown)])] * revisions
+        parts += [estimate_cost(None, config, [revision_task("r", current.text, scale, shown)])] * revisions
     parts.append(estimate_cost(db, config, grading_tasks(j, hold_items, current.text, scale)[0]))
     parts.append(estimate_cost(None, config, grading_tasks(j, hold_items, proxy, scale)[0]))
     return _sum_estimates(parts, config.model, [
         "candidates' requests are estimated with the current rubric plus examples of the same size and counted as "
         "not cached; the holdout is graded only when a candidate wins (counted here)"])
-
-
-# --- lineage (the Judge page) -----------------------------------------------------------------------------
-
-def lineage(db: sqlite_utils.Database, judge: str) -> list[dict[str, Any]]:
-    """Every rubric version of ``judge``, oldest first, with its lineage and numbers: ``parent`` (the
-    version it was derived from), ``origin``, the ``examples`` it carries, and from the stored
-    alignments its validation kappa (as the registered winner, or as the version a later alignment
-    started from) and holdout kappa, and from the newest stress test its planted-instruction rate."""
-    versions = rubrics(db, judge)
-    aligned = list_checks(db, "align", judge=judge)
-    stresses = list_checks(db, "stress", judge=judge)
-    out = []
-    for r in versions:
-        row: dict[str, Any] = {
-            "version": r.name, "parent": f"{judge}/r{r.parent}" if r.parent else None, "origin": r.origin or
-            ("built-in" if r.version == 1 else "edited"), "hash": r.hash, "created_at": r.created_at,
-            "author": r.author, "examples": r.examples or [], "kappa": None, "kappa_ci": None, "kappa_n": None,
-            "kappa_from": None, "holdout_kappa": None, "planted_rate": None}
-        for check in aligned:  # newest first
-            result = check["result"]
-            won = next((c for c in result.get("candidates", []) if c["name"] == result.get("winner")), None)
-            if won is not None and result.get("registered") == r.name:
-                stat, where = won["statistics"]["cohen_kappa"], f"alignment {check['id']} (validation, as the winner)"
-                holdout = result.get("holdout") or {}
-                row["holdout_kappa"] = (holdout.get("winner") or {}).get("cohen_kappa", {}).get("value")
-            elif check["rubric"] == r.name and result.get("candidates"):
-                stat, where = result["candidates"][0]["current"]["cohen_kappa"], \
-                    f"alignment {check['id']} (validation, as the current version)"
-            else:
-                continue
-            row.update(kappa=stat.get("value"), kappa_ci=[stat.get("ci_low"), stat.get("ci_high")],
-                       kappa_n=stat.get("n"), kappa_from=where)
-            break
-        stress = next((s for s in stresses if s["rubric_hash"] == r.hash), None)
-        if stress is not None:
-            row["planted_rate"] = stress["result"]["perturbations"]["planted_instruction"].get("rate")
-        out.append(row)
-    return out
 
 
 # --- the Batch API engine (labeler.llm.batch reads these when an alignment's batches are collected) ------
