@@ -211,6 +211,7 @@ def test_rubric_tab_shows_each_versions_lineage_kappa_and_examples(judged, serve
     assert float(r3["Cohen's kappa"]) > 0.5 and r3["planted-instruction rate"] == "1.000"
     assert lineage.iloc[1]["Cohen's kappa"] != "–" and lineage.iloc[0]["Cohen's kappa"] == "–"
     assert any("4 examples it carries" in e.label for e in at.expander)
+    assert any("looked at 1 time(s)" in c.value for c in at.caption)
     assert_no_none(at)
     at.number_input(key="jd_g_planted").set_value(0.5)
     at.button(key="jd_g_save").click()

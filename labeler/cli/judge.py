@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -381,7 +382,15 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
         if not click.confirm("go on?", default=False, err=True):
             raise click.ClickException("nothing was sent (give --yes to run without asking)")
     update, close = progress_bar(f"align {name}")
-    progress = (lambda p: update(p.completed, p.total)) if sys.stderr.isatty() else None
+    seen = {"offset": 0, "last": 0}
+
+    def steps(p: Any) -> None:  # one bar over the alignment's steps, each a run of its own
+        if p.completed < seen["last"]:
+            seen["offset"] += seen["last"]
+        seen["last"] = p.completed
+        update(seen["offset"] + p.completed, max(e.tasks, seen["offset"] + p.total))
+
+    progress = steps if sys.stderr.isatty() else None
     try:
         result = align_judge(db, config, name, progress=None if as_batch else progress, batch=as_batch, **options)
     finally:

@@ -61,9 +61,10 @@ from .candidates import (
     revision_task,
     with_examples,
 )
+from .grading import grade_items, grading_tasks, scale_of
 from .pairs import LabeledPairs, labeled_pairs
 from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, save_rubric
-from .runs import grade_items, grading_tasks, load_items, scale_of
+from .runs import load_items
 from .store import get_check, list_checks, save_check, update_check
 from .stress import split_name
 
@@ -306,7 +307,9 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
            params: dict[str, Any]) -> AlignResult:
     """The steps after the setup (see the module doc); ``graded`` and ``send`` may stop it (batches)."""
     base = graded(items, current.text)
-    wrong = np.array([base.get(f"{q}:{d}", -1) != h for (q, d), h in zip(select.keys, select.grades, strict=True)])
+    # a mistake is a grade that differs from the humans' (a pair the judge failed to grade is none)
+    wrong = np.array([f"{q}:{d}" in base and base[f"{q}:{d}"] != h
+                      for (q, d), h in zip(select.keys, select.grades, strict=True)], dtype=bool)
     built = build_candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
                         revisions=revisions, seed=seed, spend=spend, send=send)
     valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}

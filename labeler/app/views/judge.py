@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from labeler import agreement, judge, llm
+from labeler import agreement, holdout, judge, llm
 from labeler.app import auth, batches, charts, state, widgets
 from labeler.errors import LabelerError
 
@@ -436,6 +436,9 @@ with tab_rubric:
                                                 "question": e["question"], "chunk": e["text"]}
                                                for e in v["examples"]]), hide_index=True,
                                  key=f"jd_examples_{v['version']}")
+        seen = holdout.looks(db)
+        st.caption(f"The holdout has been looked at {seen['count']} time(s) in all (alignments and `labeler eval "
+                   "--holdout`); each look is counted.")
     with st.form(f"jd_rubric_form_{name}"):
         text = st.text_area("Rubric", value=latest.text, height=200, key=f"jd_rubric_text_{name}")
         if st.form_submit_button("Save as a new version", key="jd_rubric_save", disabled=not lead,
