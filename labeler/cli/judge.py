@@ -418,5 +418,5 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
     return Output(result.to_dict(), ALIGN_COLUMNS, rows,
                   before=[f"alignment {result.id} of {result.rubric} ({result.model}): {statistic} on "
                           f"{result.validation['pairs']} validation pairs; statistic [95% CI]; the decision CI is "
-                          f"{result.confidence:.1%} (Bonferroni over {len(result.candidates)} candidates)"],
+                          f"{result.confidence:.1%} (Bonferroni over the {candidates + revisions} candidates tried)"],
                   after=after)

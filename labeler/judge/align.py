@@ -310,8 +310,8 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
     # a mistake is a grade that differs from the humans' (a pair the judge failed to grade is none)
     wrong = np.array([f"{q}:{d}" in base and base[f"{q}:{d}"] != h
                       for (q, d), h in zip(select.keys, select.grades, strict=True)], dtype=bool)
-    built = build_candidates(db, config, current, select, items, base, wrong, scale, shots=shots, candidates=candidates,
-                        revisions=revisions, seed=seed, spend=spend, send=send)
+    built = build_candidates(db, config, current, select, items, base, wrong, scale, shots=shots,
+                             candidates=candidates, revisions=revisions, seed=seed, spend=spend, send=send)
     valid_items = {f"{q}:{d}": items[f"{q}:{d}"] for q, d in valid.keys if f"{q}:{d}" in items}
     options = dict(levels=levels, threshold=threshold, n_resamples=n_resamples, seed=seed,
                    confidence=result.confidence)
