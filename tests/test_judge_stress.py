@@ -127,7 +127,7 @@ def test_cli_stress(tmp_path, ingest_tiny, server, monkeypatch):
     assert json.loads(r.output)["estimate"]["to_request"] == 80 and server.total == 0
     r = runner.invoke(cli, ["--db", str(path), "judge", "stress", "relevance.v1", "--n", "20", "--seed", "2"])
     assert r.exit_code == 0, r.output
-    assert "planted_instruction" in r.output and "REFUSED: refused: a planted instruction raised 20 of 20" in r.output
+    assert "planted_instruction" in r.output and "\nrefused: a planted instruction raised 20 of 20" in r.output
     r = runner.invoke(cli, ["--db", str(path), "judge", "stress", "relevance.v1", "--n", "20", "--seed", "2",
                             "--threshold", "1", "--json"])
     data = json.loads(r.output)

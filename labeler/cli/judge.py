@@ -300,7 +300,7 @@ def judge_stress_cmd(ctx: click.Context, name: str, n: int, seed: int, threshold
     return Output(document, STRESS_COLUMNS, rows,
                   before=[f"stress test {result.id}: {result.rubric} ({result.model}) on {result.pairs} human "
                           f"grade-0 pairs; rate = share of grades that rose by >= 1 (95% Wilson CI)"],
-                  after=[f"{'passed' if result.passed else 'REFUSED'}: {result.reason}",
+                  after=[result.reason if not result.passed else f"passed: {result.reason}",
                          f"{result.requests} requests sent, {result.cached} cached; cost {cost}"])
 
 
@@ -358,6 +358,7 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
 
         labeler judge align relevance.v1 --shots 4 --candidates 3 --seed 0 --yes
     """
+    from ..agreement import display_name
     from ..judge.align import align_judge
     from ..llm import LLMConfig
 
@@ -410,13 +411,13 @@ def judge_align_cmd(ctx: click.Context, name: str, shots: int, candidates: int, 
     after = [result.message]
     if result.holdout is not None and result.holdout.get("n"):
         h = result.holdout
-        after.append(f"holdout ({h['n']} pairs, looked at once): {statistic} current {_ci(h['current'][statistic])}, "
+        after.append(f"holdout ({h['n']} pairs, looked at once): {display_name(statistic)} current {_ci(h['current'][statistic])}, "
                      f"winner {_ci(h['winner'][statistic])}, difference {_ci(h['difference'][statistic])}")
     after.append(f"holdout looks so far: {result.holdout_looks}")
     spent = f"${result.cost:.4f}" if result.cost is not None else "unknown"
     after.append(f"{result.requests} requests sent, {result.cached} cached; cost {spent}")
     return Output(result.to_dict(), ALIGN_COLUMNS, rows,
-                  before=[f"alignment {result.id} of {result.rubric} ({result.model}): {statistic} on "
+                  before=[f"alignment {result.id} of {result.rubric} ({result.model}): {display_name(statistic)} on "
                           f"{result.validation['pairs']} validation pairs; statistic [95% CI]; the decision CI is "
                           f"{result.confidence:.1%} (Bonferroni over the {candidates + revisions} candidates tried)"],
                   after=after)

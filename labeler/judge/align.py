@@ -44,7 +44,7 @@ import pydantic
 import sqlite_utils
 
 from ..accounts.manage import require
-from ..agreement.stats import Stat, ordinal_agreement, ordinal_arrays, paired_difference
+from ..agreement.stats import Stat, display_name, ordinal_agreement, ordinal_arrays, paired_difference
 from ..errors import JudgeError
 from ..holdout import DEV, HOLDOUT, current_split, looks, record_look
 from ..llm.batch import store as batch_store
@@ -128,9 +128,9 @@ class _Spend:
         self.unknown = False
 
     def add(self, summary: Any) -> None:
-        self.requests += summary.done
+        self.requests += summary.requests_made
         self.cached += summary.cached
-        if summary.cost is None and summary.done:
+        if summary.cost is None and summary.requests_made:
             self.unknown = True
         self.cost += summary.cost or 0.0
 
@@ -325,7 +325,7 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
     better = [c for c in built if (c.decision[statistic].get("ci_low") or 0) > 0]
     if not better:
         result.message = (f"no candidate is better than {current.name}: every paired difference in "
-                          f"{statistic} has a {result.confidence:.1%} CI that reaches 0 or below; nothing changed, "
+                          f"{display_name(statistic)} has a {result.confidence:.1%} CI that reaches 0 or below; nothing changed, "
                           "the holdout was not looked at")
         result.holdout_looks = looks(db)["count"]
     else:
@@ -337,7 +337,7 @@ def _align(db: sqlite_utils.Database, config: LLMConfig, j: Judge, current: Rubr
                                  parent=current.version, examples=winner.examples or None, origin="align")
         result.registered = registered.name
         d = winner.decision[statistic]
-        result.message = (f"{winner.name} beats {current.name} on validation: {statistic} "
+        result.message = (f"{winner.name} beats {current.name} on validation: {display_name(statistic)} "
                           f"{winner.difference[statistic]['value']:+.3f} ({result.confidence:.1%} CI "
                           f"{d['ci_low']:+.3f} to {d['ci_high']:+.3f}); registered as {registered.name} "
                           f"(parent {current.name})")

@@ -191,7 +191,7 @@ def stress_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, ru
             float(np.mean(changes)) if changes else None, len(keys) - len(changes))
     result.passed, result.reason = planted_verdict(asdict(result.perturbations["planted_instruction"]), threshold)
     summary = graded.summary
-    result.requests, result.cached, result.cost = summary.done, summary.cached, summary.cost
+    result.requests, result.cached, result.cost = summary.requests_made, summary.cached, summary.cost
     document = result.to_dict()
     result.id = save_check(db, "stress", judge=j.name, rubric=r.name, rubric_hash=r.hash, model=config.model,
                            temperature=config.temperature, params={"n": n, "seed": seed, "threshold": threshold},
