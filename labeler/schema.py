@@ -957,3 +957,27 @@ def m026_routing(db: sqlite_utils.Database) -> None:
                "day TEXT NOT NULL, topic INTEGER, seed INTEGER NOT NULL, decided_at TEXT NOT NULL, "
                "ingest_id INTEGER)")
     db.execute("CREATE INDEX routing_day ON routing_decisions (day, reason)")
+
+
+# --- m027: judge alignment (rubric lineage, few-shot examples) and stress tests (labeler.judge) -------
+
+_M027_JUDGE_ALIGN_STRESS = [
+    "ALTER TABLE judge_rubrics ADD COLUMN parent INTEGER",
+    "ALTER TABLE judge_rubrics ADD COLUMN examples TEXT",
+    "ALTER TABLE judge_rubrics ADD COLUMN origin TEXT",
+    "CREATE TABLE judge_checks (id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('stress', 'align')), "
+    "judge TEXT NOT NULL, rubric TEXT NOT NULL, rubric_hash TEXT NOT NULL, model TEXT NOT NULL, temperature REAL, "
+    "params TEXT NOT NULL, result TEXT NOT NULL, created_at TEXT NOT NULL, by TEXT)",
+    "CREATE INDEX judge_checks_judge ON judge_checks (judge, kind, id)",
+]
+
+
+@migrations()
+def m027_judge_align_stress(db: sqlite_utils.Database) -> None:
+    """``labeler judge align`` and ``labeler judge stress``: a rubric version records the version it
+    was derived from (``parent``), the few-shot examples it carries (``examples``, JSON) and how it
+    was made (``origin``: ``align`` for a registered alignment candidate); ``judge_checks`` keeps
+    every stress test and alignment with its parameters and result (JSON), which the calibration
+    gate reads (a judge that obeys instructions planted in passages is refused)."""
+    for statement in _M027_JUDGE_ALIGN_STRESS:
+        db.execute(statement)

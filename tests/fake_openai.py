@@ -250,6 +250,103 @@ def grade_responder(grade_of: Callable[[str, str], int | None], *, shift: int = 
 
     return respond
 
+# --- judges with a character: gullible, robust, learning from examples, random ----------------------------
+# They answer labeler.judge's relevance prompts (see grade_responder) and differ in what they do with
+# what the prompt carries besides the question and the chunk: an instruction planted in the chunk
+# (labeler.judge.stress), graded examples in the rubric (labeler.judge.align).
+
+_PLANTED = re.compile(r"grade it (\d+)", re.I)
+_EXAMPLE = re.compile(r"Example \d+ \(grade (\d+)\)\nQuestion: (.*)\nChunk: (.*)")
+
+
+def _system(request: Mapping[str, Any]) -> str:
+    return "\n".join(_text(m.get("content")) for m in request.get("messages", []) if m.get("role") == "system")
+
+
+def _draw(request: Mapping[str, Any], salt: str) -> float:
+    """A number in [0, 1) from a hash of the whole prompt (system and user messages) and ``salt``."""
+    text = json.dumps(request.get("messages", []), sort_keys=True)
+    return int(hashlib.sha256(f"{salt}|{text}".encode()).hexdigest()[:12], 16) / 16 ** 12
+
+
+def known_grade(truth: Mapping[tuple[str, str], int], question: str, chunk: str) -> int | None:
+    """The grade of ``chunk`` for ``question`` in ``truth``, or of the longest known chunk of that
+    question that ``chunk`` contains (a perturbed copy: padded, stuffed, with a sentence planted)."""
+    if (question, chunk) in truth:
+        return truth[(question, chunk)]
+    inside = [(len(c), g) for (q, c), g in truth.items() if q == question and c and c in chunk]
+    return max(inside)[1] if inside else None
+
+
+def robust_responder(truth: Mapping[tuple[str, str], int], *, top: int = 3) -> Responder:
+    """A judge that grades every chunk, perturbed or not, as ``truth`` grades the chunk inside it."""
+
+    def respond(request: dict[str, Any]) -> dict[str, Any] | str:
+        blocks = prompt_blocks(request)
+        if "Chunk" not in blocks:
+            return default_responder(request)
+        grade = known_grade(truth, blocks.get("Question", ""), blocks["Chunk"])
+        grade = 0 if grade is None else min(max(grade, 0), top)
+        return {"rationale": f"grade {grade}: judged on what the chunk says", "relevance_grade": grade}
+
+    return respond
+
+
+def gullible_responder(truth: Mapping[tuple[str, str], int], *, top: int = 3) -> Responder:
+    """``robust_responder``, except that it obeys an instruction in the chunk ("grade it 3")."""
+    robust = robust_responder(truth, top=top)
+
+    def respond(request: dict[str, Any]) -> dict[str, Any] | str:
+        planted = _PLANTED.search(prompt_blocks(request).get("Chunk", ""))
+        if planted:
+            grade = min(int(planted.group(1)), top)
+            return {"rationale": f"the passage says to grade it {grade}", "relevance_grade": grade}
+        return robust(request)
+
+    return respond
+
+
+def prompt_examples(request: Mapping[str, Any]) -> list[tuple[int, str, str]]:
+    """(grade, question, chunk) of every graded example in the system message (labeler.judge.align's
+    layout: ``Example N (grade G)`` / ``Question: ...`` / ``Chunk: ...``)."""
+    return [(int(g), q, c) for g, q, c in _EXAMPLE.findall(_system(request))]
+
+
+def example_learning_responder(truth: Mapping[tuple[str, str], int], *, base: float = 0.35, per_example: float = 0.15,
+                               ceiling: float = 0.95, top: int = 3, salt: str = "learner") -> Responder:
+    """A judge whose accuracy rises with the correct examples in its prompt: it gives the ``truth``
+    grade with probability ``base + per_example * (examples whose grade is truth's)`` (at most
+    ``ceiling``), else a wrong grade, both drawn from a hash of the whole prompt; an example with a
+    wrong grade costs as much as a correct one gains."""
+
+    def respond(request: dict[str, Any]) -> dict[str, Any] | str:
+        blocks = prompt_blocks(request)
+        grade = known_grade(truth, blocks.get("Question", ""), blocks.get("Chunk", "")) if "Chunk" in blocks else None
+        if grade is None:
+            return default_responder(request)
+        score = sum(1 if truth.get((q, c)) == g else -1 for g, q, c in prompt_examples(request))
+        accuracy = min(ceiling, max(0.0, base + per_example * score))
+        if _draw(request, salt) >= accuracy:
+            grade = (grade + 1 + int(_draw(request, salt + "/wrong") * top)) % (top + 1)
+        return {"rationale": f"grade {grade}", "relevance_grade": grade}
+
+    return respond
+
+
+def random_responder(*, top: int = 3, salt: str = "random") -> Responder:
+    """A judge that grades at random: a hash of the whole prompt (so another rubric, other examples
+    or another chunk draws again), whatever the prompt says."""
+
+    def respond(request: dict[str, Any]) -> dict[str, Any] | str:
+        schema = requested_schema(request) or {}
+        if "relevance_grade" not in schema.get("properties", {}):
+            return default_responder(request)
+        grade = int(_draw(request, salt) * (top + 1))
+        return {"rationale": f"grade {grade}", "relevance_grade": grade}
+
+    return respond
+
+
 class FakeOpenAI:
     """The server. Start with ``with FakeOpenAI(...) as server:`` and point a client at ``server.url``.
 

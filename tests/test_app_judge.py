@@ -190,6 +190,35 @@ def test_stability_drift_and_rubric_editor(judged, server):
     assert judge.get_rubric(store.connect(judged["path"]), "relevance.v1").text == "Grade 3 only for a complete answer."
 
 
+def test_rubric_tab_shows_each_versions_lineage_kappa_and_examples(judged, server):
+    from labeler.holdout import set_split
+    from tests.fake_openai import example_learning_responder, gullible_responder
+
+    db = store.connect(judged["path"])
+    set_split(db, 0.2, seed=7)
+    server.responder = example_learning_responder(judged["truth"])
+    config = make_config(server)
+    result = judge.align_judge(db, config, "relevance.v1", candidates=1, revisions=0, n_resamples=200)
+    assert result.registered == "relevance.v1/r3"
+    server.responder = gullible_responder(judged["truth"])
+    judge.stress_judge(db, config, "relevance.v1/r3", n=20)
+    db.close()
+    at = page()
+    lineage = next(df.value for df in at.dataframe if "parent" in df.value.columns)
+    assert lineage["version"].tolist() == ["relevance.v1/r1", "relevance.v1/r2", "relevance.v1/r3"]
+    r3 = lineage.iloc[2]
+    assert (r3["parent"], r3["origin"], r3["examples"]) == ("relevance.v1/r2", "align", 4)
+    assert float(r3["Cohen's kappa"]) > 0.5 and r3["planted-instruction rate"] == "1.000"
+    assert lineage.iloc[1]["Cohen's kappa"] != "–" and lineage.iloc[0]["Cohen's kappa"] == "–"
+    assert any("4 examples it carries" in e.label for e in at.expander)
+    assert any("looked at 1 time(s)" in c.value for c in at.caption)
+    assert_no_none(at)
+    at.number_input(key="jd_g_planted").set_value(0.5)
+    at.button(key="jd_g_save").click()
+    ok(at)
+    assert judge.gate_settings(store.connect(judged["path"]))["max_planted_rate"] == 0.5
+
+
 def test_gate_settings_only_for_a_lead(judged):
     at = page("alice")  # the first annotator of the project is its lead
     at.number_input(key="jd_g_pairs").set_value(500)

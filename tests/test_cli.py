@@ -114,6 +114,7 @@ READ = {  # command -> the arguments it needs to get as far as opening the datab
     "audit": [], "users list": [], "users passwd": ["bob", "--link"], "users role": ["bob", "lead"],
     "users grant-llm": ["bob"], "users remove": ["bob"], "synth generate": ["--dry-run"], "synth report": [],
     "judge run": ["--dry-run"], "judge agreement": ["1"], "judge compare": ["1", "2"], "judge list": [],
+    "judge stress": ["--dry-run"], "judge align": ["--dry-run"],
     "eval": ["--golden", "golden.jsonl"], "search text": ["okta"], "search missed": [], "search embed": [],
     "items": [],
     "topics build": [], "topics show": [], "coverage": [], "drift": ["new.jsonl"], "split": [],

@@ -107,7 +107,8 @@ def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, dire
                     results_file: str | None, price_per_1k: float, output_format: str) -> Output:
     """Download finished batches, store every answer in the LLM cache and finish their runs.
 
-    RUN is judge:ID or synth:ID (a bare number is a judge run). Collecting twice changes nothing.
+    RUN is judge:ID, synth:ID or judge.align:ID (a bare number is a judge run; an alignment goes
+    on when `labeler judge align` runs again). Collecting twice changes nothing.
     With --file, the lines of a local runner's output file are stored the same way (no API is
     asked; a bad or missing line is recorded as failed, and a later run writes it again).
 
@@ -131,8 +132,8 @@ def llm_collect_cmd(ctx: click.Context, run: str | None, collect_all: bool, dire
     owner = run_id = None
     if run is not None:
         kind, _, number = run.rpartition(":")
-        if not number.isdigit() or kind not in ("", "judge", "synth"):
-            raise click.BadParameter(f"{run!r}: use judge:ID or synth:ID", param_hint="RUN")
+        if not number.isdigit() or kind not in ("", "judge", "synth", "judge.align"):
+            raise click.BadParameter(f"{run!r}: use judge:ID, synth:ID or judge.align:ID", param_hint="RUN")
         owner, run_id = kind or "judge", int(number)
     db = open_db(ctx)
     config = _config()

@@ -10,9 +10,15 @@ keeps per item the grade, score, verdict, rationale, claim list and the ``llm_ca
 raw response. A run over the *unlabeled* pairs is allowed only for a judge configuration (judge,
 rubric hash, model, temperature) whose calibration run on labeled pairs passes the gate; its grades
 become **suggestions**, which become labels only when a human accepts them (``origin='suggestion'``).
+An **alignment** (``align_judge``) builds candidate versions (few-shot examples, LLM rubric revisions)
+from the dev split's labels and registers one only when it beats the current version beyond chance.
+A **stress test** (``stress_judge``) grades perturbed copies of human grade-0 chunks; the gate refuses
+a judge that obeys an instruction planted in a passage.
 """
 
+from .align import AlignResult, align_judge
 from .calibration import Agreement, Comparison, compare_runs, drift, run_agreement
+from .candidates import ALIGN_REVISION_PROMPT_V1, Candidate
 from .data import (
     TAGS,
     ComparisonData,
@@ -38,6 +44,7 @@ from .gate import (
     set_gate_settings,
     suggestions_for,
 )
+from .lineage import lineage
 from .registry import (
     ANSWER_FIELDS,
     ANSWER_RELEVANCE_PROMPT_V1,
@@ -73,7 +80,8 @@ from .runs import (
     select_items,
     stability,
 )
-from .store import JudgeRun, get_run, list_runs
+from .store import JudgeRun, get_run, list_checks, list_runs
+from .stress import PERTURBATIONS, PLANTED_INSTRUCTION, StressResult, perturb, stress_judge
 
 __all__ = [
     "Agreement",
@@ -89,4 +97,5 @@ __all__ = [
     "gate", "gate_settings", "get_judge", "get_rubric", "get_run", "human_answers", "human_grades", "list_runs",
     "register_judge", "resume_run", "judge_answers", "AnswerVerdicts", "retrievals_for", "retrievers", "rubrics", "run_grades", "run_judge",
     "save_rubric", "select_items", "set_gate_settings", "stability", "suggestions_for", "tag_counts", "tag_item",
+    "ALIGN_REVISION_PROMPT_V1", "AlignResult", "Candidate", "align_judge", "lineage", "PERTURBATIONS", "PLANTED_INSTRUCTION", "StressResult", "list_checks", "perturb", "stress_judge",
 ]

@@ -116,6 +116,9 @@ class Rubric:
     hash: str
     created_at: str | None = None
     author: str | None = None
+    parent: int | None = None  # the version this one was derived from (labeler judge align)
+    examples: list[dict[str, Any]] | None = None  # the few-shot examples its text carries
+    origin: str | None = None  # None: written by a person; "align": a registered alignment candidate
 
     @property
     def name(self) -> str:
@@ -248,9 +251,10 @@ def rubrics(db: sqlite_utils.Database, judge: str) -> list[Rubric]:
     """Every rubric version of ``judge``, oldest first; version 1 is the built-in text."""
     j = get_judge(judge)
     out = [Rubric(judge, 1, j.rubric, _hash(j.rubric))]
-    out += [Rubric(judge, *row) for row in db.execute(
-        "SELECT version, text, hash, created_at, author FROM judge_rubrics WHERE judge = ? AND version > 1 "
-        "ORDER BY version", [judge])]
+    out += [Rubric(judge, version, text, h, at, author, parent, store.loads(examples), origin)
+            for version, text, h, at, author, parent, examples, origin in db.execute(
+                "SELECT version, text, hash, created_at, author, parent, examples, origin FROM judge_rubrics "
+                "WHERE judge = ? AND version > 1 ORDER BY version", [judge])]
     return out
 
 
@@ -268,10 +272,12 @@ def get_rubric(db: sqlite_utils.Database, judge: str, version: int | str | None 
 
 
 def save_rubric(db: sqlite_utils.Database, judge: str, text: str, *, author: str | None = None,
-                by: str | None = None) -> Rubric:
+                by: str | None = None, parent: int | None = None, examples: list[dict[str, Any]] | None = None,
+                origin: str | None = None) -> Rubric:
     """Save an edited rubric as a new version and return it (an existing version with the same text
     is returned instead: versions are unique by content hash). Leads only (``by``, the signed-in
-    account; ``None`` is the local operator)."""
+    account; ``None`` is the local operator). ``parent``: the version it was derived from;
+    ``examples``: the few-shot examples its text carries; ``origin``: how it was made (``align``)."""
     require(db, by, "lead", "saving a rubric")
     if not isinstance(text, str) or not text.strip():
         raise JudgeError("a rubric cannot be empty; write the grading instructions")
@@ -283,6 +289,8 @@ def save_rubric(db: sqlite_utils.Database, judge: str, text: str, *, author: str
         version = max(2, (db.execute("SELECT max(version) FROM judge_rubrics WHERE judge = ?",
                                      [judge]).fetchone()[0] or 1) + 1)
         at = store.now()
-        db.execute("INSERT INTO judge_rubrics (judge, version, hash, text, author, created_at) "
-                   "VALUES (?, ?, ?, ?, ?, ?)", [judge, version, h, text.strip(), author, at])
-    return Rubric(judge, version, text.strip(), h, at, author)
+        db.execute("INSERT INTO judge_rubrics (judge, version, hash, text, author, created_at, parent, examples, "
+                   "origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [judge, version, h, text.strip(), author, at, parent,
+                    store.dumps(examples) if examples is not None else None, origin])
+    return Rubric(judge, version, text.strip(), h, at, author, parent, examples, origin)

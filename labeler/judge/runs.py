@@ -25,6 +25,7 @@ from ..llm.cache import estimate as estimate_cost
 from ..llm.client import LLMConfig, Progress, Task
 from ..llm.direct import run_tasks
 from ..retrievers import default_retriever
+from .grading import scale_of
 from .registry import ANSWER_FIELDS, Judge, JudgeItem, get_judge, get_rubric
 from .store import JudgeRun, get_run
 
@@ -66,8 +67,9 @@ def _answer_keys(db: sqlite_utils.Database, kind: str, on: str) -> list[tuple[in
                       f"{'' if on == 'labeled' else 'NOT '}EXISTS ({labeled}) ORDER BY q.pk").fetchall()
 
 
-def _load_items(db: sqlite_utils.Database, judge: Judge, keys: list[tuple[int, int]],
-                max_chunks: int) -> list[JudgeItem]:
+def load_items(db: sqlite_utils.Database, judge: Judge, keys: list[tuple[int, int]],
+               max_chunks: int = 10) -> list[JudgeItem]:
+    """The ``JudgeItem`` of each (query pk, doc pk) key (doc pk 0: the query's answer), in key order."""
     packed = json.dumps([[q, d] for q, d in keys])
     if judge.unit == "pair":
         rows = db.execute(
@@ -105,7 +107,7 @@ def select_items(db: sqlite_utils.Database, judge: str | Judge, *, on: str = "la
     if limit is not None and limit < len(keys):
         picked = np.sort(np.random.default_rng(seed).choice(len(keys), size=limit, replace=False))
         keys = [keys[i] for i in picked]
-    return _load_items(db, j, keys, max_chunks)
+    return load_items(db, j, keys, max_chunks)
 
 
 # --- running ----------------------------------------------------------------------------------------------
@@ -246,9 +248,7 @@ def run_judge(db: sqlite_utils.Database, config: LLMConfig, judge: str, *, on: s
     """
     j = get_judge(judge)
     r = get_rubric(db, judge, rubric)
-    settings = store.get_settings(db)
-    scale = {"grade_names": settings["grade_names"], "grade_help": settings.get("grade_help"),
-             "threshold": settings["threshold"]}
+    scale = scale_of(db)
     items = select_items(db, j, on=on, limit=limit, seed=seed, max_chunks=max_chunks)
     params = {"seed": seed, "limit": limit, "max_chunks": max_chunks, "scale": scale}
     if batch or batch_file is not None:
@@ -332,7 +332,7 @@ def resume_run(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *,
     keys = db.execute("SELECT query_pk, doc_pk FROM judge_labels WHERE run_id = ? AND status != 'ok' "
                       "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
     config = _same_config(config, run)
-    items = _load_items(db, j, keys, run.params.get("max_chunks", 10))
+    items = load_items(db, j, keys, run.params.get("max_chunks", 10))
     if batch_file is not None:
         with store.transaction(db):
             db.execute("UPDATE judge_runs SET status = 'running', owner = ?, params = json_set(params, '$.engine', "
@@ -378,7 +378,7 @@ def stability(db: sqlite_utils.Database, config: LLMConfig, run_id: int, *, k: i
         raise JudgeError(f"run {run_id} has no judged items to rerun")
     picked = np.sort(np.random.default_rng(seed).choice(len(grades), size=min(sample, len(grades)), replace=False))
     grades = grades.iloc[picked]
-    items = _load_items(db, j, list(zip(grades["query_pk"].astype(int), grades["doc_pk"].astype(int), strict=True)),
+    items = load_items(db, j, list(zip(grades["query_pk"].astype(int), grades["doc_pk"].astype(int), strict=True)),
                         run.params.get("max_chunks", 10))
     config = _same_config(config, run)
     scale = run.params["scale"]
@@ -450,7 +450,7 @@ def _batch_finish(db: sqlite_utils.Database, config: LLMConfig, run_id: int) -> 
                       "ORDER BY query_pk, doc_pk", [run_id]).fetchall()
     with store.transaction(db):
         db.execute("UPDATE judge_runs SET params = json_remove(params, '$.engine') WHERE id = ?", [run_id])
-    return _execute(db, config, run, j, text, _load_items(db, j, keys, run.params.get("max_chunks", 10)),
+    return _execute(db, config, run, j, text, load_items(db, j, keys, run.params.get("max_chunks", 10)),
                     None, None, cached_only=True)
 
 

@@ -84,3 +84,62 @@ def list_runs(db: sqlite_utils.Database, *, kind: str | None = None) -> list[Jud
                      [kind])
     names = [c[0] for c in cur.description]
     return [_run_from_row(dict(zip(names, r, strict=True))) for r in cur.fetchall()]
+
+
+# --- checks of a judge configuration: stress tests and alignments (table judge_checks) -------------------
+
+CHECK_KINDS = ("stress", "align")
+
+
+def save_check(db: sqlite_utils.Database, kind: str, *, judge: str, rubric: str, rubric_hash: str, model: str,
+               temperature: float | None, params: dict[str, Any], result: dict[str, Any],
+               by: str | None = None) -> int:
+    """Store one stress test or alignment (``kind``) of a judge configuration; returns its id."""
+    if kind not in CHECK_KINDS:
+        raise JudgeError(f"check kind {kind!r} is unknown; use one of: {', '.join(CHECK_KINDS)}")
+    with store.transaction(db):
+        cur = db.execute(
+            "INSERT INTO judge_checks (kind, judge, rubric, rubric_hash, model, temperature, params, result, "
+            "created_at, by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [kind, judge, rubric, rubric_hash, model, temperature, store.dumps(params), store.dumps(result),
+             store.now(), by])
+    return int(cur.lastrowid)
+
+
+def list_checks(db: sqlite_utils.Database, kind: str, *, judge: str | None = None,
+                rubric_hash: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
+    """Stored checks of ``kind``, newest first, optionally of one judge / rubric hash / model; each a
+    dict of the row with ``params`` and ``result`` decoded."""
+    cur = db.execute(
+        "SELECT id, kind, judge, rubric, rubric_hash, model, temperature, params, result, created_at, by "
+        "FROM judge_checks WHERE kind = ?1 AND (?2 IS NULL OR judge = ?2) AND (?3 IS NULL OR rubric_hash = ?3) "
+        "AND (?4 IS NULL OR model = ?4) ORDER BY id DESC", [kind, judge, rubric_hash, model])
+    names = [c[0] for c in cur.description]
+    out = []
+    for row in cur.fetchall():
+        record = dict(zip(names, row, strict=True))
+        record["params"], record["result"] = store.loads(record["params"]), store.loads(record["result"])
+        out.append(record)
+    return out
+
+
+def get_check(db: sqlite_utils.Database, check_id: int) -> dict[str, Any]:
+    """One stored check by id (as ``list_checks`` gives them); JudgeError when there is none."""
+    cur = db.execute("SELECT id, kind, judge, rubric, rubric_hash, model, temperature, params, result, created_at, by "
+                     "FROM judge_checks WHERE id = ?", [check_id])
+    row = cur.fetchone()
+    if row is None:
+        raise JudgeError(f"judge check {check_id!r} does not exist")
+    record = dict(zip([c[0] for c in cur.description], row, strict=True))
+    record["params"], record["result"] = store.loads(record["params"]), store.loads(record["result"])
+    return record
+
+
+def update_check(db: sqlite_utils.Database, check_id: int, *, params: dict[str, Any] | None = None,
+                 result: dict[str, Any] | None = None) -> None:
+    """Replace a stored check's ``params`` and/or ``result`` (an alignment resumed after its batches)."""
+    with store.transaction(db):
+        if params is not None:
+            db.execute("UPDATE judge_checks SET params = ? WHERE id = ?", [store.dumps(params), check_id])
+        if result is not None:
+            db.execute("UPDATE judge_checks SET result = ? WHERE id = ?", [store.dumps(result), check_id])
