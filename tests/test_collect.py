@@ -30,15 +30,9 @@ from labeler.cli import cli
 from labeler.ingest import ingest_logs
 from labeler.sources import collector as C
 from labeler.sources import otlp_proto
+from tests.optional import required
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def required(name: str):
-    """Import a library the tests need; skip without it, unless CI requires it."""
-    if name in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
-        return __import__(name, fromlist=["_"])
-    return pytest.importorskip(name)
 
 
 # --- spans ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from labeler.export.write import export_golden
 from labeler.labels.writes import set_grade, set_status
 from labeler.sources.push import push_source
 from tests.fake_tracestores import PROJECT_ID, FakeStore, langfuse_from_run, langsmith_trace, phoenix_trace
+from tests.optional import required
 from tests.test_sources import ENV, FAST, LF_KEYS, LS_KEY, PX_KEY, at, sync
 
 NO_SECRETS = Path("/nonexistent")
@@ -285,8 +286,8 @@ def test_cli_push_dry_run_json_table_and_keys_never_printed(tmp_path, monkeypatc
 def test_the_fake_langsmith_takes_feedback_as_the_langsmith_sdk_sends_it(db):
     """The real SDK's create_feedback and update_feedback go to the loopback LangSmith, and push
     sends no field the SDK's FeedbackCreate does not have."""
-    from langsmith import Client
-    from langsmith.schemas import FeedbackCreate
+    Client = required("langsmith").Client
+    FeedbackCreate = required("langsmith.schemas").FeedbackCreate
 
     with fake("langsmith") as store:
         store.add(records("langsmith", 3))

@@ -21,6 +21,7 @@ from labeler.sources import store as source_store
 from labeler.sources import sync as source_sync
 from labeler.sources.http import retry_after
 from tests.fake_tracestores import FakeStore, langfuse_from_run, langsmith_trace, phoenix_root, phoenix_trace
+from tests.optional import required
 from tests.test_tool_logs import TOOLS, stored
 
 PX_KEY = "px-secret-key-0001"
@@ -427,7 +428,7 @@ def test_a_langfuse_page_file_is_recognised_and_io_as_json_text_is_read(tmp_path
 def test_the_fake_langsmith_answers_as_the_langsmith_sdk_expects():
     """The loopback LangSmith is read by the real SDK's list_runs (cursor paging, the project by
     name, Run objects), so the client under test is tested against the shapes the SDK reads."""
-    from langsmith import Client
+    Client = required("langsmith").Client
 
     with FakeStore("langsmith", key=LS_KEY, page_size=2) as fake:
         fake.add([r for n in range(5) for r in langsmith_trace(n, at(n))])
@@ -476,7 +477,7 @@ def test_a_langsmith_that_serves_only_the_v2_query_is_read_through_it(db, tmp_pa
 
 
 def test_the_fake_v2_runs_query_answers_as_the_langsmith_sdk_expects():
-    from langsmith import Client
+    Client = required("langsmith").Client
 
     with FakeStore("langsmith", key=LS_KEY, page_size=2, smithdb_only=True) as fake:
         fake.add([r for n in range(5) for r in langsmith_trace(n, at(n))])

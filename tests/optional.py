@@ -1,0 +1,19 @@
+"""Libraries some tests read their files or answers with, installed by ``[test]`` in the main CI step
+but not in every environment (the lowest-versions step leaves out the extras whose pins clash with the
+lowest bounds). Without one a test skips, with the reason; ``LABELER_REQUIRE_CONSUMERS``
+(comma-separated module names) makes a missing one a failure instead: CI sets it wherever they are
+installed, so nothing skips there in silence."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+
+def required(name: str) -> Any:
+    """Import ``name``; skip without it, unless ``LABELER_REQUIRE_CONSUMERS`` names it (then fail)."""
+    if name in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
+        return __import__(name, fromlist=["_"])
+    return pytest.importorskip(name)
