@@ -89,7 +89,7 @@ def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int
 
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces python app.py
     """
-    import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner
+    import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner (it runs for long)
 
     from ..sources.collector import CollectOptions, parse_address, serve
     from ..sources.otlp_proto import OTLP_EXTRA, protobuf_available

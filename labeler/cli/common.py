@@ -91,3 +91,17 @@ def fmt_value(value: Any) -> str:
 
 # --origin of labeler metrics and labeler export
 ORIGIN_CHOICE = click.Choice(["log", "synthetic", "import"])
+
+
+def topic_assigner(db: Any, *, always: bool = False) -> None:
+    """Load ``labeler.topics`` (it registers the routing's topic assigner) when the routing rules have
+    topic quotas or new topics, or ``always`` (a command that keeps running while the rules may
+    change). Loading it costs a one-shot sync about 2 s of imports (scikit-learn), so not otherwise."""
+    if not always:
+        from ..labels.routing import get_rules
+
+        rules = get_rules(db)
+        if rules is None or not (rules.quotas or rules.new_topics):
+            return
+    import labeler.topics  # noqa: F401
+

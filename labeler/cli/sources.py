@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .common import CONTEXT_SETTINGS, LabelerGroup, open_db
+from .common import CONTEXT_SETTINGS, LabelerGroup, open_db, topic_assigner
 from .group import cli
 from .output import Output, output_options, render
 
@@ -145,11 +145,10 @@ def sync_cmd(ctx: click.Context, name: str | None, since: str | None, every_s: f
 
         labeler sync --every 5m
     """
-    import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner
-
     from ..sources import sync_every, sync_sources
 
     db = open_db(ctx)
+    topic_assigner(db, always=every_s is not None)  # routing quotas and new topics need it
     if every_s is None:
         if rounds is not None:
             raise click.UsageError("--rounds goes with --every")

@@ -3,7 +3,7 @@ same spans exported through Phoenix's REST API (the file a team would export by 
 
 Starts ``phoenix serve`` on 127.0.0.1 (a temporary working folder), sends ``--traces`` traces (a
 CHAIN root with the question and answer, a RETRIEVER child with ``--docs`` documents) over OTLP with
-the OpenTelemetry SDK and ``phoenix.otel``, waits until Phoenix has stored every one, exports every
+the OpenTelemetry SDK (as ``phoenix.otel`` sets it up), waits until Phoenix has stored every one, exports every
 span of the project through the REST API into one JSON file, then times, each in a fresh database
 and in a child process (wall time, CPU of the child, its peak RSS):
 
@@ -69,10 +69,16 @@ def start_phoenix(work: Path) -> tuple[subprocess.Popen, str]:
 
 
 def send(url: str, traces: int, docs: int) -> float:
-    from phoenix.otel import register
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = register(project_name=PROJECT, endpoint=url + "/v1/traces", batch=True,
-                        set_global_tracer_provider=False, verbose=False)
+    # what phoenix.otel.register(batch=True) sets up, with a queue that holds every span: its default
+    # queue (2,048) drops spans sent faster than Phoenix takes them
+    provider = TracerProvider(resource=Resource({"openinference.project.name": PROJECT}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url + "/v1/traces"),
+                                                   max_queue_size=4 * traces + 1000, max_export_batch_size=512))
     tracer = provider.get_tracer("bench")
     start = time.perf_counter()
     for n in range(traces):
@@ -122,19 +128,31 @@ def export(url: str, path: Path) -> int:
     return len(spans)
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """Run ``cmd`` as a child; its wall time, CPU time and peak RSS (the child alone: one child per
-    call, and RUSAGE_CHILDREN's maximum is over every child waited for, so it is read before and after)."""
+# the child reports its own peak RSS at exit from /proc (VmHWM starts again at exec; ru_maxrss would
+# carry this benchmark's own peak, Phoenix's imports and all, into the child)
+_MEASURED = ("import atexit, runpy, sys\n"
+             "def peak():\n"
+             "    for line in open('/proc/self/status'):\n"
+             "        if line.startswith('VmHWM:'):\n"
+             "            sys.stderr.write('\\nPEAK_RSS_KB ' + line.split()[1] + '\\n')\n"
+             "atexit.register(peak)\n"
+             "runpy.run_module('labeler', run_name='__main__', alter_sys=True)\n")
+
+
+def timed(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """``labeler ARGS`` in a child process: its wall time, CPU time (its own and its children's) and
+    its peak RSS (a parsing process it forks is not counted there)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr[-2000:]}")
+        raise SystemExit(f"labeler {' '.join(args)} failed: {done.stderr[-2000:]}")
+    peak = [int(line.split()[1]) for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB ")]
     return {"seconds": round(wall, 2), "cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime
                                                            - before.ru_stime, 2),
-            "rss_peak_mb": round(after.ru_maxrss / 1024, 1), "output": done.stdout}
+            "rss_peak_mb": round(peak[-1] / 1024, 1) if peak else None, "output": done.stdout}
 
 
 def main() -> None:
@@ -161,12 +179,11 @@ def main() -> None:
             out["exported_spans"] = export(url, export_path)
             out["export_s"] = round(time.perf_counter() - t, 1)
             out["export_mb"] = round(export_path.stat().st_size / 2**20, 1)
-            labeler = [sys.executable, "-m", "labeler"]
             file_db, sync_db = folder / "file.db", folder / "sync.db"
-            ingest = timed([*labeler, "--db", str(file_db), "ingest", "logs", str(export_path), "--json"], env)
-            subprocess.run([*labeler, "--db", str(sync_db), "source", "add", "phoenix", "px", "--url", url,
-                            "--project", PROJECT], env=env, check=True, capture_output=True, cwd=folder)
-            sync = timed([*labeler, "--db", str(sync_db), "sync", "px", "--json"], env)
+            ingest = timed(["--db", str(file_db), "ingest", "logs", str(export_path), "--json"], env)
+            subprocess.run([sys.executable, "-m", "labeler", "--db", str(sync_db), "source", "add", "phoenix", "px",
+                            "--url", url, "--project", PROJECT], env=env, check=True, capture_output=True, cwd=folder)
+            sync = timed(["--db", str(sync_db), "sync", "px", "--json"], env)
         finally:
             server.terminate()
             server.wait(60)
