@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 
-def required(name: str) -> Any:
-    """Import ``name``; skip without it, unless ``LABELER_REQUIRE_CONSUMERS`` names it (then fail)."""
-    if name in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
+def required(name: str, *, needed_by: str | None = None, reason: str | None = None) -> Any:
+    """Import ``name``; skip without it (with ``reason``), unless ``LABELER_REQUIRE_CONSUMERS`` names
+    it, or ``needed_by`` (a test module's main library, whose CI step requires what it needs too)."""
+    if (needed_by or name) in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
         return __import__(name, fromlist=["_"])
-    return pytest.importorskip(name)
+    return pytest.importorskip(name, reason=reason)

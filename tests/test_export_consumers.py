@@ -18,7 +18,6 @@ import asyncio
 import csv
 import io
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -29,14 +28,8 @@ from click.testing import CliRunner
 
 from labeler import export as E
 from labeler.cli import cli
+from tests.optional import required as consumer
 from tests.test_report import label
-
-
-def consumer(name: str):
-    """Import a consumer library; skip without it, unless CI's consumer step requires it."""
-    if name in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
-        return __import__(name)
-    return pytest.importorskip(name)
 
 
 def run_cli(db: Path, *args: str):

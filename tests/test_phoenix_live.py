@@ -34,15 +34,14 @@ from click.testing import CliRunner
 import labeler
 from labeler.cli import cli
 from labeler.labels.writes import set_grade, set_status
+from tests import optional
 from tests.test_tool_logs import stored
 
 
 def required(name: str) -> Any:
     """Import ``name``; skip without it, unless CI's Phoenix step requires it."""
-    if "phoenix" in os.environ.get("LABELER_REQUIRE_CONSUMERS", "").split(","):
-        return __import__(name, fromlist=["_"])
-    return pytest.importorskip(name, reason=f"{name} is not installed (CI installs arize-phoenix in a venv of "
-                                            "its own for this module)")
+    return optional.required(name, needed_by="phoenix", reason=f"{name} is not installed (CI installs "
+                             "arize-phoenix in a venv of its own for this module)")
 
 
 required("phoenix")
