@@ -3,7 +3,8 @@
 ``golden`` reads and validates the golden JSONL, ``pipeline`` runs a callable or an HTTP endpoint
 over the questions (concurrent, with timeouts; failures become misses), ``gate`` scores with
 ``labeler.metrics`` and compares with a baseline (tolerance and a paired randomization test), and
-``run.evaluate`` ties them together into report.json, per-question JSONL and a markdown summary;
+``run.evaluate`` ties them together, and ``result`` writes report.json, the per-question JSONL and
+the markdown summary;
 ``ci`` the pull-request comment and JUnit XML a CI job publishes; ``options`` holds its options,
 grouped by what they are about and each checked when made.
 """
@@ -38,16 +39,15 @@ from .pipeline import (
                    read_output,
                    run_pipeline,
 )
-from .run import (
+from .result import (
                    EXIT_REGRESSION,
                    EvalResult,
                    append_step_summary,
-                   evaluate,
                    questions_path,
                    render_markdown,
-                   stored_run,
                    write_report,
 )
+from .run import evaluate, stored_run
 
 __all__ = [
     "EXIT_REGRESSION", "Answer", "Baseline", "BaselineError", "Comparison", "EvalResult", "GateOptions",
