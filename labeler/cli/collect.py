@@ -91,7 +91,8 @@ def collect_cmd(ctx: click.Context, address: str, flush_every: float, batch: int
     """
     import labeler.topics  # noqa: F401 - routing quotas and new topics need the topic assigner (it runs for long)
 
-    from ..sources.collector import CollectOptions, parse_address, serve
+    from ..sources.collect_options import CollectOptions
+    from ..sources.collector import parse_address, serve
     from ..sources.otlp_proto import OTLP_EXTRA, protobuf_available
 
     host, port = parse_address(address)

@@ -1,7 +1,7 @@
 """Live traffic: trace stores (Phoenix, Langfuse, LangSmith) synced incrementally, and the OTLP
 receiver (``collector``, ``otlp_http``, ``otlp_proto``: ``labeler collect``), each writing through ingest/.
 
-``store`` keeps the ``sources`` table (kind, URL, project, interval, overlap, sample; the high-water
+``collect_options`` holds what a collect is asked and reports. ``store`` keeps the ``sources`` table (kind, URL, project, interval, overlap, sample; the high-water
 mark and a sync's window and cursor; last sync, error and counts; never a key); ``keys`` reads the
 keys from the environment or ``.streamlit/secrets.toml``; ``http`` is the JSON client with retries
 and backoff on 429 and 5xx; ``phoenix``, ``langfuse`` and ``langsmith`` page through each store's
