@@ -4,6 +4,7 @@ columns, and the normalized question that deduplication keys on."""
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from .common import FieldError as _FieldError
@@ -171,6 +172,11 @@ def _first_set(record: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
     return None, None
 
 
+# a span id as tracers make them: 8 or 16 random bytes in hex (OpenTelemetry, Phoenix), or a UUID
+# (Langfuse, LangSmith); all digits about once in 1,900 ids, and then sometimes a valid card number
+_TRACER_ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+
+
 def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
     """Check a canonical record's types and values; raise _FieldError naming the field."""
     q = rec["question"]
@@ -219,6 +225,7 @@ def validate_log(rec: dict[str, Any]) -> dict[str, Any]:
         "timestamp": timestamp(rec["timestamp"]),
         "retriever": retriever,
         "meta": rec.get("meta"),
+        "opaque_id": rec.get("opaque_id") is True and qid is not None and _TRACER_ID.fullmatch(qid) is not None,
         "content_ids": len(made),  # chunks whose id was made from their text
         "made_ids": made,  # their positions
     }

@@ -71,6 +71,10 @@ LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
 # (shorter numbers are counts, years, ports and versions: no detector wants them)
 NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
 _INNER_START = re.compile(r"(?<= )[0-9(]")  # where a value may start inside a hint
+# a canonical UUID (a trace store's run or observation id, a vector store's chunk id): random hex,
+# whose digit groups look like a phone or card number about once in 7,000 ids; never a value
+_UUID = re.compile(r"(?<![0-9A-Za-z-])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+                   r"(?![0-9A-Za-z-])")
 # the provider prefixes in one search: one C call instead of a generator over fifteen substrings
 # (a tenth of the time on a question, which has none)
 _SECRET_HINT = re.compile("|".join(map(re.escape, SECRET_HINTS)))
@@ -275,6 +279,8 @@ class Detectors:
         if text.lower() != text:  # no upper-case letter, no IBAN or NI number (cheaper than the hint)
             self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
         self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone)
+        if found and "-" in text:
+            found = _outside_uuids(text, found)
         if len(found) < 2:
             return [(s, e, k) for _, s, e, k in found]
         kept: list[tuple[int, int, str]] = []
@@ -283,6 +289,15 @@ class Detectors:
                 kept.append((s, e, k))
         kept.sort()
         return kept
+
+
+def _outside_uuids(text: str, found: list[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
+    """``found`` without the built-in detectors' matches that lie inside a UUID (a user's own
+    pattern, rank 0, is kept wherever it matched)."""
+    uuids = [m.span() for m in _UUID.finditer(text)]
+    if not uuids:
+        return found
+    return [f for f in found if f[0] == 0 or not any(a <= f[1] and f[2] <= b for a, b in uuids)]
 
 
 def kind_name(name: str) -> str:

@@ -194,4 +194,5 @@ class TraceJoin:
             "timestamp": span.start,
             "retriever": None,
             "meta": meta,
+            "opaque_id": True,  # the query id is the tracer's random span id (see validate.opaque_id)
         }
