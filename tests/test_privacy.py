@@ -403,6 +403,49 @@ def test_data_page_upload_redacts(tmp_path, monkeypatch):
     db.close()
 
 
+def test_data_page_upload_ingests_in_another_process_and_names_the_bad_line(tmp_path, monkeypatch):
+    """The upload is ingested by a child process (``labeler.ingest.child``), not by the app's server,
+    whose interpreter the annotators' pages need; a strict ingest's error still names the uploaded
+    file's line and field, and writes nothing; the upload's temporary copy is gone afterwards."""
+    import os
+    import tempfile
+
+    from streamlit.testing.v1 import AppTest
+
+    db_path = tmp_path / "app.db"
+    labeler.connect(db_path).close()
+    monkeypatch.setenv("LABELER_DB", str(db_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    at = AppTest.from_file(str(Path(labeler.__file__).parent / "app" / "streamlit_app.py"), default_timeout=60)
+    at.session_state["annotator"] = "lead"
+    at.run()
+    at.switch_page("views/data.py")
+    at.run()
+    bad = b'{"question": "q1", "retrieved": [{"id": "d1"}]}\n{"question": "q2", "retrieved": "d2"}\n'
+    at.file_uploader(key="upload_file").set_value(("week-48.jsonl", bad, "application/jsonl"))
+    at.run()
+    at.button(key="upload_go").click()
+    at.run()
+    assert "week\\-48\\.jsonl\\: 1 invalid record" in at.error[0].value, at.error[0].value
+    shown = " ".join(str(x.value) for x in at.code)
+    assert "week-48.jsonl:2: retrieved" in shown, shown
+    db = labeler.connect(db_path)
+    assert db.execute("SELECT count(*) FROM queries").fetchone()[0] == 0
+    good = b'{"question": "q1", "retrieved": [{"id": "d1"}]}\n'
+    at.file_uploader(key="upload_file").set_value(("week-49.jsonl", good, "application/jsonl"))
+    at.run()
+    at.button(key="upload_go").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert any("week\\-49\\.jsonl: 1 records: 1 new" in str(x.value) for x in at.success), [x.value for x in at.success]
+    path, owner = db.execute("SELECT path, owner FROM ingests WHERE state = 'done'").fetchone()
+    assert path == "week-49.jsonl"
+    assert json.loads(owner)["pid"] != os.getpid()
+    assert list((tmp_path / "tmp").iterdir()) == []
+    db.close()
+
+
 def test_settings_page_switch_and_patterns(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -1,14 +1,12 @@
 """Data: upload production logs or a corpus (the same ingest as the CLI) and see what the store holds."""
 
-import tempfile
-from pathlib import Path
 
 import streamlit as st
 
 import labeler
 from labeler import export as golden_export
 from labeler import report as reports
-from labeler.app import auth, sources_panel, state, topic_sections, widgets
+from labeler.app import auth, sources_panel, state, topic_sections, uploads, widgets
 from labeler.errors import LabelerError
 from labeler.ingest import undo as ingest_undo
 
@@ -62,26 +60,23 @@ if st.button("Ingest", type="primary", disabled=upload is None, key="upload_go")
     def progress(done: int, total: int) -> None:
         bar.progress(min(done / max(total, 1), 1.0), text=f"Reading {widgets.escape_markdown(upload.name)}")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / Path(upload.name).name
-        path.write_bytes(upload.getvalue())
-        try:
-            if kind == "Production logs":
-                pairs = [p for p in (x.strip() for x in mapping_text.split(",")) if p]
-                result = labeler.ingest_logs(db, path, mapping=labeler.parse_mapping(pairs), lenient=lenient,
-                                             progress=progress, name=upload.name, by=me, redact=redact,
-                                             tool=None if tool == "recognise per record" else tool)
-            else:
-                result = labeler.ingest_corpus(db, path, lenient=lenient, progress=progress, name=upload.name,
-                                               by=me, redact=redact)
-            st.session_state[state.INGEST_RESULT] = result.to_dict()
-            state.warm_metrics(again=True)  # new queries: recompute the Metrics page's numbers in the background
-        except labeler.LabelerError as e:
-            st.session_state[state.INGEST_RESULT] = None
-            bar.empty()
-            widgets.show_error(e)
-        else:
-            st.rerun()
+    try:
+        # in a process of its own: the server stays free for the annotators' pages meanwhile
+        options = {"lenient": lenient, "redact": redact}
+        if kind == "Production logs":
+            options["mapping"] = [p for p in (x.strip() for x in mapping_text.split(",")) if p]
+            options["tool"] = None if tool == "recognise per record" else tool
+        result = uploads.ingest_upload(state.db_path(), upload.name, upload.getvalue(),
+                                       kind="logs" if kind == "Production logs" else "corpus", by=me,
+                                       options=options, progress=progress)
+        st.session_state[state.INGEST_RESULT] = result
+        state.warm_metrics(again=True)  # new queries: recompute the Metrics page's numbers in the background
+    except labeler.LabelerError as e:
+        st.session_state[state.INGEST_RESULT] = None
+        bar.empty()
+        widgets.show_error(e)
+    else:
+        st.rerun()
 
 result = st.session_state.get(state.INGEST_RESULT)
 if result:
