@@ -22,6 +22,7 @@ from labeler.signals import query_signals
 from labeler.sources import langfuse as langfuse_source
 from tests.fake_scores import langfuse_score, v1_score, v3_score
 from tests.fake_tracestores import FakeStore, langfuse_from_run, langsmith_trace, phoenix_trace
+from tests.optional import required
 
 LF_KEYS = ("pk-lf-public-0003", "sk-lf-secret-0004")
 ENV = {"LANGFUSE_PUBLIC_KEY": LF_KEYS[0], "LANGFUSE_SECRET_KEY": LF_KEYS[1]}
@@ -235,3 +236,26 @@ def test_the_same_score_read_from_v3_and_v2_means_the_same():
     # the users' scores on a trace count on both of its observations (traces 1, 4, 6: 4 + 2 + 2), one
     # on an observation on that one only (2, 3, and 9's two); another observation's nowhere
     assert read == 12
+
+
+def test_the_langfuse_sdk_reads_the_fakes_scores_list():
+    """The fake's v3 list in the real SDK's models (``scores.get_many``, langfuse 5): a check of the
+    fake, skipped where the SDK is not installed (it is not in the test extra)."""
+    langfuse_api = required("langfuse.api.client", reason="the langfuse SDK is not installed")
+    with FakeStore("langfuse", key=LF_KEYS, page_size=2) as fake:
+        fake.add_scores(SCORES)
+        api = langfuse_api.LangfuseAPI(base_url=fake.url, username=LF_KEYS[0], password=LF_KEYS[1])
+        got, cursor = [], None
+        while True:
+            page = api.scores.get_many(trace_id=",".join(trace(n) for n in NUMBERS), source="API,ANNOTATION",
+                                       fields="details,subject", limit=100, cursor=cursor)
+            got += page.data
+            cursor = page.meta.cursor
+            if not cursor:
+                break
+    assert len(got) == sum(s["source"] != "EVAL" for s in SCORES)
+    by_id = {s.id: s for s in got}
+    feedback = by_id["score-" + trace(1) + "-trace-user-feedback-API"]
+    assert (feedback.value, feedback.subject.kind, feedback.subject.id) == (False, "trace", trace(1))
+    quality = next(s for s in got if s.name == "quality")
+    assert (quality.value, quality.subject.kind, quality.subject.trace_id) == ("bad", "observation", trace(3))
