@@ -21,6 +21,13 @@ phoenix ``routers/v1/spans.py``, ``documents.py``) in ``annotations``; Langfuse'
 ``scores``; LangSmith's ``POST /feedback`` (``create_feedback``; an id sent before is a 409, a run's feedback without its project's
 ``session_id`` is refused by a SmithDB-only deployment) and
 ``PATCH /feedback/{id}`` (``update_feedback``) in ``feedback``.
+
+The fake Langfuse also lists its scores, those sent and those a test adds (``add_scores``, e.g. an
+evaluator's, which the public API cannot create): ``GET /api/public/v3/scores`` and ``GET
+/api/public/v2/scores`` (tests/fake_scores.py). ``score_apis`` says which of the two the deployment
+serves: both by default; ``("v2",)`` one from before the v3 scores API, ``("v3",)`` one in Langfuse
+v4's events-only mode (v2 answers 404). ``route_faults`` ({path: faults}) are popped for requests to
+that path before the shared ``faults``.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests import fake_scores
 
 KINDS = ("phoenix", "langfuse", "langsmith")
 PROJECT_ID = "5c0b8f0e-1d5e-4a57-9b0e-3f1d2c4b5a69"
@@ -58,12 +67,15 @@ class _Server(ThreadingHTTPServer):
 
 class FakeStore:
     def __init__(self, kind: str, *, key: str | tuple[str, str] | None = None, project: str = "rag",
-                 page_size: int = 3, smithdb_only: bool = False) -> None:
+                 page_size: int = 3, smithdb_only: bool = False,
+                 score_apis: tuple[str, ...] = ("v2", "v3")) -> None:
         if kind not in KINDS:
             raise ValueError(kind)
         self.kind, self.key, self.project, self.page_size = kind, key, project, page_size
         # LangSmith: a deployment that serves only the v2 runs query (its /info instance flags say so)
         self.smithdb_only = smithdb_only
+        self.score_apis = score_apis  # Langfuse: the scores lists the deployment serves
+        self.route_faults: dict[str, list[str | None]] = {}
         self.records: list[dict[str, Any]] = []
         self.faults: list[str | None] = []
         self.retry_after = "0"
@@ -82,6 +94,12 @@ class FakeStore:
     def add(self, records: Iterable[dict[str, Any]]) -> None:
         with self.lock:
             self.records.extend(records)
+
+    def add_scores(self, scores: Iterable[dict[str, Any]]) -> None:
+        """Langfuse scores as the store holds them (``fake_scores.langfuse_score``)."""
+        with self.lock:
+            for score in scores:
+                self.scores[score["id"]] = score
 
     def _start_of(self, r: dict[str, Any]) -> datetime:
         return _time(r["startTime"] if self.kind == "langfuse" else r["start_time"])
@@ -183,11 +201,14 @@ class FakeStore:
 
     def _score(self, body: Any) -> tuple[int, Any]:
         """Langfuse's ``POST /api/public/scores`` (langfuse-python ``scores.create``): name and value
-        required, a score with the ``id`` of an earlier one replaces it; answers ``{"id": ...}``."""
+        required, source API or ANNOTATION, a score with the ``id`` of an earlier one replaces it;
+        answers ``{"id": ...}``."""
         if not isinstance(body, dict) or not body.get("name") or body.get("value") is None:
             return 400, {"message": "Invalid request data: name and value are required"}
         if not (body.get("traceId") or body.get("sessionId") or body.get("datasetRunId")):
             return 400, {"message": "Invalid request data: traceId, sessionId or datasetRunId is required"}
+        if body.get("source") not in (None, "API", "ANNOTATION"):  # EVAL is the evaluators' own
+            return 400, {"message": "Invalid request data: source must be API or ANNOTATION"}
         score_id = str(body.get("id") or f"score-{len(self.scores) + 1}")
         with self.lock:
             self.scores[score_id] = {**body, "id": score_id}
@@ -235,6 +256,15 @@ class FakeStore:
         elif self.kind == "langfuse":
             if method == "POST" and path == "/api/public/scores":
                 return self._score(body)
+            if method == "GET" and path in ("/api/public/v3/scores", "/api/public/v2/scores"):
+                version = path.split("/")[3]
+                if version not in self.score_apis:
+                    return 404, {"message": "This endpoint is not available on deployments running in Langfuse v4 "
+                                            "events_only mode."} if version == "v2" else {"message": "Not Found"}
+                with self.lock:
+                    scores = [fake_scores.stored(s) for s in self.scores.values()]
+                listing = fake_scores.list_v3 if version == "v3" else fake_scores.list_v2
+                return listing(scores, query, self.page_size)
             if method == "GET" and path == "/api/public/v2/observations":
                 data, cursor = self.select(kind=one.get("type"), start=one.get("fromStartTime"),
                                            end=one.get("toStartTime"),
@@ -307,7 +337,8 @@ class FakeStore:
                 with fake.lock:
                     fake.requests.append({"method": method, "path": split.path, "query": query, "body": body,
                                           "headers": dict(self.headers)})
-                    fault = fake.faults.pop(0) if fake.faults else None
+                    queue = fake.route_faults.get(split.path)
+                    fault = queue.pop(0) if queue else fake.faults.pop(0) if fake.faults else None
                 if not fake.authorized(self.headers):
                     self._send(401, {"message": "Invalid credentials"})
                     return

@@ -78,6 +78,29 @@ def test_normalised_values(meta, expected):
     assert (unhappy(found) if found else None) == expected
 
 
+@pytest.mark.parametrize(("meta", "expected"), [
+    # names match ignoring case, with - and spaces as _
+    ({"Thumbs-Down": True}, {"negative": True}), ({"signals": {"User Rating": 1}}, {"rating": 1.0}),
+    # a yes/no or a number under a name that means "the user was happy": false, 0 or less is negative
+    ({"signals": {"user-feedback": False}}, {"negative": True}),
+    ({"signals": {"user-feedback": True}}, {"negative": False}),
+    ({"signals": {"user_feedback": 0}}, {"negative": True}), ({"feedback": -1}, {"negative": True}),
+    ({"helpful": False}, {"negative": True}), ({"thumbs_up": 1}, {"negative": False}),
+    # text under the same names stays feedback text
+    ({"user_feedback": "thumbs-down"}, {"feedback": "thumbs-down", "negative": True}),
+    ({"user_feedback": "slow but right"}, {"feedback": "slow but right"}),
+    # a store's own feedback: a person's label "bad" under any name is negative, a model-ish name no matter
+    ({"signals": {"quality": "bad"}}, {"negative": True}),
+    ({"signals": {"quality": "good", "thumbs": "up"}}, {"negative": False}),
+    ({"signals": {"thumbs": "up", "answer quality": "Negative"}}, {"negative": True}),
+    # ... but only there: a log field named anything else with the text "bad" is no signal
+    ({"quality": "bad"}, {}), ({"metadata": {"quality": "bad"}}, {}),
+    ({"signals": {"hallucination": True}}, {}),
+])
+def test_names_votes_and_store_labels(meta, expected):
+    assert normalise(meta) == expected
+
+
 def test_queue_signals_first(file_db, write_log):
     labeler.set_setting(file_db, "overlap_fraction", 0)
     labeler.set_setting(file_db, "queue_order", "signals_first")

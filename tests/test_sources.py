@@ -202,8 +202,8 @@ def test_a_page_dropped_mid_way_fails_the_sync_and_the_next_one_resumes_at_its_c
     with FakeStore("langfuse", key=LF_KEYS, page_size=3) as fake:
         fake.add([langfuse_from_run(r) for n in range(9) for r in langsmith_trace(n, at(n))])
         sources.add_source(db, "langfuse", "lf", url=fake.url)
-        # page 1 and its roots answer; then the server drops the next page on every attempt
-        fake.faults = [None] * 4 + ["drop"] * 3
+        # page 1, its roots and its traces' scores answer; then the server drops the next page on every attempt
+        fake.faults = [None] * 5 + ["drop"] * 3
         broken = sync(db, "lf", retries=2)
         assert not broken.ok and "attempts" in broken.error and broken.new == 3, broken.to_dict()
         src = sources.get_source(db, "lf")

@@ -230,7 +230,8 @@ class _SourceSync:
             return None
         traces = dict.fromkeys(client.trace_of(r) for r in keep)
         lines = keep + [roots[t] for t in traces if t in roots]
-        attach = getattr(client, "attach_feedback", None)  # the store's own user feedback (Phoenix)
+        # the store's own user feedback: Phoenix annotations, Langfuse scores, LangSmith feedback
+        attach = getattr(client, "attach_feedback", None)
         if attach is not None:
             attach(lines)
         return lines

@@ -4,8 +4,9 @@ into canonical log records (``mapping.canonical``'s shape), or into a reason to 
 Built in: ``phoenix`` (OpenInference spans: Phoenix's dataframe as JSONL/Parquet, its REST JSON,
 ``get_retrieved_documents()`` rows), ``otel`` (the OpenTelemetry console exporter's spans),
 ``otlp`` (OTLP/JSON requests), ``langsmith`` (run dumps, whole traces), ``langfuse`` (observations
-of its v2 API; an observation has an ``input`` field, which reads as a plain record's question, so
-a Langfuse file needs ``--format langfuse``), and ``plain`` (a record
+of its v2 API, or whole traces with their observations and scores; an observation has an ``input``
+field, which reads as a plain record's question, so a Langfuse file needs ``--format langfuse``),
+and ``plain`` (a record
 with a question and its chunks under any alias; LangChain Documents, LlamaIndex nodes and
 ``Response`` dumps, Ragas and Hugging Face datasets are plain records whose chunk shapes
 validation knows). ``langchain``, ``llamaindex`` and ``ragas`` are names for ``plain``.
@@ -55,8 +56,9 @@ def register_tool(name: str, description: str, detect: Callable[[dict], bool]) -
 
 register_tool("otlp", "OTLP/JSON requests (resourceSpans)", otlp.is_envelope)
 register_tool("langsmith", "LangSmith run dumps (whole traces)", langsmith.is_run)
-register_tool("langfuse", "Langfuse observations (its v2 observations API; pass --format langfuse)",
-              lambda r: langfuse.is_observation(r) or langfuse.is_page(r))
+register_tool("langfuse", "Langfuse observations (its v2 observations API, or whole traces with their "
+                          "scores; pass --format langfuse)",
+              lambda r: langfuse.is_observation(r) or langfuse.is_page(r) or langfuse.is_trace(r))
 register_tool("otel", "OpenTelemetry console exporter spans",
               lambda r: str(r.get("kind", "")).startswith("SpanKind") and openinference.is_span(r))
 register_tool("phoenix", "Phoenix / OpenInference spans (dataframe, REST JSON, retrieved documents)",
@@ -142,7 +144,7 @@ class Reader:
                 raise FieldError("resourceSpans", "missing (not an OTLP/JSON request)")
             yield from self._spans("otlp", ((line, openinference.span(s)) for s in otlp.spans(raw)))
         elif tool == "langfuse":
-            observations = raw["data"] if langfuse.is_page(raw) else [raw]
+            observations = langfuse.observations_of(raw)
             for observation in observations:
                 if not langfuse.is_observation(observation):
                     raise FieldError("traceId", "missing (not a Langfuse observation)")

@@ -181,6 +181,9 @@ class TraceJoin:
             question, answer, signals = None, None, {}
         # the trace's outcome (thumbs down, an error) is usually on its root: the retrieval carries it
         meta = {**signals, **{k: v for k, v in span.meta.items() if k != "kind" and v is not None}}
+        if isinstance(signals.get("signals"), dict) and isinstance(span.meta.get("signals"), dict):
+            # the store's feedback on the root and on the retrieval both count (the retrieval's wins a name)
+            meta["signals"] = {**signals["signals"], **span.meta["signals"]}
         meta["tool"] = self.tool
         if span.trace_id:
             meta["trace_id"] = span.trace_id
