@@ -56,21 +56,22 @@ class _Out:
 
 
 def run(request: dict[str, Any], out: _Out) -> int:
-    import labeler
-    from labeler.errors import LabelerError
+    from ..db import connect
+    from ..errors import LabelerError
+    from .corpus import ingest_corpus
+    from .logs import ingest_logs
+    from .mapping import parse_mapping
 
     options = request.get("options") or {}
-    db = labeler.connect(request["db"], migrate=False)
+    db = connect(request["db"], migrate=False)
     try:
         if request.get("kind", "logs") == "logs":
-            result = labeler.ingest_logs(db, request["path"], mapping=labeler.parse_mapping(options.get("mapping") or []),
-                                         lenient=bool(options.get("lenient")), progress=out.progress,
-                                         name=request.get("name"), by=request.get("by"), redact=options.get("redact"),
-                                         tool=options.get("tool"))
+            result = ingest_logs(db, request["path"], mapping=parse_mapping(options.get("mapping") or []),
+                                 lenient=bool(options.get("lenient")), progress=out.progress, name=request.get("name"),
+                                 by=request.get("by"), redact=options.get("redact"), tool=options.get("tool"))
         else:
-            result = labeler.ingest_corpus(db, request["path"], lenient=bool(options.get("lenient")),
-                                           progress=out.progress, name=request.get("name"), by=request.get("by"),
-                                           redact=options.get("redact"))
+            result = ingest_corpus(db, request["path"], lenient=bool(options.get("lenient")), progress=out.progress,
+                                   name=request.get("name"), by=request.get("by"), redact=options.get("redact"))
     except LabelerError as e:
         out.send({"error": str(e), "labeler": True})
         return 1
