@@ -151,6 +151,15 @@ class RoutedSample:
                 "not_routed": self.not_routed, "n_labeled": self.n_labeled, "classes": self.classes}
 
 
+def _group(reason: str, prob: float) -> str:
+    """A class of queued queries in words, for a refusal."""
+    if reason == QUEUED:
+        return "queries that came without routing (file ingests, syncs before the rules)"
+    if reason == "sampled":
+        return f"queries routed by a {100 * prob:.3g}% rate"
+    return f"queries routed {_HOW.get(reason, reason)}"
+
+
 def routed_sample(db: sqlite_utils.Database, pks: np.ndarray, used: np.ndarray, *,
                   strata: np.ndarray | None = None) -> RoutedSample:
     """The routing design over the population ``pks`` (sorted) with the labels of ``used`` (sorted;
@@ -179,8 +188,7 @@ def routed_sample(db: sqlite_utils.Database, pks: np.ndarray, used: np.ndarray, 
     share = table["sum"] / table["size"]
     empty = table[table["sum"] == 0]
     if len(empty):
-        which = "; ".join(f"{int(r['size'])} {_HOW.get(r['reason'], r['reason'])}"
-                          + (f" (p={r['prob']:g})" if r["reason"] != QUEUED else "")
+        which = "; ".join(f"{int(r['size'])} {_group(str(r['reason']), float(r['prob']))}"
                           + ("" if strata is None else f" in topic {int(r['stratum'])}")
                           for _, r in empty.iterrows())
         fix = ("label some in queue order random" if (empty["reason"] == QUEUED).any()
