@@ -343,8 +343,10 @@ def test_cli_metrics_gives_the_weighted_estimate_and_how_the_set_was_drawn(route
     assert weighted["ci_low"] < weighted["mean"] < weighted["ci_high"]
     assert weighted["mean"] > plain["mean"] + 0.1  # the unhappy queries pull the plain mean down
     text = runner.invoke(cli, ["--db", str(db_path), "metrics", "--metric", "ndcg@10"])
-    assert text.exit_code == 0 and "labeled set routed: 8 by a negative signal (p=1)" in text.output
-    assert "weighted" in text.output and f"{weighted['mean']:.3f}"[:4] in text.output
+    assert text.exit_code == 0 and f"labeled set {w['text']}; weighted = over the 48 live queries" in text.output
+    header, row = (next(line for line in text.output.splitlines() if line.startswith(m)) for m in ("metric", "ndcg@10"))
+    assert header.split()[5:8] == ["weighted", "weighted_ci_low", "weighted_ci_high"]
+    assert row.split()[5:8] == [f"{weighted[k]:.4f}" for k in ("mean", "ci_low", "ci_high")]
     # all traffic: the routed design, the same sentence, the weighted human-only beside the plain mean
     result = runner.invoke(cli, ["--db", str(db_path), "metrics", "--all-traffic", "--judge-run", str(run_id),
                                  "--metric", "ndcg@10", "--json"])
