@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import sqlite_utils
 
+from ..core.cache import LRU, data_token
 from ..labels.routing import inclusion_probs
 from .ppi import Estimate, EstimateError, StratifiedParts, effective_n, z_of
 
@@ -71,24 +72,54 @@ def routing_weights(db: sqlite_utils.Database, pks: Any) -> np.ndarray:
 
 # --- the design: what routing decided and what was labeled ---------------------------------------------------
 
+_REASONS = ("signal", "new-topic", "quota", "sampled", "not-sampled", "pending")
+
+
+_DECIDED = LRU(2)
+
+
+def _read_decisions(db: sqlite_utils.Database) -> tuple[np.ndarray, ...]:
+    """Every decision as arrays sorted by query pk: (pk, routed, probability, reason code). One scan
+    handed over as one text per column that numpy parses (as :func:`labeler.estimate.traffic.int_columns`)."""
+    code = "CASE reason " + " ".join(f"WHEN '{r}' THEN {i}" for i, r in enumerate(_REASONS)) + " ELSE -1 END"
+    # %!.17g: the probability's text reads back as the same double
+    row = db.execute(f"SELECT group_concat(query_pk), group_concat(routed), group_concat(printf('%!.17g', "
+                     f"inclusion_prob)), group_concat({code}) FROM routing_decisions").fetchone()
+    if row is None or row[0] is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0, dtype=np.int64)
+    pk, routed, prob, codes = (np.fromstring(text, dtype=float, sep=",") for text in row)
+    order = np.argsort(pk, kind="stable")
+    out = (pk[order].astype(np.int64), routed[order] > 0, prob[order], codes[order].astype(np.int64))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
 def decisions(db: sqlite_utils.Database, pks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the sorted ``pks``: (reason, None where routing did not decide the query; routed; the
-    recorded probability, 1 where not decided). One read of the table, aligned in numpy."""
-    rows = db.execute("SELECT query_pk, routed, inclusion_prob, reason FROM routing_decisions "
-                      "ORDER BY query_pk").fetchall()
+    recorded probability, 1 where not decided). The table is read once per state of the database
+    file (kept while nothing is committed: a report asks several times)."""
     reason = np.full(pks.size, None, dtype=object)
     routed = np.zeros(pks.size, dtype=bool)
     prob = np.ones(pks.size)
-    if not rows or pks.size == 0:
+    token = data_token(db)
+    at_pk, was_routed, p, codes = _DECIDED.get(token, lambda: _read_decisions(db))
+    if at_pk.size == 0 or pks.size == 0:
         return reason, routed, prob
-    at_pk = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     at = np.minimum(np.searchsorted(at_pk, pks), at_pk.size - 1)
     hit = at_pk[at] == pks
     idx = at[hit]
-    reason[hit] = np.array([r[3] for r in rows], dtype=object)[idx]
-    routed[hit] = np.fromiter((r[1] for r in rows), dtype=bool, count=len(rows))[idx]
-    prob[hit] = np.fromiter((r[2] for r in rows), dtype=float, count=len(rows))[idx]
+    names = np.array([*_REASONS, "unknown"], dtype=object)
+    reason[hit] = names[codes[idx]]
+    routed[hit] = was_routed[idx]
+    prob[hit] = p[idx]
     return reason, routed, prob
+
+
+def decided_pks(db: sqlite_utils.Database) -> np.ndarray:
+    """The queries routing decided (not waiting for their decision), sorted."""
+    at_pk, _, _, codes = _DECIDED.get(data_token(db), lambda: _read_decisions(db))
+    return at_pk[codes != _REASONS.index("pending")]
 
 
 def routing_sampled(db: sqlite_utils.Database, pks: np.ndarray) -> bool:

@@ -16,7 +16,7 @@ import pandas as pd
 import sqlite_utils
 
 from .ppi import EstimateError
-from .routed import decisions, hajek_ratio, routed_sample
+from .routed import decided_pks, decisions, hajek_ratio, routed_sample
 
 
 def labeled_weighted(db: sqlite_utils.Database, per_query: pd.DataFrame, specs: Sequence[str]) -> dict[str, Any] | None:
@@ -29,8 +29,7 @@ def labeled_weighted(db: sqlite_utils.Database, per_query: pd.DataFrame, specs: 
     if db.execute("SELECT 1 FROM routing_decisions WHERE inclusion_prob < 1 AND reason != 'pending' "
                   "LIMIT 1").fetchone() is None:
         return None
-    population = np.fromiter((r[0] for r in db.execute(
-        "SELECT query_pk FROM routing_decisions WHERE reason != 'pending' ORDER BY query_pk")), dtype=np.int64)
+    population = decided_pks(db)
     pks = per_query["query_pk"].to_numpy(np.int64)
     order = np.argsort(pks, kind="stable")
     pks = pks[order]
