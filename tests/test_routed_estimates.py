@@ -290,10 +290,15 @@ def live_grade(question: str, chunk: str) -> int:
     return [3 if n % 4 else 1, 2 if n % 3 == 0 else 0, 1][i]
 
 
+def unhappy_question(question: str) -> bool:
+    return int(question.split()[1].rstrip("?")) >= 100
+
+
 @pytest.fixture
 def routed_db(file_db, db_path, monkeypatch):
     """40 live queries and 8 unhappy ones synced under `labeler route set --rate 0.3`; every routed
-    query labeled from the queue; a judge run over all of it."""
+    query labeled from the queue (its grades, and whether the production answer is relevant: not
+    for the unhappy ones); a judge run over all of it."""
     result = CliRunner().invoke(cli, ["--db", str(db_path), "route", "set", "--rate", "0.3", "--seed", "4"])
     assert result.exit_code == 0, result.output
     traces = [s for n in range(40) for s in phoenix_trace(n, at(n), chunks=3)]
@@ -306,6 +311,7 @@ def routed_db(file_db, db_path, monkeypatch):
         item = labels.get_item(file_db, pk, "alice")
         for c in item.chunks:
             labels.set_grade(file_db, pk, c.doc_pk, "alice", live_grade(item.question, c.text))
+        labels.set_query_fields(file_db, pk, "alice", answer_relevant="no" if unhappy_question(item.question) else "yes")
         labels.set_status(file_db, pk, "alice", "submitted")
     with FakeOpenAI() as server:
         server.responder = grade_responder(lambda q, c: live_grade(q, c) if c.startswith("text") else None)
@@ -388,6 +394,22 @@ def test_metrics_page_says_how_the_set_was_drawn_and_shows_the_weighted_figures(
     rep = all_traffic_report(db, run_id)
     assert at_table[at_table["metric"] == "ndcg@10"].iloc[0]["human-only weighted"] == \
         pytest.approx(rep.metrics["ndcg@10"]["human_weighted"]["mean"])
+
+
+def test_share_of_relevant_answers_under_routing_is_weighted(routed_db):
+    from tests.fake_openai import prompt_blocks
+
+    db, run_id = routed_db
+    with FakeOpenAI() as server:
+        server.responder = lambda request: {"rationale": "r", "verdict": "no" if unhappy_question(
+            prompt_blocks(request)["Question"]) else "yes"}
+        answers = judge.run_judge(db, make_config(server), "answer-relevance.v1", on="all")
+    share = all_traffic_report(db, run_id, ["ndcg@10"]).metrics["relevant_answers"]
+    sampled = db.execute("SELECT count(*) FROM routing_decisions WHERE reason = 'sampled'").fetchone()[0]
+    assert (share["population"], share["n_labeled"], share["judge_run"]) == (48, 8 + sampled, answers.id)
+    assert share["human_only"]["mean"] == pytest.approx(sampled / (8 + sampled))  # the labeled set's plain share
+    assert share["human_weighted"]["mean"] == pytest.approx((sampled / 0.3) / (8 + sampled / 0.3))
+    assert share["estimate"] == pytest.approx(40 / 48)  # the judge is right everywhere: the truth
 
 
 # --- mixed designs ------------------------------------------------------------------------------------------
