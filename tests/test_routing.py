@@ -377,7 +377,7 @@ def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch
 
 
 def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estimates(db):
-    from labeler.estimate.designs import NOT_PROBABILITY, labeled_designs
+    from labeler.estimate.designs import PROBABILITY_DESIGNS, labeled_designs
 
     routing.set_rules(db, rate=0.5, seed=1)
     sync_px(db, [s for n in range(12) for s in phoenix_trace(n, at(n))] + unhappy_trace(40, at(40), "metadata"))
@@ -387,7 +387,7 @@ def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estim
         pks.append(pk)
     assert len(pks) == db.execute("SELECT count(*) FROM routing_decisions WHERE routed = 1").fetchone()[0] >= 2
     d = labeled_designs(db, np.array(sorted(pks)))
-    assert set(d.design.tolist()) == {"routed"} and "1 / probability" in NOT_PROBABILITY["routed"]
+    assert set(d.design.tolist()) == {"routed"} and "routed" in PROBABILITY_DESIGNS  # weighted, never uniform
     # rules that route everything (rate 1) change nothing: the queue's own design stands
     routing.set_rules(db, rate=1.0)
     db.execute("UPDATE routing_decisions SET inclusion_prob = 1, routed = 1")

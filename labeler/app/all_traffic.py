@@ -1,6 +1,6 @@
 """The Metrics page's "Numbers for all traffic" section: every metric over all logged traffic from a
-judge run over all of it, corrected by the human labels of a random, active or stratified sample
-(``labeler.estimate.report``), beside the human-only and the judge-only means. Kept apart from the
+judge run over all of it, corrected by the human labels of a random, active, stratified or routed
+sample (``labeler.estimate.report``), beside the human-only and the judge-only means. Kept apart from the
 page's file so the section can be rendered (and tested) on its own."""
 
 from __future__ import annotations
@@ -43,17 +43,29 @@ def render_all_traffic(db, retriever: str | None = None) -> None:
     how = {"active": "active inference: labels drawn with probabilities from the judge's uncertainty, weighted by "
                      "1/probability",
            "stratified": f"stratified PPI++: a random sample of labels within each of {len(rep.strata)} topics, "
-                         "each topic weighted by its share of the traffic"}.get(
-        rep.design, "PPI++: a uniform random sample of labels")
+                         "each topic weighted by its share of the traffic",
+           "routed": "routed live queries weighted by 1/probability (the judge's value plus the weighted "
+                     "human correction)"}.get(rep.design, "PPI++: a uniform random sample of labels")
+    if rep.design == "stratified" and rep.drawn is not None:
+        how = (f"routed live queries weighted by 1/probability within each of {len(rep.strata)} topics, each "
+               "topic weighted by its share of the traffic")
     st.caption(f"Retriever **{widgets.escape_markdown(rep.retriever)}** · {rep.population:,} traffic queries judged "
                f"(run #{rep.judge_run}) · {rep.n_labeled} labeled by humans · {how} · 95% normal CIs · judge-only "
                "means are biased (shown for contrast)")
+    if rep.drawn is not None:
+        st.caption(widgets.escape_markdown(f"Labeled set {rep.drawn['text']}. Human-only = the plain mean of the "
+                                           "labeled set (biased under routing); weighted = the same labels "
+                                           "weighted by 1/probability, without the judge."))
     rows = []
     for spec, v in rep.metrics.items():
         h = v["human_only"]
-        rows.append({"metric": spec, "estimate": v["estimate"], "95% CI": _ci(v["ci_low"], v["ci_high"]),
-                     "lambda": v["lambda"], "effective n": v["effective_n"], "human-only": h["mean"],
-                     "human-only CI": _ci(h["ci_low"], h["ci_high"]), "judge-only (biased)": v["judge_only"]["mean"]})
+        row = {"metric": spec, "estimate": v["estimate"], "95% CI": _ci(v["ci_low"], v["ci_high"]),
+               "lambda": v["lambda"], "effective n": v["effective_n"], "human-only": h["mean"],
+               "human-only CI": _ci(h["ci_low"], h["ci_high"])}
+        if rep.drawn is not None:
+            hw = v.get("human_weighted") or {}
+            row.update({"human-only weighted": hw.get("mean"), "weighted CI": _ci(hw.get("ci_low"), hw.get("ci_high"))})
+        rows.append({**row, "judge-only (biased)": v["judge_only"]["mean"]})
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="at_table")
     a, h = rep.agreement, rep.handed_out
     notes = []

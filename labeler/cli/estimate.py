@@ -10,6 +10,7 @@ from .output import Output
 
 ALL_TRAFFIC_COLUMNS = ["metric", "estimate", "ci_low", "ci_high", "lambda", "effective_n", "human_only",
                        "human_only_ci_low", "human_only_ci_high", "judge_only"]
+WEIGHTED_COLUMNS = ["human_weighted", "human_weighted_ci_low", "human_weighted_ci_high"]
 
 
 def all_traffic_output(rep: Any) -> Output:
@@ -18,6 +19,17 @@ def all_traffic_output(rep: Any) -> Output:
              "lambda": v["lambda"], "effective_n": v["effective_n"], "human_only": v["human_only"]["mean"],
              "human_only_ci_low": v["human_only"]["ci_low"], "human_only_ci_high": v["human_only"]["ci_high"],
              "judge_only": v["judge_only"]["mean"]} for spec, v in rep.metrics.items()]
+    columns = list(ALL_TRAFFIC_COLUMNS)
+    before = [f"{rep.retriever}, all traffic: {rep.population} queries judged by run {rep.judge_run}, "
+              f"{rep.n_labeled} labeled by humans ({rep.design} design)"]
+    if rep.drawn is not None:
+        columns += WEIGHTED_COLUMNS
+        for row, v in zip(rows, rep.metrics.values(), strict=True):
+            h = v.get("human_weighted") or {}
+            row.update({"human_weighted": h.get("mean"), "human_weighted_ci_low": h.get("ci_low"),
+                        "human_weighted_ci_high": h.get("ci_high")})
+        before.append(f"labeled set {rep.drawn['text']}; human_only = the labeled set's plain mean (biased), "
+                      "human_weighted = the same labels weighted by 1 / probability")
     after = ["judge-only means are biased: the judge's errors are not corrected"]
     a = rep.agreement
     if a["pairs"]:
@@ -31,15 +43,13 @@ def all_traffic_output(rep: Any) -> Output:
     first = next(iter(rep.more_labels.items()), None)
     if first is not None and first[1].get("more_needed") is not None:
         spec, more = first
-        if rep.design == "stratified":
-            after.append(f"{spec}: {more['more_needed']} more labels for +-0.05 (stratified)")
+        if rep.design in ("stratified", "routed"):
+            after.append(f"{spec}: {more['more_needed']} more labels for +-0.05 ({rep.design})")
         else:
             after.append(f"{spec}: {more['more_needed']} more labels for +-0.05 ({rep.design}); "
                          f"active would need {more['active_total']}, uniform {more['uniform_total']}")
-    return Output(rep.to_dict(), ALL_TRAFFIC_COLUMNS, rows,
-                  before=[f"{rep.retriever}, all traffic: {rep.population} queries judged by run {rep.judge_run}, "
-                          f"{rep.n_labeled} labeled by humans ({rep.design} design)"],
-                  after=after, notes=[f"note: {note}" for note in rep.notes])
+    return Output(rep.to_dict(), columns, rows, before=before, after=after,
+                  notes=[f"note: {note}" for note in rep.notes])
 
 
 def set_order(db, order: str, *, judge_run: int | None, budget: float | None, seed: int,

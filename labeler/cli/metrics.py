@@ -166,9 +166,10 @@ def _parse_ks(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
               help="Estimate over all traffic from a judge run plus the human labels (prediction-powered).")
 @click.option("--judge-run", "judge_run", type=int, metavar="RUN",
               help="With --all-traffic: a relevance run over all traffic (labeler judge run --on all).")
-@click.option("--design", type=click.Choice(["uniform", "active", "stratified"]),
+@click.option("--design", type=click.Choice(["uniform", "active", "stratified", "routed"]),
               help="With --all-traffic: which labels (default: active when the active draw has labels, else "
-                   "stratified when the stratified queue has, else uniform).")
+                   "stratified when the stratified queue has, else uniform; when routing sampled the live "
+                   "traffic, routed: each label weighted by 1 / its inclusion probability).")
 @click.option("--random-only", "random_only", is_flag=True,
               help="With --all-traffic: use only labels drawn at random, leaving out the others.")
 @output_options()
@@ -182,7 +183,9 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
     Scores the logged ranking of --retriever against the consolidated human labels of submitted
     queries; relevant = grade >= the project's threshold. Queries without a relevant chunk are
     left out of the means and counted. judged@k (the share of the top k with a label) under 0.9
-    prints a warning: the metrics then count unjudged chunks as irrelevant.
+    prints a warning: the metrics then count unjudged chunks as irrelevant. When routing rules
+    sampled the live traffic (labeler route set --rate), it says how the labeled set was drawn and
+    adds each metric weighted by 1 / inclusion probability, with its CI (columns weighted...).
 
     Example:
 
@@ -192,8 +195,9 @@ def metrics_cmd(ctx: click.Context, ks: tuple[int, ...], metric_specs: tuple[str
         labeler metrics --compare production,bm25 --k 10 --json
 
     --all-traffic estimates every metric over all logged traffic: a judge run over all of it
-    (`labeler judge run --on all`), corrected by the human labels of a random or active sample
-    (PPI++ / active inference), with 95% CIs, beside the human-only and the judge-only means.
+    (`labeler judge run --on all`), corrected by the human labels of a random, active, stratified
+    or routed sample (PPI++ / active inference), with 95% CIs, beside the human-only and the
+    judge-only means.
 
     \b
         labeler metrics --all-traffic --judge-run 3 --json
@@ -231,13 +235,25 @@ def _labeled(ctx: click.Context, specs: list[str] | None, *, ks: tuple[int, ...]
     rows = [{"metric": spec, **v} for spec, v in document["metrics"].items()]
     rows += [{"metric": spec, "mean": v["mean"], "ci_low": None, "ci_high": None, "n": v["n"]}
              for spec, v in report.judged.items()]
+    columns = ["metric", "mean", "ci_low", "ci_high", "n"]
+    before = [f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
+              f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
+              + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else "")]
+    notes = [f"Warning: {line}" for line in report.judged_warnings()]
+    w = report.weighted
+    if w is not None:
+        columns += ["weighted", "weighted_ci_low", "weighted_ci_high", "weighted_n"]
+        for row in rows:
+            got = w["metrics"].get(row["metric"], {})
+            row.update({"weighted": got.get("mean"), "weighted_ci_low": got.get("ci_low"),
+                        "weighted_ci_high": got.get("ci_high"), "weighted_n": got.get("n")})
+        before.append(f"labeled set {w['text']}; weighted = over the {w['population']} live queries the rules "
+                      "decided (Hajek, 95% CI); mean = the labeled set's plain mean")
+        notes += [f"note: {line}" for line in ([w["error"]] if w["error"] else []) + w["notes"]]
     return Output(
-        document, ["metric", "mean", "ci_low", "ci_high", "n"], rows,
-        before=[f"{report.retriever}: {report.n_queries} labeled queries, threshold {report.threshold}; "
-                f"{report.n_without_relevant} without a relevant chunk (left out of the means)"
-                + (f"; {report.n_not_run} more it never ran (left out)" if report.n_not_run else "")],
+        document, columns, rows, before=before,
         after=["95% bootstrap CIs; judged@k: the share of the top k with a human label"] if report.judged else [],
-        notes=[f"Warning: {line}" for line in report.judged_warnings()])
+        notes=notes)
 
 
 def _compare(ctx: click.Context, names: str, specs: list[str] | None, *, ks: tuple[int, ...], origin: str | None,

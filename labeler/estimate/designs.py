@@ -10,10 +10,11 @@ human-labeled queries were chosen.
   leave the same traces, so they are reported together). This module reads those rows back.
 - **Routed live queries** (``labeler.labels.routing``): when the routing rules sampled (a rate below 1),
   a labeled query they routed is ``routed``, whatever order handed it out: the routed set is an
-  unequal-probability sample (signals always, a rate for the rest), which the uniform, active and
-  stratified estimates would read as uniform; ``labeler.estimate.routed`` weighs it by 1 / probability.
-- **Probability samples.** Only ``random``, ``active`` and ``stratified`` (uniform within each topic) are;
-  the other orders pick by a property
+  unequal-probability sample (signals always, a rate for the rest) with a recorded probability per
+  query, so the estimates weigh it by 1 / probability (``labeler.estimate.routed``,
+  ``labeler.estimate.routed_report``) and never read it as uniform.
+- **Probability samples.** ``random``, ``active``, ``stratified`` (uniform within each topic) and
+  ``routed`` (known unequal probabilities) are; the other orders pick by a property
   of the query, so a mean over what they picked says nothing about the rest of the traffic.
 - **Active draws** (``labeler.estimate.active``): inclusion probabilities proportional to the judge's
   uncertainty, drawn with a seeded generator and stored.
@@ -30,12 +31,10 @@ import sqlite_utils
 from .. import db as store
 from ..labels.routing import inclusion_probs
 
-PROBABILITY_DESIGNS = ("random", "active", "stratified")
+PROBABILITY_DESIGNS = ("random", "active", "stratified", "routed")
 NOT_PROBABILITY = {"oldest": "queue order oldest first", "lowest_score": "queue order lowest score",
                    "frequent": "queue order most frequent", "signals_first": "queue order signals first",
                    "active-undrawn": "outside the active draw",
-                   "routed": "routed from live traffic with unequal probabilities (signals always, a rate for "
-                             "the rest: weight by 1 / probability, labeler.estimate.routed)",
                    "not-drawn": "not handed out by the queue (opened by hand or imported)"}
 
 
@@ -95,7 +94,11 @@ def outcomes(db: sqlite_utils.Database, design: str, pks: np.ndarray) -> dict[st
     skipped or discarded by every annotator who had them (missing not at random), with shares."""
     handed_pks = np.fromiter((r[0] for r in db.execute("SELECT query_pk FROM queue_designs WHERE design = ?",
                                                        [design])), dtype=np.int64)
-    handed_pks = handed_pks[np.isin(handed_pks, pks)]
+    return outcomes_among(db, handed_pks[np.isin(handed_pks, pks)])
+
+
+def outcomes_among(db: sqlite_utils.Database, handed_pks: np.ndarray) -> dict[str, Any]:
+    """:func:`outcomes` of the handed-out queries ``handed_pks``."""
     status = {"submitted": set(), "skipped": set(), "discarded": set()}
     for pk, st in db.execute("SELECT query_pk, status FROM query_labels WHERE status IN "
                              "('submitted', 'skipped', 'discarded')"):

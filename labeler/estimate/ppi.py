@@ -58,7 +58,8 @@ class Estimate:
         return self.ci_high - self.estimate
 
 
-def _z(confidence: float) -> float:
+def z_of(confidence: float) -> float:
+    """The normal quantile of a two-sided ``confidence`` interval."""
     if confidence == 0.95:
         return Z95
     from scipy.stats import norm
@@ -137,9 +138,9 @@ def ppi_ratio(a: np.ndarray, ahat: np.ndarray, ahat_unlabeled: np.ndarray, b: np
     rectifier = np.std((a - theta * b) - lam * (ahat - theta * bhat)) / math.sqrt(n)
     se = float(math.sqrt(imputed ** 2 + rectifier ** 2) / den)
     human_sd = float(np.std(a - theta * b, ddof=1) / den) if n > 1 else float("nan")
-    half = _z(confidence) * se
+    half = z_of(confidence) * se
     return Estimate(float(theta), se, float(theta - half), float(theta + half), float(lam), n, n + big_n,
-                    _effective(human_sd, se, n))
+                    effective_n(human_sd, se, n))
 
 
 Stratum = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
@@ -213,15 +214,17 @@ def stratified_ratio(strata: list[Stratum], *, lam: float | None = None,
     var_imp, var_rect, var_human = var_imp / den ** 2, var_rect / den ** 2, var_human / den ** 2
     se = math.sqrt(var_imp + var_rect)
     n = int(sum(p[0].size for p in parts))
-    half = _z(confidence) * se
-    eff = _effective(math.sqrt(var_human * n), se, n)
+    half = z_of(confidence) * se
+    eff = effective_n(math.sqrt(var_human * n), se, n)
     est = Estimate(float(theta), float(se), float(theta - half), float(theta + half),
                    float(np.dot(w, lams)), n, int(sizes.sum()), eff)
     return est, StratifiedParts(tuple(float(x) for x in w), tuple(int(p[0].size) for p in parts),
                                 tuple(float(x) for x in lams), var_imp, var_rect)
 
 
-def _effective(human_sd: float, se: float, n: int) -> float | None:
+def effective_n(human_sd: float, se: float, n: int) -> float | None:
+    """``(human_sd / se)^2``: the labels a human-only mean of per-label spread ``human_sd`` needs
+    for the standard error ``se`` (None when unknown)."""
     if not math.isfinite(human_sd):
         return None
     if se <= 0:
@@ -304,9 +307,9 @@ def active_ratio(a: np.ndarray, ahat: np.ndarray, b: np.ndarray | None, bhat: np
     # a human-only mean of the drawn values: its per-label spread is that of a - theta b
     drawn = xi
     human_sd = float(np.std((a - theta * b)[drawn], ddof=1) / den)
-    half = _z(confidence) * se
+    half = z_of(confidence) * se
     return Estimate(float(theta), se, float(theta - half), float(theta + half), float(lam), n, big_n,
-                    _effective(human_sd, se, n))
+                    effective_n(human_sd, se, n))
 
 
 def human_mean(y: np.ndarray, *, confidence: float = 0.95) -> dict[str, float | None]:
@@ -316,7 +319,7 @@ def human_mean(y: np.ndarray, *, confidence: float = 0.95) -> dict[str, float | 
     if y.size == 0:
         return {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
     mean = float(y.mean())
-    half = _z(confidence) * float(y.std(ddof=1)) / math.sqrt(y.size) if y.size > 1 else 0.0
+    half = z_of(confidence) * float(y.std(ddof=1)) / math.sqrt(y.size) if y.size > 1 else 0.0
     return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": int(y.size)}
 
 
@@ -325,7 +328,7 @@ def labels_for_half_width(estimate: Estimate, sd_rectifier: float, sd_imputed: f
     """Labels in total a uniform PPI estimate needs for a ``half_width`` interval: solves
     ``z^2 (sd_imputed^2 / N + sd_rectifier^2 / n) = half_width^2`` for n (None if the judge's part
     alone is already wider)."""
-    room = (half_width / _z(confidence)) ** 2 - sd_imputed ** 2 / max(estimate.N, 1)
+    room = (half_width / z_of(confidence)) ** 2 - sd_imputed ** 2 / max(estimate.N, 1)
     if room <= 0:
         return None
     return int(math.ceil(sd_rectifier ** 2 / room - 1e-9))

@@ -8,8 +8,12 @@ one-line reason, unless ``random_only`` restricts it to the queries drawn at ran
 ``uniform`` (queue order random: PPI++, :func:`labeler.estimate.ppi.ppi_ratio`), ``active`` (the
 newest active draw: :func:`labeler.estimate.ppi.active_ratio`) or ``stratified`` (queue order
 stratified: PPI++ within each topic, weighted by the topic's share of the judged queries,
-:func:`labeler.estimate.ppi.stratified_ratio`). Labels of the other designs are left out, and said so. Each metric is a ratio over the
-queries with a relevant chunk (the human and the judge may disagree on which those are).
+:func:`labeler.estimate.ppi.stratified_ratio`) or ``routed`` (routing sampled the live traffic: each
+label weighs 1 / its inclusion probability, :mod:`labeler.estimate.routed_report`; under routing
+``stratified`` weighs the same way within each topic, and ``uniform`` / ``active`` refuse, since
+routing left part of the traffic out of the queue). Labels of the other designs are left out, and
+said so. Each metric is a ratio over the queries with a relevant chunk (the human and the judge may
+disagree on which those are).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from . import designs as dz
 from .active import draw_items, uncertainty
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
 from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
+from .routed import routing_sampled
+from .routed_report import refuse_other_designs, routed_report, routed_stratified_report
 from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
 
 HALF_WIDTH = 0.05
-DESIGNS = ("uniform", "active", "stratified")
+DESIGNS = ("uniform", "active", "stratified", "routed")
 
 
 def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
@@ -39,7 +45,8 @@ def _refuse_if_not_probability(d: dz.Designs, random_only: bool) -> None:
         why = ", ".join(f"{c} {dz.NOT_PROBABILITY.get(str(n), str(n))}" for n, c in zip(names, counts, strict=True))
         raise EstimateError(
             f"the labeled queries are not a probability sample of the traffic ({why}); pass --random-only to "
-            f"estimate from the {int((~bad).sum())} drawn at random (queue order random, active or stratified)")
+            f"estimate from the {int((~bad).sum())} drawn at random (queue order random, active or stratified, or "
+            "routed with a recorded probability)")
 
 
 def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: Sequence[str] | None = None, *,
@@ -53,8 +60,10 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     ``relevant_answers`` too (:mod:`labeler.estimate.answers`; uniform, labels drawn at random).
 
     ``design``: ``uniform`` (labels from queue order random), ``active`` (the newest active draw),
-    ``stratified`` (labels from queue order stratified) or None (active when labels from the active
-    draw exist, else stratified when stratified labels exist, else uniform). ``random_only``: use only labels drawn
+    ``stratified`` (labels from queue order stratified; under routing, routed labels weighted within
+    each topic), ``routed`` (routed labels weighted by 1 / probability) or None (under routing:
+    stratified when stratified labels exist, else routed; otherwise active when labels from the
+    active draw exist, else stratified when stratified labels exist, else uniform). ``random_only``: use only labels drawn
     at random (otherwise other labels refuse the estimate, see the module doc). ``half_width``: the
     target of "more labels needed". Raises EstimateError with the reason and the fix.
     """
@@ -71,11 +80,21 @@ def all_traffic_report(db: sqlite_utils.Database, judge_run: int | None, specs: 
     d = dz.labeled_designs(db, labeled)
     _refuse_if_not_probability(d, random_only)
     by_design = d.counts()
+    routed = (d.design == "routed").any() or routing_sampled(db, judged.pks)
     if design is None:
-        design = "active" if (d.design == "active").any() else \
-            "stratified" if (d.design == "stratified").any() else "uniform"
+        design = "active" if (d.design == "active").any() and not routed else \
+            "stratified" if (d.design == "stratified").any() else "routed" if routed else "uniform"
+    if routed and design in ("uniform", "active"):
+        refuse_other_designs(db, judged, design)
+    if design == "routed" and not routed:
+        raise EstimateError("routing did not sample this traffic (no routing rule with a rate below 1 decided any "
+                            "of it); estimate with --design uniform, active or stratified")
     golden = human_golden(db, labeled)
-    if design == "active":
+    if design == "routed":
+        rep = routed_report(db, judged, labeled, d, specs, by_design, half_width, golden)
+    elif design == "stratified" and routed:
+        rep = routed_stratified_report(db, judged, labeled, d, specs, by_design, half_width, golden)
+    elif design == "active":
         rep = _active(db, judged, labeled, d, specs, by_design, half_width, golden)
     elif design == "stratified":
         from .stratified import stratified_report

@@ -33,6 +33,7 @@ class AllTraffic:
     more_labels: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     strata: list[dict[str, Any]] = field(default_factory=list)
+    drawn: dict[str, Any] | None = None  # routing: how the labeled set was drawn (RoutedSample.to_dict)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"population", "n_labeled", "judge_run", "design", "metrics": {spec: {"estimate",
@@ -40,8 +41,13 @@ class AllTraffic:
         "judge_only": {"mean"}}}}``, then what else the report knows: the retriever, the labels by
         design and those left out, skipped/discarded hand-outs, the run's agreement with the humans
         on the labeled chunks, the labels needed for a +-0.05 interval, and notes; under the
-        stratified design ``strata``: per topic its judged queries, labels and weight."""
+        stratified design ``strata``: per topic its judged queries, labels and weight. When routing
+        sampled the traffic, ``how_drawn`` (the sentence and the classes of routed queries with their
+        probabilities and labels) and per metric ``human_weighted``: the human-only estimate weighted by
+        1 / inclusion probability (``human_only`` is then the plain mean of the labeled set, biased)."""
         extra = {"strata": self.strata} if self.design == "stratified" else {}
+        if self.drawn is not None:
+            extra["how_drawn"] = self.drawn
         return {**extra, "population": self.population, "n_labeled": self.n_labeled, "judge_run": self.judge_run,
                 "design": self.design, "metrics": self.metrics, "retriever": self.retriever,
                 "labeled_by_design": self.labeled_by_design, "labels_left_out": self.ignored,
@@ -80,11 +86,15 @@ def human_numerators(values: dict[str, np.ndarray], relevant: np.ndarray, spec: 
     return np.where(relevant, np.nan_to_num(values[spec]), 0.0)
 
 
-def metric_entry(est: Estimate, human: dict[str, Any], judge_mean: float | None) -> dict[str, Any]:
-    return {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,
-            "effective_n": est.effective_n,
-            "human_only": {"mean": human["mean"], "ci_low": human["ci_low"], "ci_high": human["ci_high"]},
-            "judge_only": {"mean": judge_mean}}
+def metric_entry(est: Estimate, human: dict[str, Any], judge_mean: float | None,
+                 weighted: Estimate | None = None) -> dict[str, Any]:
+    out = {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,
+           "effective_n": est.effective_n,
+           "human_only": {"mean": human["mean"], "ci_low": human["ci_low"], "ci_high": human["ci_high"]},
+           "judge_only": {"mean": judge_mean}}
+    if weighted is not None:
+        out["human_weighted"] = {"mean": weighted.estimate, "ci_low": weighted.ci_low, "ci_high": weighted.ci_high}
+    return out
 
 
 def design_notes(judged: JudgedTraffic, labeled: np.ndarray, used: np.ndarray) -> list[str]:

@@ -27,7 +27,7 @@ query's, so given the queries decided before it, a query of step 4 is routed wit
 probability recorded for it (a fixed rate, or the lowered one once the cap was reached); steps 1-3
 decide by properties of the query and the order of arrival alone (probability 1). So each routed
 query's indicator divided by its recorded probability has expectation 1, and the Horvitz-Thompson
-sums (``labeler.estimate.designs.routed_mean``) are unbiased for the traffic the rules saw. A cap
+sums (``labeler.estimate.routed``) are unbiased for the traffic the rules saw. A cap
 that stopped routing altogether (a rate of 0) would leave the rest of the day out of every sample
 and break this: ``rate_after_cap`` must be above 0. The day is the UTC day the query was first seen.
 
@@ -478,4 +478,4 @@ def how_drawn(db: sqlite_utils.Database) -> str:
         return line + "; no routing rules (every live query is queued)."
     labeled = ", ".join(f"{n} {r}" for r, n in summary["labeled_by_reason"].items() if n and r != "not-sampled")
     return (f"{line}; {summary['describe']}. Labeled live queries by routing: {labeled or 'none yet'} "
-            "(weighted by 1 / inclusion probability for all-traffic numbers).")
+            "(the weighted figures count each 1 / its inclusion probability).")

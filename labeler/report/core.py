@@ -16,6 +16,7 @@ import sqlite_utils
 
 from .. import db as store
 from ..core.times import When, stamp
+from ..estimate.weighted import labeled_weighted
 from ..metrics.evaluate import n_without_relevant as count_without_relevant
 from ..metrics.registry import parse_metric
 from .diagnosis import Diagnosis, Thresholds, diagnose
@@ -53,7 +54,9 @@ class Report:
     judged@k, n_relevant, n_retrieved), NaN where a query has no relevant chunk.
     ``answers``: counts of the answer-faithfulness judgments (yes/partly/no) on the same queries.
     ``n_not_run``: labeled queries left out because the retriever never ran them (see
-    :func:`logged_queries`); not part of ``n_queries``.
+    :func:`logged_queries`); not part of ``n_queries``. ``weighted``: when routing sampled the live
+    traffic, how the labeled set was drawn and each metric weighted by 1 / inclusion probability
+    (:func:`labeler.estimate.weighted.labeled_weighted`), else None.
     """
 
     n_queries: int
@@ -69,6 +72,7 @@ class Report:
     seed: int = 0
     answers: dict[str, int] = field(default_factory=dict)
     n_not_run: int = 0
+    weighted: dict[str, Any] | None = None
     _measured: Measured = field(default=None, repr=False, compare=False)
     _mask: np.ndarray | None = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -76,11 +80,15 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The ``labeler metrics --json`` document: n_queries, n_without_relevant, threshold,
         retriever, metrics (one key per spec, spelled as the spec), judged ({"judged@k": mean share
-        of the top k with a consolidated label} for the report's cutoffs, None without queries)."""
-        return {"n_queries": self.n_queries, "n_without_relevant": self.n_without_relevant,
-                "threshold": self.threshold, "retriever": self.retriever,
-                "metrics": {s: dict(self.metrics[s]) for s in self.specs},
-                "judged": {s: v["mean"] for s, v in self.judged.items()}}
+        of the top k with a consolidated label} for the report's cutoffs, None without queries); when
+        routing sampled the live traffic, ``weighted`` (see :attr:`weighted`)."""
+        out = {"n_queries": self.n_queries, "n_without_relevant": self.n_without_relevant,
+               "threshold": self.threshold, "retriever": self.retriever,
+               "metrics": {s: dict(self.metrics[s]) for s in self.specs},
+               "judged": {s: v["mean"] for s, v in self.judged.items()}}
+        if self.weighted is not None:
+            out["weighted"] = self.weighted
+        return out
 
     def judged_warnings(self, minimum: float = JUDGED_MINIMUM) -> list[str]:
         """One line per judged@k below ``minimum``: the metrics then count unjudged chunks as
@@ -265,7 +273,8 @@ def retrieval_report(
         return Report(n_queries=len(values), n_without_relevant=count_without_relevant(values), threshold=threshold,
                       retriever=retriever, specs=list(specs), metrics=metrics, judged=judged, per_query=per_q,
                       filters=filters, n_resamples=n_resamples, seed=seed, answers=answers,
-                      n_not_run=labeled - n_ran, _measured=measured, _mask=mask)
+                      n_not_run=labeled - n_ran, weighted=labeled_weighted(db, per_q, specs),
+                      _measured=measured, _mask=mask)
 
     return REPORTS.get(key, build)
 

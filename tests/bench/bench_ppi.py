@@ -16,7 +16,15 @@ labeled with the true grades, recorded as handed out by the random queue. Then t
 - ``estimator_s`` vs ``ppi_py_s``: the 9 estimates alone (labeler.estimate.ppi.ppi_mean) against
   ``ppi_py.ppi_mean_ci`` on the same arrays;
 - ``page_rerun_after_label_s``: an AppTest rerun of the Metrics page (the whole page, with the
-  all-traffic section) after one new label.
+  all-traffic section) after one new label;
+- the weighted path (issue 27), on a copy of the database (SQLite's backup; the cached file is
+  never changed) with routing decisions for every query (the labeled ones routed, a tenth by a
+  signal with probability 1, the rest by a 1% rate; the others not routed at 1%): ``routed_report_warm_s`` (``all_traffic_report``
+  under the routed design, second call) against ``report_warm_s``; ``routed_estimator_s`` (the 9
+  active-inference estimates with the recorded probabilities and the 9 Hajek ones) against
+  ``ratio_estimator_s`` (the 9 uniform PPI++ ratios, as the uniform report computes them);
+  ``labeled_weighted_s``: the labeled report's weighted figures alone (reading the decisions,
+  the labeled shares, 9 Hajek ratios).
 
 The ``..._ratio_...`` fields divide a time by its baseline from the same run (the report's first
 load and its reload after a label by the SQLite read; the estimator by ppi_py): ratios, not
@@ -106,6 +114,57 @@ def _relabel(path: Path, i: int) -> None:
     other.close()
 
 
+def _routing_rows(db, labeled: np.ndarray, pks: np.ndarray) -> None:
+    """Routing decisions for every query: the labeled ones routed (every tenth by a signal, p = 1;
+    the rest by a 1% rate), the others not routed at 1%."""
+    signal = set(labeled[::10].tolist())
+    chosen = set(labeled.tolist())
+    rows = [(int(q), int(q in chosen), 1.0 if q in signal else 0.01,
+             "signal" if q in signal else "sampled" if q in chosen else "not-sampled", NOW[:10], None, 0, NOW, None)
+            for q in pks.tolist()]
+    with db.conn:
+        db.conn.executemany("INSERT INTO routing_decisions (query_pk, routed, inclusion_prob, reason, day, topic, "
+                            "seed, decided_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def _weighted_path(db, judged, labeled, hv, hr, rows, rest) -> dict[str, float]:
+    """Time the weighted path against the unweighted one in this run (see the module doc); ``db``
+    is a copy that gets the routing decisions."""
+    from labeler.estimate import ppi, traffic
+    from labeler.estimate.report import all_traffic_report
+    from labeler.estimate.routed import hajek_ratio, routed_sample
+    from labeler.estimate.weighted import labeled_weighted
+    from labeler.report import retrieval_report
+
+    b, bh, bu = hr.astype(float), judged.relevant[rows].astype(float), judged.relevant[rest].astype(float)
+    jrel = judged.relevant.astype(float)
+    nums = {s: (np.where(hr, np.nan_to_num(hv[s]), 0.0), judged.numerators(s)) for s in traffic.DEFAULT_SPECS}
+    ratio_s, _ = _timed(lambda: [ppi.ppi_ratio(a, j[rows], j[rest], b, bh, bu) for a, j in nums.values()])
+    _routing_rows(db, labeled, judged.pks)
+    sample = routed_sample(db, judged.pks, labeled)
+
+    def weighted() -> None:
+        for a, j in nums.values():
+            full_a, full_b = np.zeros(j.size), np.zeros(j.size)
+            full_a[rows], full_b[rows] = a, b
+            ppi.active_ratio(full_a, j, full_b, jrel, sample.pi, sample.xi)
+            hajek_ratio(a, b, sample.pi[rows])
+
+    est_s, _ = _timed(weighted)
+    rep = all_traffic_report(db, 1)
+    if rep.design != "routed":
+        raise SystemExit(f"the routed design was not chosen: {rep.design}")
+    routed_s, _ = _timed(lambda: all_traffic_report(db, 1))
+    per_query = retrieval_report(db, list(traffic.DEFAULT_SPECS), n_resamples=10).per_query
+    lw_s, lw = _timed(lambda: labeled_weighted(db, per_query, traffic.DEFAULT_SPECS))
+    if lw is None or lw["error"]:
+        raise SystemExit(f"no weighted figures: {lw}")
+    return {"ratio_estimator_s": round(ratio_s, 4), "routed_estimator_s": round(est_s, 4),
+            "routed_estimator_ratio_to_uniform": round(est_s / ratio_s, 2),
+            "routed_report_warm_s": round(routed_s, 3), "labeled_weighted_s": round(lw_s, 4),
+            "routed_ndcg@10": {k: rep.metrics["ndcg@10"][k] for k in ("estimate", "ci_low", "ci_high")}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=100_000)
@@ -168,6 +227,13 @@ def main() -> None:
         times.append(t)
     shown = any("judge-only (biased)" in d.value.columns for d in at.dataframe)
     reports.clear_cache()
+    with tempfile.TemporaryDirectory() as folder:
+        copy = sqlite3.connect(Path(folder) / "routed.db")
+        db.conn.backup(copy)
+        copy.close()
+        routed_db = labeler.connect(Path(folder) / "routed.db")
+        weighted = _weighted_path(routed_db, judged, labeled, hv, hr, rows, rest)
+        routed_db.close()
     out = {
         "queries": args.queries, "judge_grades": int(judged.run.shape[0]), "labeled": int(labeled.size),
         "metrics": len(traffic.DEFAULT_SPECS), "build_s": round(build_s, 2),
@@ -181,6 +247,8 @@ def main() -> None:
         "first_load_ratio_to_sqlite_read": round(first_s / raw_s, 2),
         "report_after_label_ratio_to_sqlite_read": round(after_s / raw_s, 2),
         "estimator_ratio_to_ppi_py": round(ours_s / ref_s, 3),
+        **weighted,
+        "report_warm_ratio_routed_to_uniform": round(weighted["routed_report_warm_s"] / warm_s, 2),
     }
     print(json.dumps(out, indent=2))
 

@@ -111,6 +111,24 @@ with st.container(key="m_tiles"):
                            else "unknown: no query with a relevant chunk")
 st.caption("Judged (share of the top k with any human label): " + " · ".join(
     f"{spec} {fmt(v['mean'], 2)}" for spec, v in rep.judged.items()))
+if (weighted := rep.weighted) is not None:  # routing sampled the live traffic: the plain mean is biased
+    with st.container(key="m_weighted"):
+        st.markdown("**Weighted for how the labeled set was drawn**")
+        st.caption(widgets.escape_markdown(f"Labeled set {weighted['text']}."))
+        if weighted["error"]:
+            st.info(widgets.escape_markdown(weighted["error"]))
+        else:
+            st.dataframe(pd.DataFrame([
+                {"metric": s, "labeled mean (plain)": rep.metrics[s]["mean"],
+                 "plain 95% CI": f"[{cell(rep.metrics[s]['ci_low'])}, {cell(rep.metrics[s]['ci_high'])}]",
+                 "weighted by 1/p": v["mean"], "weighted 95% CI": f"[{cell(v['ci_low'])}, {cell(v['ci_high'])}]",
+                 "n": v["n"]} for s, v in weighted["metrics"].items()]), hide_index=True, key="m_weighted_table")
+            st.caption(f"Weighted: over the {weighted['population']:,} live queries the routing rules decided, each "
+                       "labeled routed query counting 1 / its probability of being labeled (Hajek ratio, 95% normal "
+                       "CI). The plain mean of the labeled set over-weights what the rules route always (negative "
+                       "signals).")
+        for line in weighted["notes"]:
+            st.caption(widgets.escape_markdown(line))
 for line in rep.judged_warnings():
     st.warning(widgets.escape_markdown(line), icon=":material/warning:")
 
