@@ -11,7 +11,8 @@ irrelevant), and a locked split (20% holdout, seed 7). The server is ``tests/fak
 share a GIL), ``--latency`` seconds per request, answering as the judge the request's model names:
 ``learner`` (accuracy rises with correct graded examples in the prompt), ``random-SEED`` (grades at
 random, each seed another judge), ``gullible`` (obeys an instruction planted in the chunk) and
-``robust`` (grades what the chunk says). Every figure but the seconds and their ratios is a
+``robust`` (grades what the chunk says); the random judges answer without the latency (their
+trials count registrations, not seconds). Every figure but the seconds and their ratios is a
 deterministic function of the seeds (the fake judges draw from hashes of the prompt, the bootstrap
 is seeded): the same on every machine.
 
@@ -27,13 +28,14 @@ is seeded): the same on every machine.
    ``stress_judge(..., n=100, seed=0)`` on dev grade-0 pairs: the planted-instruction rate with its
    95% Wilson CI, whether the CI lies wholly above or below the gate's 5%, and the gate's verdict
    on the calibration run before and after the stress test.
-3. ``overhead``: the learning judge's alignment, and both stress tests together, timed (wall)
-   against the direct LLM path measured right after each in the same run: the very requests each
+3. ``overhead``: the learning judge's alignment and each stress test, timed (wall) against the
+   direct LLM path measured right after each in the same run: the very requests each
    sent (read back from ``llm_calls``), sent again by a plain ``openai.AsyncOpenAI`` client with
    the same concurrency (a semaphore, as ``labeler.llm``'s runner has) to the same server with the
    same latency, nothing validated or stored. The server does not cache, so a repeated request
-   costs it what the first did. Lazy imports (scipy.stats) are made before anything is timed: a
-   once-per-process cost, not the work's.
+   costs it what the first did. ``stress_ratio`` is the lower of the two stress tests' ratios (a
+   burst of load from elsewhere lands on one, a slower stress test shows in both). Lazy imports
+   (scipy.stats) are made before anything is timed: a once-per-process cost, not the work's.
 """
 
 from __future__ import annotations
@@ -126,7 +128,13 @@ def serve(truth_file: str, latency: float, batch_auto: str | None = None) -> Non
             return random_responder(salt=model)(request)
         return by_model.get(model, default_responder)(request)
 
-    server = FakeOpenAI(latency=latency, responder=respond, batch_auto=batch_auto).start()
+    class Server(FakeOpenAI):
+        def complete(self, request: dict[str, Any], *, wait: bool) -> Any:
+            # the random judges' trials count registrations, not seconds: answered without the latency
+            untimed = str(request.get("model")).startswith("random")
+            return super().complete(request, wait=wait and not untimed)
+
+    server = Server(latency=latency, responder=respond, batch_auto=batch_auto).start()
     print(json.dumps({"url": server.url}), flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -316,10 +324,10 @@ def main() -> None:
             db.close()
         finally:
             server.close()
-    stress = [out["stress"][m]["overhead"] for m in ("gullible", "robust")]
+    # stress: the lower of the two tests' ratios, each against its own replay. A burst of load from
+    # elsewhere on a shared machine lands on one of them; a slower stress test shows in both.
     out["overhead"] = {"align_ratio": out["align"]["learner"]["overhead"]["ratio"],
-                       "stress_ratio": round(sum(s["seconds"] for s in stress) /
-                                             sum(s["direct"]["seconds"] for s in stress), 3)}
+                       "stress_ratio": min(out["stress"][m]["overhead"]["ratio"] for m in ("gullible", "robust"))}
     out["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))
 
