@@ -1,5 +1,5 @@
 """Benchmark ``labeler judge align`` and ``labeler judge stress`` against the fake OpenAI server;
-prints one JSON document. About 50 s on a loaded 2-core machine.
+prints one JSON document. 35-60 s on a 2-core machine shared with other work.
 
 Run: ``python tests/bench/bench_judge.py [--queries 120] [--latency 0.05] [--concurrency 16]``.
 
