@@ -52,7 +52,13 @@ Responder = Callable[[dict[str, Any]], "dict[str, Any] | str"]
 class _Server(ThreadingHTTPServer):
     """The HTTP server, quiet when a client goes away mid-request (a killed process, a client
     timeout): those are the faults tests make on purpose. socketserver would print a traceback to
-    stderr, and a CliRunner capturing stderr at that moment would find it in a command's output."""
+    stderr, and a CliRunner capturing stderr at that moment would find it in a command's output.
+
+    The listen backlog is socketserver's 5 unless raised: a client opening 16 connections at once
+    (labeler.llm at concurrency 16, a fresh client per run) then had some of them dropped, seen as
+    a connection error (httpx ReadError) and a retry, so request counts varied from run to run."""
+
+    request_queue_size = 128
 
     def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
         import sys

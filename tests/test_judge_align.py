@@ -175,6 +175,9 @@ def test_batch_alignment_goes_on_after_each_collect(db, labeled):
 
 
 def test_cli_align_batch_then_collect(tmp_path, ingest_tiny, monkeypatch):
+    """Submit, collect, run again, through the CLI: every request is sent once in all (as many as
+    the estimate says and a direct alignment sends), a run before the collect sends nothing, and
+    the finished alignment run again pays nothing."""
     from tests.fake_openai import FakeOpenAI
 
     path = tmp_path / "cli.db"
@@ -188,14 +191,46 @@ def test_cli_align_batch_then_collect(tmp_path, ingest_tiny, monkeypatch):
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("LABELER_MODEL", "fake-model")
-        args = ["--db", str(path), "judge", "align", "relevance.v1", "--candidates", "1", "--revisions", "0",
-                "--yes", "--batch"]
-        for _ in range(4):
+        options = ["--candidates", "1", "--revisions", "0"]
+        dry = runner.invoke(cli, ["--db", str(path), "judge", "align", "relevance.v1", *options, "--dry-run", "--json"])
+        assert dry.exit_code == 0, dry.output
+        to_request = json.loads(dry.output)["estimate"]["to_request"]
+        args = ["--db", str(path), "judge", "align", "relevance.v1", *options, "--yes", "--batch"]
+        sent = []
+        for _ in range(5):
             r = runner.invoke(cli, args)
             assert r.exit_code == 0, r.output
             if "registered as" in r.output:
                 break
             assert "labeler llm collect judge.align:1" in r.output
+            sent.append(server.total)
+            before = (server.total, server.batch.uploads)
+            again = runner.invoke(cli, args)  # not collected yet: nothing is sent
+            assert again.exit_code == 0 and "waits for 1 batch(es)" in again.output, again.output
+            assert (server.total, server.batch.uploads) == before
             c = runner.invoke(cli, ["--db", str(path), "llm", "collect", "judge.align:1"])
             assert c.exit_code == 0, c.output
-    assert "registered as relevance.v1/r2" in r.output and "holdout looks so far: 1" in r.output
+            assert server.total == before[0]  # collecting answers nothing again
+        assert "registered as relevance.v1/r2" in r.output and "holdout looks so far: 1" in r.output
+        # three rounds (the current version on dev, the candidate on validation, the holdout), each
+        # sending only its own requests: every request once, as many as estimated
+        assert len(sent) == 3 and sent[0] < sent[1] < sent[2] == server.total == to_request
+        # a pair's user message went out once per version that graded it: the current one, and the
+        # candidate (validation) or the winner (holdout)
+        assert max(server.by_prompt.values()) == 2
+        r = runner.invoke(cli, ["--db", str(path), "judge", "align", "relevance.v1/r1", *options, "--yes", "--batch"])
+        assert r.exit_code == 0, r.output
+        assert "0 requests sent" in r.output and server.total == to_request and server.batch.uploads == 3
+
+    # the same alignment without --batch sends exactly as many requests
+    direct = tmp_path / "direct.db"
+    database = store.connect(direct)
+    build(database, ingest_tiny, n=90, overlap=0)
+    set_split(database, 0.2, seed=7)
+    database.close()
+    with FakeOpenAI() as server:
+        server.responder = example_learning_responder(truth)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        r = runner.invoke(cli, ["--db", str(direct), "judge", "align", "relevance.v1", *options, "--yes"])
+        assert r.exit_code == 0 and "registered as relevance.v1/r2" in r.output, r.output
+        assert server.total == to_request

@@ -259,6 +259,28 @@ def test_cache_hits_make_no_requests(server, db):
     assert other.done == 1 and server.total == 11
 
 
+def test_a_burst_of_new_connections_is_answered_on_the_first_attempt(db):
+    # Each run opens a fresh client and up to `concurrency` connections at once. With
+    # socketserver's listen backlog of 5, the fake server (in a process of its own, as the
+    # benchmarks run it) dropped some of them: a connection error and a retry each, so the
+    # requests a run sent were not the requests it asked for.
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0",
+                               "--latency", "0.02"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = json.loads(server.stdout.readline())["url"]
+        config = llm.LLMConfig(base_url=url, api_key=KEY, model="fake-model", concurrency=32, max_retries=3,
+                               backoff_base_s=0.001, backoff_max_s=0.01)
+        attempts = []
+        for run in range(3):
+            summary = llm.run_tasks(db, config, make_tasks(48, prefix=f"burst {run}"))
+            assert summary.done == 48
+            attempts.append(summary.requests_made)
+        assert attempts == [48] * 3
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def test_identical_requests_in_one_run_are_sent_once(server, db):
     task = make_tasks(1)[0]
     twin = llm.Task(key="twin", messages=task.messages, schema=task.schema)
