@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -336,21 +335,3 @@ def test_python_dash_m(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr == f"Error: no database at {tmp_path / 'typo.db'}; run labeler ingest or labeler demo first\n"
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="POSIX priorities")
-@pytest.mark.parametrize(("args", "start", "expected"), [((), 0, 5), (("--nice", "12"), 0, 12),
-                                                         (("--nice", "0"), 0, 0), ((), 9, 9)])
-def test_an_ingest_runs_below_the_annotators_pages(tmp_path, args, start, expected):
-    """`labeler ingest` lowers its CPU priority to --nice (5 by default), at least: the app's pages
-    go first on a shared machine. Never raised back (a shell already at 9 stays at 9); the niceness
-    is read in the process that ran the ingest, after it, with the records stored."""
-    log = tmp_path / "l.jsonl"
-    log.write_text(json.dumps({"question": "q", "retrieved": [{"id": "d1"}]}) + "\n")
-    code = ("import os, sys\nos.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[1]))\n"
-            "from click.testing import CliRunner\nfrom labeler.cli import cli\n"
-            "r = CliRunner().invoke(cli, sys.argv[2:])\nprint(r.exit_code, os.getpriority(os.PRIO_PROCESS, 0))")
-    out = subprocess.run([sys.executable, "-c", code, str(start), "--db", str(tmp_path / "t.db"), "ingest", "logs",
-                          str(log), *args], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", str(expected)]
-    assert sqlite3.connect(tmp_path / "t.db").execute("SELECT count(*) FROM queries").fetchone() == (1,)

@@ -5,7 +5,6 @@ query logs and corpora (``labeler.ingest``) and undoing a bad ingest or single b
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -55,12 +54,10 @@ def _ingest_summary(r: dict[str, Any]) -> str:
 
 
 def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, output_format: str,
-                ingest_file: Callable[..., Any], nice: int = 0) -> Output:
+                ingest_file: Callable[..., Any]) -> Output:
     """Ingest each file with ``ingest_file(db, path, fmt, name, progress)``; a summary line per file."""
     if files.count(stdio.DASH) > 1:
         raise click.BadParameter("- (standard input) can be given once", param_hint="FILES")
-    if hasattr(os, "setpriority") and os.getpriority(os.PRIO_PROCESS, 0) < nice:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)  # the parsing process it forks inherits it
     db = open_db(ctx, create=True)
     results: list[dict[str, Any]] = []
     lines: list[str] = []
@@ -82,13 +79,6 @@ def _run_ingest(ctx: click.Context, files: tuple[str, ...], fmt: str | None, out
             render(Output(None, [], text=lines), output_format)
         raise
     return Output(results if len(results) > 1 else results[0], INGEST_COLUMNS, results, text=lines)
-
-
-def nice_option(f: Callable) -> Callable:
-    return click.option("--nice", type=click.IntRange(0, 19), default=5, show_default=True,
-                        help="Run this ingest at this CPU niceness at least (POSIX), so that the pages of "
-                             "annotators labeling on the same machine go first; on an idle machine it "
-                             "changes nothing. 0 keeps the shell's priority.")(f)
 
 
 def redact_option(f: Callable) -> Callable:
@@ -121,12 +111,11 @@ LOG_FORMATS = [*FILE_FORMATS, *ingest_tools()]
                    "--seed, the same in every file and re-ingest) or a number of records per file (a seeded "
                    "reservoir, e.g. 50000).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@nice_option
 @output_options()
 @click.pass_context
 def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, maps: tuple[str, ...],
                     lenient: bool, max_line_mb: int, redact: bool | None, redact_patterns: tuple[str, ...],
-                    sample: float | None, seed: int, nice: int, output_format: str) -> Output:
+                    sample: float | None, seed: int, output_format: str) -> Output:
     """Ingest production query logs (JSONL, JSON, CSV/TSV, Parquet) or what tools wrote: Phoenix /
     OpenInference spans, OpenTelemetry console or OTLP/JSON spans, LangSmith runs, LangChain
     Documents, LlamaIndex nodes, Ragas and Hugging Face datasets.
@@ -156,7 +145,7 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
         return ingest_logs(db, path, options=dataclasses.replace(options, fmt=file_fmt, name=name),
                            progress=progress)
 
-    return _run_ingest(ctx, files, None if tool else fmt, output_format, ingest_file, nice)
+    return _run_ingest(ctx, files, None if tool else fmt, output_format, ingest_file)
 
 
 @ingest.command("corpus", context_settings=CONTEXT_SETTINGS)
@@ -165,11 +154,10 @@ def ingest_logs_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None,
               help="File format (default: from the extension; for - from the first bytes).")
 @click.option("--lenient", is_flag=True, help="Write the valid records; write rejects to FILE.rejects.jsonl.")
 @redact_option
-@nice_option
 @output_options()
 @click.pass_context
 def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | None, lenient: bool,
-                      redact: bool | None, redact_patterns: tuple[str, ...], nice: int, output_format: str) -> Output:
+                      redact: bool | None, redact_patterns: tuple[str, ...], output_format: str) -> Output:
     """Ingest the corpus: chunk records with id, text and optional title and source.
 
     FILE - reads standard input, as for labeler ingest logs.
@@ -187,7 +175,7 @@ def ingest_corpus_cmd(ctx: click.Context, files: tuple[str, ...], fmt: str | Non
         return ingest_corpus(db, path, fmt=file_fmt, name=name, progress=progress, lenient=lenient, redact=redact,
                              redact_patterns=patterns)
 
-    return _run_ingest(ctx, files, fmt, output_format, ingest_file, nice)
+    return _run_ingest(ctx, files, fmt, output_format, ingest_file)
 
 
 @ingest.command("list", context_settings=CONTEXT_SETTINGS)

@@ -189,10 +189,8 @@ def worker(url: str, name: str, seconds: float, seed: int) -> None:
         b.close()
 
 
-def ingest_loop(db_path: Path, folder: Path, seconds: float, nice: int | None = None) -> subprocess.Popen:
-    """``labeler ingest logs`` of fresh 20k-record files, one after the other, for ``seconds``
-    (``nice``: its ``--nice``; None: the command's default)."""
-    extra = [] if nice is None else ["--nice", str(nice)]
+def ingest_loop(db_path: Path, folder: Path, seconds: float) -> subprocess.Popen:
+    """``labeler ingest logs`` of fresh 20k-record files, one after the other, for ``seconds``."""
     script = folder / "ingest_loop.py"
     script.write_text(f'''import json, subprocess, sys, time
 until = time.monotonic() + {seconds}
@@ -204,7 +202,7 @@ while time.monotonic() < until:
             f.write(json.dumps({{"query_id": f"load{{k}}-{{i}}", "question": f"loaded question {{i}} about plans",
                                 "retrieved": [{{"id": f"ld{{i % 3000}}-{{r}}", "text": f"loaded chunk {{r}} " * 15}}
                                               for r in range(8)]}}) + "\\n")
-    subprocess.run([sys.executable, "-m", "labeler", "--db", {str(db_path)!r}, "ingest", "logs", path, *{extra!r}],
+    subprocess.run([sys.executable, "-m", "labeler", "--db", {str(db_path)!r}, "ingest", "logs", path],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     k += 1
 ''')
@@ -225,8 +223,6 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--load", action="store_true", help="also with two more annotators and an ingest running")
-    ap.add_argument("--ingest-nice", type=int, default=None,
-                    help="--nice of the ingest under --load (default: the command's own, 5)")
     ap.add_argument("--worker", nargs=4, metavar=("URL", "NAME", "SECONDS", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -265,7 +261,7 @@ def main() -> None:
                     seconds = 60.0 + args.rounds * 4.0
                     others = [subprocess.Popen([sys.executable, __file__, "--worker", server.url, f"load{i}",
                                                 str(seconds), str(i)], cwd=ROOT) for i in range(2)]
-                    ingest = ingest_loop(db_path, folder, seconds, args.ingest_nice)
+                    ingest = ingest_loop(db_path, folder, seconds)
                     try:
                         time.sleep(15)  # the two browsers sign in and start labeling first
                         stalled: list[int] = []
@@ -278,7 +274,7 @@ def main() -> None:
                         os.killpg(ingest.pid, signal.SIGTERM)
                         ingest.wait(30)
                     out["load"] = {"annotators": 3, "ingest": "labeler ingest logs, 20k records x 8 chunks per file, "
-                                                              "in a loop", "ingest_nice": args.ingest_nice, "stalled_rounds": len(stalled),
+                                                              "in a loop", "stalled_rounds": len(stalled),
                                    "stall_ms": STALL_MS, **stats(loaded)}
                     out["baseline_round_trip_under_load"] = stats(base_loaded)
                     if out["load"]["n"]:
