@@ -211,6 +211,8 @@ def test_cli_align_batch_then_collect(tmp_path, ingest_tiny, monkeypatch):
             c = runner.invoke(cli, ["--db", str(path), "llm", "collect", "judge.align:1"])
             assert c.exit_code == 0, c.output
             assert server.total == before[0]  # collecting answers nothing again
+            # the alignment goes on when it is run again: the collect says so, not "finished"
+            assert "finished" not in c.output and "run the same `labeler judge align` command again" in c.output
         assert "registered as relevance.v1/r2" in r.output and "holdout looks so far: 1" in r.output
         # three rounds (the current version on dev, the candidate on validation, the holdout), each
         # sending only its own requests: every request once, as many as estimated

@@ -43,8 +43,13 @@ def collect_summary(result: Any) -> str:
         line += f", {result.rebatched} sent again in a new batch"
     if result.run_direct:
         line += f", {result.run_direct} run directly"
-    if result.finished_runs:
-        line += "; finished " + ", ".join(f"{kind} run {run}" for kind, run in result.finished_runs)
+    finished = [(kind, run) for kind, run in result.finished_runs if kind != "judge.align"]
+    if finished:
+        line += "; finished " + ", ".join(f"{kind} run {run}" for kind, run in finished)
+    for _, run in [(k, r) for k, r in result.finished_runs if k == "judge.align"]:
+        # an alignment goes in rounds: its batches are answered, the alignment is not done yet
+        line += (f"; the answers of judge.align run {run} are stored: run the same `labeler judge align` "
+                 "command again to go on (what is stored is not paid again)")
     if result.waiting:
         line += f"; {len(result.waiting)} batch(es) still running"
     if result.busy:
