@@ -50,7 +50,7 @@ def start_phoenix(work: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(work), "PHOENIX_PORT": str(port), "PHOENIX_HOST": "127.0.0.1",
            "PHOENIX_GRPC_PORT": str(_port()), "PHOENIX_TELEMETRY_ENABLED": "false"}
     env.pop("PHOENIX_COLLECTOR_ENDPOINT", None)
-    log = open(work / "phoenix.log", "w")  # noqa: SIM115 - the server's, for its lifetime
+    log = open(work / "phoenix.log", "a")  # noqa: SIM115 - the server's, for its lifetime
     server = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], env=env, stdout=log,
                               stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -68,7 +68,7 @@ def start_phoenix(work: Path) -> tuple[subprocess.Popen, str]:
         time.sleep(0.5)
 
 
-def send(url: str, traces: int, docs: int) -> float:
+def send(url: str, traces: int, docs: int, batch: int = 512) -> float:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -78,7 +78,7 @@ def send(url: str, traces: int, docs: int) -> float:
     # queue (2,048) drops spans sent faster than Phoenix takes them
     provider = TracerProvider(resource=Resource({"openinference.project.name": PROJECT}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url + "/v1/traces"),
-                                                   max_queue_size=4 * traces + 1000, max_export_batch_size=512))
+                                                   max_queue_size=4 * traces + 1000, max_export_batch_size=batch))
     tracer = provider.get_tracer("bench")
     start = time.perf_counter()
     for n in range(traces):
@@ -99,6 +99,70 @@ def send(url: str, traces: int, docs: int) -> float:
     return time.perf_counter() - start
 
 
+def _trace_spans(n: int, docs: int, t0: int, ids: Any) -> list[Any]:
+    """Trace ``n`` as OTLP spans (the retriever, then its CHAIN root: the order the SDK exports them
+    in), the attributes the SDK loader sets; ``t0`` is the first trace's start (ns since the epoch)."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+    def kv(key: str, value: str | float) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(double_value=value) if isinstance(value, float)
+                        else AnyValue(string_value=value))
+
+    question = f"question {n} about plan {n % 97}?"
+    trace_id, root_id, ret_id = ids(16), ids(8), ids(8)
+    start = t0 + n * 10_000_000  # a trace every 10 ms: distinct start times, in the order sent
+    attrs = [kv("openinference.span.kind", "RETRIEVER"), kv("input.value", question)]
+    for i in range(docs):
+        doc = (n * 7 + i) % 5000
+        attrs += [kv(f"retrieval.documents.{i}.document.id", f"doc-{doc}"),
+                  kv(f"retrieval.documents.{i}.document.content", f"chunk {doc} on plan {n % 97}: "
+                     + "words of the page " * 8),
+                  kv(f"retrieval.documents.{i}.document.score", 0.9 - i / 20)]
+    ok = Status(code=Status.STATUS_CODE_OK)
+    retriever = Span(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id, name="VectorStoreRetriever",
+                     kind=Span.SPAN_KIND_INTERNAL, start_time_unix_nano=start + 1_000_000,
+                     end_time_unix_nano=start + 5_000_000, attributes=attrs, status=ok)
+    root = Span(trace_id=trace_id, span_id=root_id, name="RunnableSequence", kind=Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=start, end_time_unix_nano=start + 8_000_000, status=ok,
+                attributes=[kv("openinference.span.kind", "CHAIN"), kv("input.value", question),
+                            kv("output.value", f"answer {n}")])
+    return [retriever, root]
+
+
+def send_otlp(url: str, traces: int, docs: int, batch: int) -> float:
+    """The same traces as :func:`send`, built as OTLP protobuf requests of ``batch`` spans each and
+    posted to Phoenix's ``/v1/traces`` (what an OTLP exporter sends, without the SDK's per-span work);
+    a 503 (Phoenix's span queue is full) is sent again after a pause. The traces start
+    ``traces`` x 10 ms before now, so that every span is in a sync's window."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+
+    resource = Resource(attributes=[KeyValue(key="openinference.project.name", value=AnyValue(string_value=PROJECT))])
+    t0 = time.time_ns() - (traces * 10 + 60_000) * 1_000_000
+    per_request = max(1, batch // 2)  # traces per request
+    start = time.perf_counter()
+    with httpx.Client(timeout=120) as client:
+        for first in range(0, traces, per_request):
+            spans = [s for n in range(first, min(traces, first + per_request))
+                     for s in _trace_spans(n, docs, t0, os.urandom)]
+            body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+                resource=resource, scope_spans=[ScopeSpans(scope=InstrumentationScope(name="bench"), spans=spans)])]
+            ).SerializeToString()
+            for _ in range(600):
+                answer = client.post(url + "/v1/traces", content=body,
+                                     headers={"Content-Type": "application/x-protobuf"})
+                if answer.status_code != 503:
+                    answer.raise_for_status()
+                    break
+                time.sleep(1)  # Phoenix's queue is full: it takes the request again once it has room
+            else:
+                raise SystemExit("Phoenix answered 503 (at capacity) for 10 minutes")
+    return time.perf_counter() - start
+
+
 def _pages(url: str, **params: Any):
     cursor = None
     while True:
@@ -113,16 +177,35 @@ def _pages(url: str, **params: Any):
             return
 
 
-def wait_stored(url: str, traces: int) -> float:
+def stored(url: str) -> int:
+    """Spans Phoenix holds in the project (its GraphQL ``recordCount``; 0 before the project exists)."""
+    answer = httpx.post(url + "/graphql", json={"query": "{ projects { edges { node { name recordCount } } } }"},
+                        timeout=120).json()
+    return next((e["node"]["recordCount"] for e in answer["data"]["projects"]["edges"]
+                 if e["node"]["name"] == PROJECT), 0)
+
+
+def wait_stored(url: str, spans: int) -> float:
+    """Seconds until Phoenix holds ``spans`` spans in the project; fails after 5 minutes without progress."""
     start = time.perf_counter()
-    while sum(len(p) for p in _pages(url, span_kind="RETRIEVER")) < traces:
-        if time.perf_counter() - start > 1800:
-            raise SystemExit("Phoenix did not store every span in 30 minutes")
+    last, moved = -1, start
+    while (count := stored(url)) < spans:
+        if count != last:
+            last, moved = count, time.perf_counter()
+        elif time.perf_counter() - moved > 300:
+            raise SystemExit(f"Phoenix stored no span for 5 minutes ({count} of {spans})")
         time.sleep(2)
     return time.perf_counter() - start
 
 
+def server_cpu(server: subprocess.Popen) -> float:
+    """CPU seconds the Phoenix server has used so far (user + system, every thread)."""
+    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def export(url: str, path: Path) -> int:
+    """Every span of the project through the REST API (1,000 a page, the most Phoenix gives) into one file."""
     spans = [s for page in _pages(url) for s in page]
     path.write_text(json.dumps({"data": spans, "next_cursor": None}))
     return len(spans)
@@ -155,46 +238,89 @@ def timed(args: list[str], env: dict[str, str]) -> dict[str, Any]:
             "rss_peak_mb": round(peak[-1] / 1024, 1) if peak else None, "output": done.stdout}
 
 
+def load(url: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Send the traces unless Phoenix's folder ``work`` holds them already (a ``--workdir`` loaded by an
+    earlier run, recorded in ``bench.json`` there); what loading took, or that it was skipped."""
+    spans, marker = 2 * args.traces, work / "bench.json"
+    wanted = {"traces": args.traces, "docs": args.docs}
+    count = stored(url)
+    if count:
+        held = json.loads(marker.read_text()) if marker.exists() else None
+        if count == spans and held == wanted:
+            return {"loaded": "already", "spans_stored": count}
+        raise SystemExit(f"{work} holds {count} spans in project {PROJECT!r} ({held}), not {spans} of {wanted}: "
+                         "give another --workdir (or remove this one)")
+    sender = send_otlp if args.loader == "otlp" else send
+    send_s = sender(url, args.traces, args.docs, args.batch)
+    wait_s = wait_stored(url, spans)
+    marker.write_text(json.dumps(wanted))
+    return {"loaded": args.loader, "batch": args.batch, "send_s": round(send_s, 1),
+            "store_wait_s": round(wait_s, 1), "stored_spans_per_s": round(spans / (send_s + wait_s), 1)}
+
+
+def measure(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str], traces: int) -> dict[str, Any]:
+    """One round in ``folder``: the REST export, the file's ingest, the sync, each in a fresh database."""
+    out: dict[str, Any] = {}
+    export_path = folder / "export.json"
+    cpu, t = server_cpu(server), time.perf_counter()
+    out["exported_spans"] = export(url, export_path)
+    out["export_s"] = round(time.perf_counter() - t, 1)
+    out["export_phoenix_cpu_s"] = round(server_cpu(server) - cpu, 1)
+    out["export_mb"] = round(export_path.stat().st_size / 2**20, 1)
+    file_db, sync_db = folder / "file.db", folder / "sync.db"
+    ingest = timed(["--db", str(file_db), "ingest", "logs", str(export_path), "--json"], env)
+    subprocess.run([sys.executable, "-m", "labeler", "--db", str(sync_db), "source", "add", "phoenix", "px",
+                    "--url", url, "--project", PROJECT], env=env, check=True, capture_output=True, cwd=folder)
+    cpu = server_cpu(server)
+    sync = timed(["--db", str(sync_db), "sync", "px", "--json"], env)
+    sync["phoenix_cpu_seconds"] = round(server_cpu(server) - cpu, 1)
+    results = json.loads(sync.pop("output"))
+    ingested = json.loads(ingest.pop("output"))
+    spans = 2 * traces  # every span read or exported: the retrievals and their roots
+    out["file_ingest"] = {**ingest, "new": ingested.get("new"), "retrievals_per_s": round(traces / ingest["seconds"]),
+                          "spans_per_s": round(spans / ingest["seconds"])}
+    out["sync"] = {**sync, "new": sum(r["new"] for r in results),
+                   "ingests": sum(len(r["ingest_ids"]) for r in results),
+                   "requests": sum(r["requests"] for r in results), "retrievals_per_s": round(traces / sync["seconds"]),
+                   "spans_per_s": round(spans / sync["seconds"])}
+    out["ratio_sync_to_file"] = round(ingest["seconds"] / sync["seconds"], 3)  # > 1: the sync is faster
+    out["cpu_ratio_sync_to_file"] = round(sync["cpu_seconds"] / ingest["cpu_seconds"], 3)
+    for path in (export_path, file_db, sync_db):
+        path.unlink()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", type=int, default=20_000)
-    ap.add_argument("--docs", type=int, default=5)
+    ap.add_argument("--traces", type=int, default=20_000, help="traces to send (each a root and a retriever)")
+    ap.add_argument("--docs", type=int, default=5, help="documents per retrieval")
+    ap.add_argument("--workdir", type=Path, help="Phoenix's working folder, kept: loaded once, measured again "
+                    "by each later run with the same --traces and --docs (default: a temporary one)")
+    ap.add_argument("--loader", choices=("otlp", "sdk"), default="otlp",
+                    help="otlp: prebuilt OTLP protobuf requests posted to /v1/traces; sdk: the OpenTelemetry "
+                    "SDK's tracer and BatchSpanProcessor")
+    ap.add_argument("--batch", type=int, default=1000, help="spans per OTLP request")
+    ap.add_argument("--runs", type=int, default=1, help="measurement rounds against the one loaded Phoenix")
     args = ap.parse_args()
-    out: dict[str, Any] = {"benchmark": "phoenix_sync", "traces": args.traces, "docs_per_retrieval": args.docs}
+    out: dict[str, Any] = {"benchmark": "phoenix_sync", "traces": args.traces, "spans": 2 * args.traces,
+                           "docs_per_retrieval": args.docs}
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("PHOENIX_API_KEY", None)
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
-        (folder / "phoenix").mkdir()
-        server, url = start_phoenix(folder / "phoenix")
+        work = args.workdir.resolve() if args.workdir else folder / "phoenix"
+        work.mkdir(parents=True, exist_ok=True)
+        server, url = start_phoenix(work)
         try:
             import phoenix
 
             out["phoenix"] = getattr(phoenix, "__version__", "?")
-            out["send_s"] = round(send(url, args.traces, args.docs), 1)
-            out["store_wait_s"] = round(wait_stored(url, args.traces), 1)
-            export_path = folder / "export.json"
-            t = time.perf_counter()
-            out["exported_spans"] = export(url, export_path)
-            out["export_s"] = round(time.perf_counter() - t, 1)
-            out["export_mb"] = round(export_path.stat().st_size / 2**20, 1)
-            file_db, sync_db = folder / "file.db", folder / "sync.db"
-            ingest = timed(["--db", str(file_db), "ingest", "logs", str(export_path), "--json"], env)
-            subprocess.run([sys.executable, "-m", "labeler", "--db", str(sync_db), "source", "add", "phoenix", "px",
-                            "--url", url, "--project", PROJECT], env=env, check=True, capture_output=True, cwd=folder)
-            sync = timed(["--db", str(sync_db), "sync", "px", "--json"], env)
+            out["load"] = load(url, work, args)
+            out["runs"] = [measure(url, server, folder, env, args.traces) for _ in range(args.runs)]
         finally:
             server.terminate()
             server.wait(60)
-        results = json.loads(sync.pop("output"))
-        ingested = json.loads(ingest.pop("output"))
-        spans = args.traces  # retrieval spans: the records each side stores
-        out["file_ingest"] = {**ingest, "new": ingested.get("new"), "spans_per_s": round(spans / ingest["seconds"])}
-        out["sync"] = {**sync, "new": sum(r["new"] for r in results), "ingests": sum(len(r["ingest_ids"]) for r in results),
-                       "requests": sum(r["requests"] for r in results), "spans_per_s": round(spans / sync["seconds"])}
-        out["ratio_sync_to_file"] = round(ingest["seconds"] / sync["seconds"], 3)  # > 1: the sync is faster
-        out["cpu_ratio_sync_to_file"] = round(sync["cpu_seconds"] / ingest["cpu_seconds"], 3)
     print(json.dumps(out, indent=2))
 
 
