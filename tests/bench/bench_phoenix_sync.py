@@ -185,15 +185,19 @@ def stored(url: str) -> int:
                  if e["node"]["name"] == PROJECT), 0)
 
 
-def wait_stored(url: str, spans: int) -> float:
-    """Seconds until Phoenix holds ``spans`` spans in the project; fails after 5 minutes without progress."""
+def wait_stored(url: str, spans: int, progress: list[tuple[float, int]]) -> float:
+    """Seconds until Phoenix holds ``spans`` spans in the project (``progress`` gets (seconds, spans held)
+    about every minute); fails after 5 minutes without progress."""
     start = time.perf_counter()
     last, moved = -1, start
     while (count := stored(url)) < spans:
+        now = time.perf_counter()
         if count != last:
-            last, moved = count, time.perf_counter()
-        elif time.perf_counter() - moved > 300:
+            last, moved = count, now
+        elif now - moved > 300:
             raise SystemExit(f"Phoenix stored no span for 5 minutes ({count} of {spans})")
+        if not progress or now - start - progress[-1][0] >= 60:
+            progress.append((round(now - start), count))
         time.sleep(2)
     return time.perf_counter() - start
 
@@ -252,10 +256,12 @@ def load(url: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
                          "give another --workdir (or remove this one)")
     sender = send_otlp if args.loader == "otlp" else send
     send_s = sender(url, args.traces, args.docs, args.batch)
-    wait_s = wait_stored(url, spans)
+    progress: list[tuple[float, int]] = []
+    wait_s = wait_stored(url, spans, progress)
     marker.write_text(json.dumps(wanted))
     return {"loaded": args.loader, "batch": args.batch, "send_s": round(send_s, 1),
-            "store_wait_s": round(wait_s, 1), "stored_spans_per_s": round(spans / (send_s + wait_s), 1)}
+            "store_wait_s": round(wait_s, 1), "stored_spans_per_s": round(spans / (send_s + wait_s), 1),
+            "progress_s_spans": progress}
 
 
 def measure(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str], traces: int) -> dict[str, Any]:
@@ -300,7 +306,8 @@ def main() -> None:
                     help="otlp: prebuilt OTLP protobuf requests posted to /v1/traces; sdk: the OpenTelemetry "
                     "SDK's tracer and BatchSpanProcessor")
     ap.add_argument("--batch", type=int, default=1000, help="spans per OTLP request")
-    ap.add_argument("--runs", type=int, default=1, help="measurement rounds against the one loaded Phoenix")
+    ap.add_argument("--runs", type=int, default=1, help="measurement rounds against the one loaded Phoenix "
+                    "(0: load only)")
     args = ap.parse_args()
     out: dict[str, Any] = {"benchmark": "phoenix_sync", "traces": args.traces, "spans": 2 * args.traces,
                            "docs_per_retrieval": args.docs}
