@@ -26,6 +26,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -296,6 +298,28 @@ def measure(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str
     return out
 
 
+def profile(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str], to: Path) -> dict[str, Any]:
+    """One more sync into a fresh database, under cProfile (``to``/sync.prof) while py-spy, when it is on
+    the PATH, samples the Phoenix server (``to``/phoenix-pyspy.txt, py-spy's raw format)."""
+    to.mkdir(parents=True, exist_ok=True)
+    db = folder / "profiled.db"
+    subprocess.run([sys.executable, "-m", "labeler", "--db", str(db), "source", "add", "phoenix", "px",
+                    "--url", url, "--project", PROJECT], env=env, check=True, capture_output=True, cwd=folder)
+    spy = shutil.which("py-spy")
+    sampler = subprocess.Popen([spy, "record", "-p", str(server.pid), "-r", "100", "-f", "raw", "--nonblocking",
+                                "-o", str(to / "phoenix-pyspy.txt")], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) if spy else None
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(to / "sync.prof"), "-m", "labeler", "--db", str(db),
+                    "sync", "px", "--json"], env=env, check=True, capture_output=True)
+    seconds = time.perf_counter() - t
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
+        sampler.wait(60)
+    db.unlink()
+    return {"profiled_sync_s": round(seconds, 1), "files": sorted(f.name for f in to.iterdir())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", type=int, default=20_000, help="traces to send (each a root and a retriever)")
@@ -306,6 +330,7 @@ def main() -> None:
                     help="otlp: prebuilt OTLP protobuf requests posted to /v1/traces; sdk: the OpenTelemetry "
                     "SDK's tracer and BatchSpanProcessor")
     ap.add_argument("--batch", type=int, default=1000, help="spans per OTLP request")
+    ap.add_argument("--profile", type=Path, help="after the runs, profile one more sync into this folder")
     ap.add_argument("--runs", type=int, default=1, help="measurement rounds against the one loaded Phoenix "
                     "(0: load only)")
     args = ap.parse_args()
@@ -325,6 +350,8 @@ def main() -> None:
             out["phoenix"] = getattr(phoenix, "__version__", "?")
             out["load"] = load(url, work, args)
             out["runs"] = [measure(url, server, folder, env, args.traces) for _ in range(args.runs)]
+            if args.profile:
+                out["profile"] = profile(url, server, folder, env, args.profile.resolve())
         finally:
             server.terminate()
             server.wait(60)
