@@ -211,10 +211,16 @@ def server_cpu(server: subprocess.Popen) -> float:
 
 
 def export(url: str, path: Path) -> int:
-    """Every span of the project through the REST API (1,000 a page, the most Phoenix gives) into one file."""
-    spans = [s for page in _pages(url) for s in page]
-    path.write_text(json.dumps({"data": spans, "next_cursor": None}))
-    return len(spans)
+    """Every span of the project through the REST API (1,000 a page, the most Phoenix gives) into one
+    file, a span object per line: the API's one ``{"data": [...]}`` document would be a single record,
+    and 100k spans make one far over ingest's 16 MiB record limit."""
+    count = 0
+    with path.open("w", encoding="utf-8") as f:
+        for page in _pages(url):
+            for span in page:
+                f.write(json.dumps(span) + "\n")
+            count += len(page)
+    return count
 
 
 # the child reports its own peak RSS at exit from /proc (VmHWM starts again at exec; ru_maxrss would
@@ -269,7 +275,7 @@ def load(url: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
 def measure(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str], traces: int) -> dict[str, Any]:
     """One round in ``folder``: the REST export, the file's ingest, the sync, each in a fresh database."""
     out: dict[str, Any] = {}
-    export_path = folder / "export.json"
+    export_path = folder / "export.jsonl"
     cpu, t = server_cpu(server), time.perf_counter()
     out["exported_spans"] = export(url, export_path)
     out["export_s"] = round(time.perf_counter() - t, 1)
