@@ -1,23 +1,45 @@
 """Benchmark: ``labeler sync`` from a real Arize Phoenix server against ``labeler ingest logs`` of the
 same spans exported through Phoenix's REST API (the file a team would export by hand).
 
-Starts ``phoenix serve`` on 127.0.0.1 (a temporary working folder), sends ``--traces`` traces (a
-CHAIN root with the question and answer, a RETRIEVER child with ``--docs`` documents) over OTLP with
-the OpenTelemetry SDK (as ``phoenix.otel`` sets it up), waits until Phoenix has stored every one, exports every
-span of the project through the REST API into one JSON file, then times, each in a fresh database
-and in a child process (wall time, CPU of the child, its peak RSS):
+Starts ``phoenix serve`` on 127.0.0.1 and loads ``--traces`` traces into it (a CHAIN root with the
+question and answer, a RETRIEVER child with ``--docs`` documents: two spans a trace), then, ``--runs``
+times against that one Phoenix:
 
-- ``labeler source add phoenix`` + ``labeler sync`` (the REST API read page by page, each batch
-  ingested like a file),
-- ``labeler ingest logs`` of the exported file.
+- exports every span of the project through the REST API (pages of 1,000) into a file, a span per
+  line (the wall time and the Phoenix server's CPU for it are reported: what the file path costs
+  before its ingest);
+- times, each in a fresh database and in a child process (wall time, the child's CPU, its peak RSS;
+  and, for the sync, the CPU the Phoenix server used meanwhile):
+  ``labeler ingest logs`` of the exported file, and ``labeler source add phoenix`` + ``labeler sync``
+  (the REST API read page by page, each batch ingested like a file), then that sync again, with
+  nothing new in its window (what each later scheduled sync costs).
+
+Loading. ``--loader otlp`` (the default) posts prebuilt OTLP protobuf requests of ``--batch`` spans
+to Phoenix's ``/v1/traces``; ``--loader sdk`` traces them with the OpenTelemetry SDK and its
+BatchSpanProcessor (as ``phoenix.otel`` sets it up). Either way Phoenix stores about 110 spans/s on
+a 2-core machine: it inserts span by span (several SQL statements and a savepoint each, through
+SQLAlchemy on aiosqlite), so what the sender does hardly matters; past its span queue (20,000) it
+answers 503 and the otlp loader sends again a second later. 100k spans take about 15 minutes.
+
+``--workdir DIR`` keeps Phoenix's working folder, so that a load is done once: the first run loads
+it (and writes ``bench.json`` there), a later run with the same ``--traces`` and ``--docs`` finds
+the spans stored and only measures (a folder holding something else stops the run). ``--runs 0``
+loads only.
+``--profile DIR`` runs one more sync under cProfile (``DIR/sync.prof``) while py-spy, when it is on
+the PATH, samples the Phoenix server (``DIR/phoenix-pyspy.txt``).
 
 Needs Phoenix, which is not a test dependency; run it where Phoenix is installed, e.g. in the venv
 CI's Phoenix step makes::
 
     python3 -m venv --system-site-packages /tmp/pxvenv && /tmp/pxvenv/bin/pip install 'arize-phoenix>=20.26.1'
     PYTHONPATH=. /tmp/pxvenv/bin/python tests/bench/bench_phoenix_sync.py --traces 20000
+    # 100k spans, loaded once, measured three times (again later with the same command):
+    PYTHONPATH=. nice -n 10 /tmp/pxvenv/bin/python tests/bench/bench_phoenix_sync.py --traces 50000 \
+        --workdir /work/px100k/phoenix --runs 3
 
-Prints one JSON document.
+Prints one JSON document: ``spans_per_s`` counts both spans of a trace, ``retrievals_per_s`` the
+retrieval spans (one query each); ``ratio_sync_to_file`` is the file ingest's wall time over the
+sync's (above 1: the sync is faster), ``cpu_ratio_sync_to_file`` the sync's CPU over the ingest's.
 """
 
 from __future__ import annotations
@@ -289,6 +311,13 @@ def measure(url: str, server: subprocess.Popen, folder: Path, env: dict[str, str
     sync = timed(["--db", str(sync_db), "sync", "px", "--json"], env)
     sync["phoenix_cpu_seconds"] = round(server_cpu(server) - cpu, 1)
     results = json.loads(sync.pop("output"))
+    # what each later scheduled sync costs when nothing is new: its window [high-water - overlap, now)
+    cpu = server_cpu(server)
+    again = timed(["--db", str(sync_db), "sync", "px", "--json"], env)
+    again_results = json.loads(again.pop("output"))
+    out["sync_again"] = {**again, "phoenix_cpu_seconds": round(server_cpu(server) - cpu, 1),
+                         "spans": sum(r["spans"] for r in again_results),
+                         "requests": sum(r["requests"] for r in again_results)}
     ingested = json.loads(ingest.pop("output"))
     spans = 2 * traces  # every span read or exported: the retrievals and their roots
     out["file_ingest"] = {**ingest, "new": ingested.get("new"), "retrievals_per_s": round(traces / ingest["seconds"]),
