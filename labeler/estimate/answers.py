@@ -77,11 +77,7 @@ def _uniform(pks: np.ndarray, yhat: np.ndarray, labeled: np.ndarray, d: dz.Desig
         est = ppi_mean(y, yhat[rows], yhat[rest])
     except EstimateError:
         return None
-    h = human_mean(y)
-    return {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,
-            "effective_n": est.effective_n,
-            "human_only": {"mean": h["mean"], "ci_low": h["ci_low"], "ci_high": h["ci_high"]},
-            "n_labeled": int(used.size)}
+    return _share(est, y, used.size)
 
 
 def _routed(db: sqlite_utils.Database, pks: np.ndarray, yhat: np.ndarray, labeled: np.ndarray, d: dz.Designs,
@@ -100,9 +96,14 @@ def _routed(db: sqlite_utils.Database, pks: np.ndarray, yhat: np.ndarray, labele
         weighted = hajek_ratio(y, None, sample.pi[rows])
     except EstimateError:
         return None
+    return {**_share(est, y, used.size),
+            "human_weighted": {"mean": weighted.estimate, "ci_low": weighted.ci_low, "ci_high": weighted.ci_high}}
+
+
+def _share(est: Any, y: np.ndarray, n: int) -> dict[str, Any]:
+    """An estimated share as the reports give it, with the labeled answers' own mean beside it."""
     h = human_mean(y)
     return {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,
             "effective_n": est.effective_n,
             "human_only": {"mean": h["mean"], "ci_low": h["ci_low"], "ci_high": h["ci_high"]},
-            "human_weighted": {"mean": weighted.estimate, "ci_low": weighted.ci_low, "ci_high": weighted.ci_high},
-            "n_labeled": int(used.size)}
+            "n_labeled": int(n)}
