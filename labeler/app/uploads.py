@@ -28,21 +28,24 @@ def ingest_upload(db_path: str, name: str, data: bytes, *, kind: str, by: str | 
     path.write_bytes(data)
     request = {"db": db_path, "path": str(path), "name": name, "kind": kind, "by": by, "options": options,
                "remove": str(folder)}
-    proc = subprocess.Popen([sys.executable, "-m", "labeler.ingest.child"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(request))
-    proc.stdin.close()
-    answer: dict[str, Any] = {}
-    for line in proc.stdout:
-        message = json.loads(line)
-        if "progress" in message:
-            if progress is not None:
-                progress(*message["progress"])
-        else:
-            answer = message
-    stderr = proc.stderr.read() if proc.stderr is not None else ""
-    proc.wait()
+    # its error output to a file, not a pipe: a pipe nobody reads while the progress is read could fill
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "labeler.ingest.child"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errors, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(request))
+        proc.stdin.close()
+        answer: dict[str, Any] = {}
+        for line in proc.stdout:
+            message = json.loads(line)
+            if "progress" in message:
+                if progress is not None:
+                    progress(*message["progress"])
+            else:
+                answer = message
+        proc.wait()
+        errors.seek(0)
+        stderr = errors.read()
     if "result" in answer:
         return answer["result"]
     if "error" in answer:
