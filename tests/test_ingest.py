@@ -369,7 +369,11 @@ def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypat
     first = _mixed_log(40)
     second = first[:25] + _mixed_log(90)[40:] + [{"question": "", "retrieved": []}]
     second.append({**second[31], "answer": "changed"})  # same request_id, other content: a conflict
+    for at in (3, 11, 12, 30, 44, 60):  # one line without an id, logged again and again (each an occurrence)
+        second.insert(at, {"question": "the same line?", "retrieved": [{"id": "d1", "score": 0.5}]})
     a, b = write_jsonl(tmp_path / "a.jsonl", first), write_jsonl(tmp_path / "b.jsonl", second)
+    lines = b.read_text().splitlines(keepends=True)  # blank lines: a shared-out file's blocks are of lines
+    b.write_text("".join(lines[:20] + ["\n"] * 9 + lines[20:]))
     results = {}
     for parallel in (False, True):
         db = labeler.connect(tmp_path / f"{parallel}.db")
@@ -382,6 +386,7 @@ def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypat
     state, r1, r2, rejects = results[True]
     assert r1["new"] > 10 and r2["unchanged"] + r2["merged"] >= 25 and r2["new"] > 20 and r2["rejected"] == 2
     assert '"field": "question", "error": "is empty"' in rejects and "with different content" in rejects
+    assert [r[5] for r in state["queries"] if r[2] == "the same line?"] == [6]
     assert len(state["documents"]) == 23 and all(t is not None for _, d, t, _ in state["documents"]
                                                  if d in {f"d{(i * 7) % 23}" for i in range(0, 90, 6)})
 
@@ -440,3 +445,4 @@ def test_an_ingest_leaves_no_file_open(tmp_path):
             labeler.ingest_logs(db, tmp_path / name)
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
