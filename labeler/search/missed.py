@@ -154,7 +154,7 @@ def search_missed(db: sqlite_utils.Database, query_pk: int, k: int = 10, *,
     question = row[0]
     exclude = pool(db, query_pk, annotator)
     feedback = relevant_texts(db, query_pk, annotator)
-    rankings = [[pk for pk, _ in bm25(db, query_terms(db, question), DEPTH, exclude=exclude)]]
+    rankings = [[pk for pk, _ in bm25(db, query_terms(db, question, informative=True), DEPTH, exclude=exclude)]]
     for text in feedback[:MAX_FEEDBACK_CHUNKS]:
         # one "more like this" list per relevant chunk: on CISI, fusing them finds more than one
         # query of the words of all relevant chunks together (33% vs 28.5% of what a top 10 can hold)
