@@ -39,11 +39,13 @@ POSTINGS_BUDGET = 5_000
 #: drawn from 40 words); no CISI query comes near the bound (questions at most 24.9k, feedback 10.0k).
 MAX_POSTINGS = 25_000
 MAX_QUERY_TERMS = 64
-#: FTS5's BM25 gives a word found in more than half of the documents an IDF below zero, clamped to
-#: 1e-6: it ranks nothing, yet its whole posting list is read. In a corpus of COMMON_MIN_DOCS or
-#: more the "Possibly missed" queries leave such words out (a typed search keeps them: there the
-#: words are the user's): where chunks share boilerplate, or an ingest added chunks without one
-#: word that all the others have, that word alone made a panel read every posting of the corpus.
+#: In a corpus of COMMON_MIN_DOCS or more the "Possibly missed" queries leave out words found in
+#: more than INFORMATIVE_SHARE of the chunks (a typed search keeps them: there the words are the
+#: user's). FTS5's BM25 weighs such a word at most a quarter of a rare one (IDF log 9 against about
+#: 9 for a word in ten chunks of 60k; a word in half of them gets ~0), it cannot single out a missed
+#: chunk, yet its whole posting list is read: where chunks share boilerplate, the budget's "at
+#: least one word" made one such word alone read a third of the corpus for every panel.
+INFORMATIVE_SHARE = 0.1
 
 
 def tokens(text: str | None) -> list[str]:
@@ -202,7 +204,7 @@ def _sample(db: sqlite_utils.Database) -> tuple[int, int, Counter] | None:
 
 def query_terms(db: sqlite_utils.Database, text: str, *, informative: bool = False) -> list[str]:
     """The words of ``text`` worth searching for: in the index, one per index term (stem), within
-    the postings budget; ``informative``: none that BM25 cannot rank by (see COMMON_MIN_DOCS)."""
+    the postings budget; ``informative``: none too common to rank by (see INFORMATIVE_SHARE)."""
     words = list(dict.fromkeys(tokens(text)))[:MAX_QUERY_TERMS]
     stem = stems(db, words)
     by_term = {stem[w]: w for w in reversed(words)}  # the first word of each term stands for it
@@ -210,7 +212,7 @@ def query_terms(db: sqlite_utils.Database, text: str, *, informative: bool = Fal
     n = max(corpus_size(db), 1)
     found = [t for t in dict.fromkeys(stem[w] for w in words) if df[t] > 0]
     if informative and n >= COMMON_MIN_DOCS:
-        found = [t for t in found if 2 * df[t] <= n]
+        found = [t for t in found if df[t] <= INFORMATIVE_SHARE * n]
     if n >= COMMON_MIN_DOCS:
         found = _within_budget(sorted(found, key=lambda t: (df[t], t)), df)
     elif sum(df[t] for t in found) > MAX_POSTINGS:
@@ -242,7 +244,7 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
     df = document_frequencies(db, tf, estimate_rare=True)  # the terms of indexed chunks: all in the index
     n = max(corpus_size(db), 1)
     # in a big corpus, no word that BM25 cannot rank by (see COMMON_MIN_DOCS)
-    most = n // 2 if n >= COMMON_MIN_DOCS else n - 1
+    most = INFORMATIVE_SHARE * n if n >= COMMON_MIN_DOCS else n - 1
     weights = {t: (1 + math.log(c)) * math.log(n / df[t]) for t, c in tf.items() if 0 < df[t] <= most}
     ranked = sorted(weights, key=lambda t: (-weights[t], t))
     # half the budget: search_missed runs one such query per relevant chunk after the question's
