@@ -131,6 +131,9 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
             texts, titles = rec["texts"], rec["titles"]
             if texts is None and titles is None:
                 continue
+            if sent.issuperset(rec["ids"]):  # every text sent before (most rows of a big file)
+                rec["texts"] = rec["titles"] = None
+                continue
             for i, cid in enumerate(rec["ids"]):
                 text = texts[i] if texts is not None else None
                 if text is not None:
