@@ -222,6 +222,16 @@ class Turnstile:
     def is_bulk(cls, conn: sqlite3.Connection) -> bool:
         return id(conn) in cls._bulk
 
+    @classmethod
+    def available(cls, conn: sqlite3.Connection) -> bool:
+        """Whether writers to ``conn``'s database line up here (else a bulk writer's pauses between
+        its transactions are the only way in for them)."""
+        turn = cls(conn, bulk=True)
+        try:
+            return turn.fd is not None
+        finally:
+            turn.leave()
+
     def wait_in_line(self) -> None:
         """Hold the turnstile shared (once) while this writer waits for the lock."""
         if self.fd is None or self.held:

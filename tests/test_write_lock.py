@@ -94,3 +94,23 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_an_ingest_pauses_between_its_transactions_only_where_writers_cannot_line_up(tmp_path, monkeypatch):
+    """With the turnstile a waiting writer goes first anyway (above: no pause at all); without it
+    (no flock: Windows), the ingest's pause after each transaction is the waiting writers' way in."""
+    from labeler.ingest import staging
+
+    pauses = []
+    monkeypatch.setattr(staging.time, "sleep", pauses.append)
+    for flock in (True, False):
+        if not flock:
+            monkeypatch.setattr(store, "fcntl", None)
+        db = labeler.connect(tmp_path / f"{flock}.db")
+        claimed = staging.claim(db, "logs", "a.jsonl", "jsonl")
+        for _ in range(3):
+            with claimed.write():
+                db.execute("INSERT INTO settings (key, value) VALUES ('x', '1') "
+                           "ON CONFLICT (key) DO UPDATE SET value = value + 1")
+        staging.release(claimed)
+        assert pauses == ([] if flock else [store.POLL_MAX_S] * 3)
