@@ -243,7 +243,7 @@ def distinctive_terms(db: sqlite_utils.Database, texts: Iterable[str], top: int 
     by_term = {stem[w]: w for w in reversed(words)}
     df = document_frequencies(db, tf, estimate_rare=True)  # the terms of indexed chunks: all in the index
     n = max(corpus_size(db), 1)
-    # in a big corpus, no word that BM25 cannot rank by (see COMMON_MIN_DOCS)
+    # in a big corpus, no word too common to rank by (see INFORMATIVE_SHARE)
     most = INFORMATIVE_SHARE * n if n >= COMMON_MIN_DOCS else n - 1
     weights = {t: (1 + math.log(c)) * math.log(n / df[t]) for t, c in tf.items() if 0 < df[t] <= most}
     ranked = sorted(weights, key=lambda t: (-weights[t], t))
