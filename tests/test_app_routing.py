@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 import labeler
 from labeler.accounts import add_user, set_role
 from labeler.app import state
-from labeler.labels import routing
+from labeler.labels import routing_rules
 
 APP = str(Path(labeler.__file__).parent / "app" / "streamlit_app.py")
 SAVE = "FormSubmitter:routing_form-Save routing"
@@ -50,7 +50,7 @@ def test_a_lead_sets_and_clears_the_routing_rules(db):
     at.checkbox(key="route_new_topics").check()
     at.button(key=SAVE).click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    rules = routing.get_rules(db)
+    rules = routing_rules.get_rules(db)
     assert (rules.rate, rules.daily_cap, rules.quotas, rules.new_topics, rules.always_signals) == \
         (0.05, 200, {3: 20, 7: 5}, True, True)
     assert any("0.05 of the rest" in c.value.replace("\\", "") for c in at.caption)
@@ -58,10 +58,10 @@ def test_a_lead_sets_and_clears_the_routing_rules(db):
     at.text_input(key="route_quotas").set_value("three")
     at.button(key=SAVE).click().run()
     assert any("quota 'three' must be TOPIC=N" in e.value.replace("\\", "") for e in at.error)
-    assert routing.get_rules(db).quotas == {3: 20, 7: 5}
+    assert routing_rules.get_rules(db).quotas == {3: 20, 7: 5}
     at.checkbox(key="route_on").uncheck()
     at.button(key=SAVE).click().run()
-    assert routing.get_rules(db) is None
+    assert routing_rules.get_rules(db) is None
 
 
 def test_a_lead_demoted_mid_session_cannot_save_the_rules(db):
@@ -69,11 +69,11 @@ def test_a_lead_demoted_mid_session_cannot_save_the_rules(db):
     at.checkbox(key="route_on").check()
     set_role(db, "alice", "annotator", by="mia")
     at.button(key=SAVE).click().run()
-    assert routing.get_rules(db) is None
+    assert routing_rules.get_rules(db) is None
 
 
 def test_metrics_says_how_the_labeled_set_was_drawn(db):
-    routing.set_rules(db, rate=0.1)
+    routing_rules.set_rules(db, rate=0.1)
     pk = labeler.labels.next_item(db, "alice")
     doc = labeler.labels.get_item(db, pk, "alice").chunks[0].doc_pk
     labeler.labels.set_grade(db, pk, doc, "alice", 2)

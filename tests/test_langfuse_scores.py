@@ -17,7 +17,7 @@ import pytest
 import labeler
 from labeler import sources
 from labeler.ingest.formats.langfuse import user_scores
-from labeler.labels import routing
+from labeler.labels import routing_rules
 from labeler.signals import query_signals
 from labeler.sources import langfuse as langfuse_source
 from tests.fake_scores import langfuse_score, v1_score, v3_score
@@ -101,7 +101,7 @@ def scores_asked(fake: FakeStore, path: str) -> list[dict]:
 
 def test_users_scores_route_their_query_always_and_an_evaluators_never(db, monkeypatch):
     monkeypatch.setattr(langfuse_source, "TRACES_PER_SCORE_REQUEST", 3)
-    routing.set_rules(db, rate=0.0)  # the rate routes nothing: only signals do
+    routing_rules.set_rules(db, rate=0.0)  # the rate routes nothing: only signals do
     with FakeStore("langfuse", key=LF_KEYS, page_size=2) as fake:
         fake.add(observations(NUMBERS))
         fake.add_scores(SCORES)
@@ -131,7 +131,7 @@ def test_users_scores_route_their_query_always_and_an_evaluators_never(db, monke
 
 @pytest.mark.parametrize(("apis", "routed"), [(("v2",), ROUTED), (("v3",), ROUTED), ((), set())])
 def test_an_older_deployment_is_read_through_v2_and_one_without_scores_syncs_as_before(db, apis, routed):
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with FakeStore("langfuse", key=LF_KEYS, page_size=2, score_apis=apis) as fake:
         fake.add(observations(NUMBERS))
         fake.add_scores(SCORES)
@@ -151,7 +151,7 @@ def test_an_older_deployment_is_read_through_v2_and_one_without_scores_syncs_as_
 
 
 def test_5xx_and_429_on_the_scores_list_are_retried_and_a_lasting_failure_fails_that_source_only(db):
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with FakeStore("langfuse", key=LF_KEYS, page_size=50) as fake:
         fake.add(observations(NUMBERS))
         fake.add_scores(SCORES)
@@ -162,7 +162,7 @@ def test_5xx_and_429_on_the_scores_list_are_retried_and_a_lasting_failure_fails_
 
 
 def test_a_scores_list_still_failing_fails_the_source_and_the_next_sync_reads_it(db):
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with FakeStore("langfuse", key=LF_KEYS, page_size=50) as fake, FakeStore("phoenix", page_size=50) as px:
         fake.add(observations(NUMBERS))
         fake.add_scores(SCORES)
@@ -209,7 +209,7 @@ def test_a_scores_text_stays_plain_text_and_its_comment_is_not_kept(db):
     comment = "<script>alert('comment')</script> _really_ bad"
     scores = [langfuse_score(trace(1), "feedback_text", hostile, data_type="TEXT", comment=comment),
               langfuse_score(trace(1), "user-feedback", False, data_type="BOOLEAN", comment=comment)]
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with FakeStore("langfuse", key=LF_KEYS, page_size=50) as fake:
         fake.add(observations([1, 2]))
         fake.add_scores(scores)

@@ -26,8 +26,9 @@ from labeler.estimate.ppi import EstimateError
 from labeler.estimate.report import all_traffic_report
 from labeler.estimate.routed import hajek_ratio, routed_mean, routed_sample, weighted_stratified_ratio
 from labeler.ingest import ingest_logs
-from labeler.labels import routing
-from labeler.labels.routing import Candidate, Rules, decide
+from labeler.labels import routing, routing_rules
+from labeler.labels.routing import Candidate, decide
+from labeler.labels.routing_rules import Rules
 from labeler.report import retrieval_report
 from labeler.topics import build_topics
 from tests import planted
@@ -205,14 +206,14 @@ def test_reports_stay_unbiased_under_routing_over_200_seeds(file_db, write_log):
     with FakeOpenAI() as server:
         server.responder = grade_responder(noisy)
         run = judge.run_judge(db, make_config(server), "relevance.v1", on="all")
-    routing.set_rules(db, rate=0.15, seed=0)
+    routing_rules.set_rules(db, rate=0.15, seed=0)
     got: dict[str, list[float]] = {k: [] for k in ("plain", "labeled", "routed", "stratified")}
     covered = dict.fromkeys(got, 0)
     sims = 200
     for seed in range(sims):
         db.execute("DELETE FROM routing_decisions")
         db.conn.commit()
-        routing.set_rules(db, seed=seed)
+        routing_rules.set_rules(db, seed=seed)
         routing.route_queries(db, pks, now=T_SIM)
         rng = random.Random(seed)
         chosen = [pk for pk, reason in db.execute("SELECT query_pk, reason FROM routing_decisions WHERE routed = 1")
@@ -246,7 +247,7 @@ def test_reports_stay_unbiased_under_routing_over_200_seeds(file_db, write_log):
 
 def test_routed_sample_scales_by_the_labeled_share_and_refuses_what_it_cannot_speak_for(file_db):
     db = file_db
-    routing.set_rules(db, rate=0.5, seed=2)
+    routing_rules.set_rules(db, rate=0.5, seed=2)
     sync_px(db, [s for n in range(30) for s in phoenix_trace(n, at(n))]
             + unhappy_trace(90, at(40), "metadata") + unhappy_trace(91, at(41), "status"))
     pks = np.array(sorted(r[0] for r in db.execute("SELECT pk FROM queries")))
@@ -426,7 +427,7 @@ def test_routed_and_random_queue_labels_combine_and_other_mixes_refuse(file_db, 
                 "retrieved": [{"id": f"h{i}-{j}", "text": f"text of chunk {j} for question {200 + i}"}
                               for j in range(3)]} for i in range(30)]
     ingest_logs(db, write_log(history))
-    routing.set_rules(db, rate=0.4, seed=1)
+    routing_rules.set_rules(db, rate=0.4, seed=1)
     traces = [s for n in range(40) for s in phoenix_trace(n, at(n), chunks=3)]
     traces += [s for n in range(100, 104) for s in unhappy_trace(n, at(n - 50), "metadata")]
     assert sync_px(db, traces).new == 44

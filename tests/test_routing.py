@@ -21,9 +21,10 @@ from labeler import sources
 from labeler.cli import cli
 from labeler.errors import LabelError, RoleError
 from labeler.estimate.routed import routed_mean, routing_weights
-from labeler.labels import routing
+from labeler.labels import routing, routing_rules
 from labeler.labels.queue import next_item, sync_queue
-from labeler.labels.routing import Candidate, DayCounts, Rules, check_rules, decide
+from labeler.labels.routing import Candidate, DayCounts, decide
+from labeler.labels.routing_rules import Rules, check_rules
 from labeler.labels.writes import set_status
 from labeler.signals import normalise, unhappy
 from tests.fake_tracestores import FakeStore, langsmith_trace, phoenix_trace
@@ -99,18 +100,18 @@ def test_set_rules_keeps_what_is_not_given_and_is_for_leads(db):
 
     add_user(db, "lee", role="lead")
     add_user(db, "ann", role="annotator")
-    assert routing.get_rules(db) is None
-    routing.set_rules(db, rate=0.2, daily_cap=50, by="lee")
-    rules = routing.set_rules(db, quotas={3: 10}, by="lee")
+    assert routing_rules.get_rules(db) is None
+    routing_rules.set_rules(db, rate=0.2, daily_cap=50, by="lee")
+    rules = routing_rules.set_rules(db, quotas={3: 10}, by="lee")
     assert (rules.rate, rules.daily_cap, rules.quotas, rules.always_signals) == (0.2, 50, {3: 10}, True)
-    assert routing.set_rules(db, daily_cap=0, by="lee").daily_cap is None  # 0: no cap
+    assert routing_rules.set_rules(db, daily_cap=0, by="lee").daily_cap is None  # 0: no cap
     with pytest.raises(RoleError):
-        routing.set_rules(db, rate=1.0, by="ann")
+        routing_rules.set_rules(db, rate=1.0, by="ann")
     with pytest.raises(RoleError):
-        routing.clear_rules(db, by="ann")
-    assert routing.get_rules(db).rate == 0.2
-    routing.clear_rules(db, by="lee")
-    assert routing.get_rules(db) is None
+        routing_rules.clear_rules(db, by="ann")
+    assert routing_rules.get_rules(db).rate == 0.2
+    routing_rules.clear_rules(db, by="lee")
+    assert routing_rules.get_rules(db) is None
 
 
 # --- deciding (pure) --------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_langsmith_run_errors_and_metadata_are_signals(db, tmp_path):
 # --- live: a sync routes, the queue follows ---------------------------------------------------------------
 
 def test_a_sync_routes_signals_and_a_sample_and_the_queue_leaves_out_the_rest(db):
-    routing.set_rules(db, rate=0.25, seed=5)
+    routing_rules.set_rules(db, rate=0.25, seed=5)
     traces = [s for n in range(40) for s in phoenix_trace(n, at(n))]
     traces += unhappy_trace(100, at(50), "metadata") + unhappy_trace(101, at(51), "status")
     r = sync_px(db, traces)
@@ -283,7 +284,7 @@ def test_routing_keeps_the_all_traffic_estimate_unbiased_and_the_naive_mean_is_n
 
 
 def test_routing_weights_read_the_recorded_probabilities(db):
-    routing.set_rules(db, rate=0.5, seed=4)
+    routing_rules.set_rules(db, rate=0.5, seed=4)
     sync_px(db, [s for n in range(20) for s in phoenix_trace(n, at(n))] + unhappy_trace(50, at(30), "status"))
     rows = db.execute("SELECT query_pk, inclusion_prob FROM routing_decisions WHERE routed = 1").fetchall()
     weights = routing_weights(db, [pk for pk, _ in rows])
@@ -311,7 +312,7 @@ def test_a_sync_routes_quota_topics_and_new_topics_with_the_topic_model(db, writ
         votes.setdefault(t, {}).setdefault(r["topic"], 0)
         votes[t][r["topic"]] += 1
     timesheet = max(votes, key=lambda t: votes[t].get("timesheet", 0))
-    routing.set_rules(db, rate=0.0, quotas={timesheet: 5}, new_topics=True, always_signals=True)
+    routing_rules.set_rules(db, rate=0.0, quotas={timesheet: 5}, new_topics=True, always_signals=True)
     new = planted.records(80, [*six, "garden"], seed=2, prefix="n", weights=[1, 1, 1, 1, 1, 3, 3])
     traces = [s for i, r in enumerate(new) for s in phoenix_trace(1000 + i, at(i * 0.5), question=r["question"])]
     res = sync_px(db, traces)
@@ -332,7 +333,7 @@ def test_a_sync_routes_quota_topics_and_new_topics_with_the_topic_model(db, writ
 def test_a_live_ingest_holds_its_queries_until_they_are_decided(db, monkeypatch):
     from labeler.ingest import logs as ingest_logs_module
 
-    routing.set_rules(db, rate=0.0, always_signals=True)
+    routing_rules.set_rules(db, rate=0.0, always_signals=True)
     sync_queue(db)  # a queue in use: the ingest brings it up to date itself
     seen_between = []
     decide_now = ingest_logs_module.route_ingest
@@ -354,7 +355,7 @@ def test_a_live_ingest_holds_its_queries_until_they_are_decided(db, monkeypatch)
 def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch):
     from labeler.ingest import logs as ingest_logs_module
 
-    routing.set_rules(db, rate=1.0)
+    routing_rules.set_rules(db, rate=1.0)
     monkeypatch.setattr(ingest_logs_module, "route_ingest", lambda *a, **k: {})  # stopped before deciding
     assert sync_px(db, [s for n in range(4) for s in phoenix_trace(n, at(n))]).ok
     assert {reason for _, _, reason in decisions(db).values()} == {"pending"}
@@ -366,10 +367,10 @@ def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch
     sync_queue(db)
     assert db.execute("SELECT count(*) FROM queue").fetchone()[0] == 4
     # rules removed meanwhile: what waits is released, as every live query is queued then
-    routing.set_rules(db, rate=0.5)
+    routing_rules.set_rules(db, rate=0.5)
     monkeypatch.setattr(ingest_logs_module, "route_ingest", lambda *a, **k: {})
     assert sync_px(db, [s for n in range(10, 13) for s in phoenix_trace(n, at(350 + n))], now_min=400).new == 3
-    routing.clear_rules(db)
+    routing_rules.clear_rules(db)
     monkeypatch.undo()
     assert sync_px(db, [], now_min=500).ok
     sync_queue(db)
@@ -379,7 +380,7 @@ def test_what_a_stopped_sync_left_pending_is_decided_by_the_next(db, monkeypatch
 def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estimates(db):
     from labeler.estimate.designs import PROBABILITY_DESIGNS, labeled_designs
 
-    routing.set_rules(db, rate=0.5, seed=1)
+    routing_rules.set_rules(db, rate=0.5, seed=1)
     sync_px(db, [s for n in range(12) for s in phoenix_trace(n, at(n))] + unhappy_trace(40, at(40), "metadata"))
     pks = []
     while (pk := next_item(db, "ann")) is not None:
@@ -389,7 +390,7 @@ def test_routed_labels_are_not_read_as_a_uniform_sample_by_the_all_traffic_estim
     d = labeled_designs(db, np.array(sorted(pks)))
     assert set(d.design.tolist()) == {"routed"} and "routed" in PROBABILITY_DESIGNS  # weighted, never uniform
     # rules that route everything (rate 1) change nothing: the queue's own design stands
-    routing.set_rules(db, rate=1.0)
+    routing_rules.set_rules(db, rate=1.0)
     db.execute("UPDATE routing_decisions SET inclusion_prob = 1, routed = 1")
     db.conn.commit()
     assert set(labeled_designs(db, np.array(sorted(pks))).design.tolist()) == {"random"}
@@ -434,7 +435,7 @@ def test_phoenix_annotations_by_people_are_signals_and_route(db):
              annotation(f"{4:012x}aaaa", "hallucination", label="hallucinated", score=1, kind="LLM"),
              annotation(f"{5:012x}aaaa", "user_feedback", label="thumbs-up", score=1),
              {**annotation(f"{6:012x}bbbb", "rating", score=0), "metadata": {"golden_set_version": 3}}]
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with AnnotatingPhoenix(notes, key=PX_KEY, page_size=50) as fake:
         fake.add([s for n in range(1, 7) for s in phoenix_trace(n, at(n))])
         sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
@@ -449,7 +450,7 @@ def test_phoenix_annotations_by_people_are_signals_and_route(db):
 
 
 def test_a_phoenix_without_annotations_syncs_as_before(db):
-    routing.set_rules(db, rate=1.0)
+    routing_rules.set_rules(db, rate=1.0)
     r = sync_px(db, [s for n in range(3) for s in phoenix_trace(n, at(n))])  # the plain fake: 404
     assert r.ok and r.new == 3 and r.routing == {"sampled": 3}
 
@@ -485,7 +486,7 @@ def test_langsmith_feedback_not_made_by_a_model_is_a_signal_and_routes(db):
              feedback(trace(3), "correctness", score=0, source="model"),
              feedback(trace(4), "thumbs_down", score=0),
              {**feedback(trace(5), "rating", score=0), "extra": {"golden_set_version": "v1"}}]
-    routing.set_rules(db, rate=0.0)
+    routing_rules.set_rules(db, rate=0.0)
     with FeedbackLangSmith(notes, key=ENV["LANGSMITH_API_KEY"], page_size=50) as fake:
         fake.add([r for n in range(1, 6) for r in langsmith_trace(n, at(n))])
         sources.add_source(db, "langsmith", "ls", url=fake.url, project="rag")
@@ -496,7 +497,7 @@ def test_langsmith_feedback_not_made_by_a_model_is_a_signal_and_routes(db):
 
 
 def test_queries_are_decided_in_the_order_they_were_first_seen(db):
-    routing.set_rules(db, rate=0.0, quotas={7: 2})
+    routing_rules.set_rules(db, rate=0.0, quotas={7: 2})
     # query ids in the opposite order of their times
     rows = [(f"z{9 - i}", f"2026-12-05T0{i}:00:00Z") for i in range(5)]
     pks = []
@@ -504,5 +505,5 @@ def test_queries_are_decided_in_the_order_they_were_first_seen(db):
         pks.append(db.execute("INSERT INTO queries (query_id, question, norm_question, origin, first_seen, created_at) "
                               "VALUES (?, ?, ?, 'log', ?, ?)", [qid, qid, qid, seen, seen]).lastrowid)
     db.conn.commit()
-    got = [c.query_id for c in routing.candidates(db, routing.get_rules(db), pks, at="2026-12-06T00:00:00Z")]
+    got = [c.query_id for c in routing.candidates(db, routing_rules.get_rules(db), pks, at="2026-12-06T00:00:00Z")]
     assert got == ["z9", "z8", "z7", "z6", "z5"]

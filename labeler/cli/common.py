@@ -98,7 +98,7 @@ def topic_assigner(db: Any, *, always: bool = False) -> None:
     topic quotas or new topics, or ``always`` (a command that keeps running while the rules may
     change). Loading it costs a one-shot sync about 2 s of imports (scikit-learn), so not otherwise."""
     if not always:
-        from ..labels.routing import get_rules
+        from ..labels.routing_rules import get_rules
 
         rules = get_rules(db)
         if rules is None or not (rules.quotas or rules.new_topics):

@@ -67,7 +67,7 @@ def route_set_cmd(ctx: click.Context, rate: float | None, daily_cap: int | None,
 
         labeler route set --rate 0.05 --daily-cap 200 --quota 3=20 --new-topics
     """
-    from ..labels.routing import parse_quotas, set_rules
+    from ..labels.routing_rules import parse_quotas, set_rules
 
     parsed = None if not quotas else ({} if quotas == ("",) else parse_quotas(quotas))
     rules = set_rules(open_db(ctx, create=True), rate=rate, daily_cap=daily_cap, rate_after_cap=rate_after_cap,
@@ -133,7 +133,7 @@ def route_clear_cmd(ctx: click.Context) -> None:
 
         labeler route clear
     """
-    from ..labels.routing import clear_rules
+    from ..labels.routing_rules import clear_rules
 
     clear_rules(open_db(ctx))
     click.echo("routing rules removed: every live query is queued")

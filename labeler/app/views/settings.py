@@ -12,7 +12,7 @@ from labeler import accounts
 from labeler.app import auth, state, widgets
 from labeler.errors import LabelerError
 from labeler.estimate import active as estimate
-from labeler.labels import routing, strata
+from labeler.labels import routing, routing_rules, strata
 
 db = state.get_db()
 me = auth.require_lead("Settings")
@@ -109,8 +109,8 @@ if saved:
 st.subheader("Routing of live queries")
 st.caption("Which queries synced from live sources enter the queue (labeler route set). Each routed query "
            "records its inclusion probability, so all-traffic numbers stay unbiased.")
-rules = routing.get_rules(db)
-shown = rules or routing.Rules()
+rules = routing_rules.get_rules(db)
+shown = rules or routing_rules.Rules()
 
 
 @auth.guarded
@@ -118,15 +118,15 @@ def save_routing() -> None:
     get = st.session_state.get
     try:
         if not get("route_on"):
-            if routing.get_rules(db) is not None:
-                routing.clear_rules(db, by=me)
+            if routing_rules.get_rules(db) is not None:
+                routing_rules.clear_rules(db, by=me)
             return
         cap = int(get("route_cap") or 0)
         after = float(get("route_after_cap") or 0)
-        routing.replace_rules(db, {
+        routing_rules.replace_rules(db, {
             "rate": float(get("route_rate")), "always_signals": bool(get("route_signals")),
             "daily_cap": cap or None, "rate_after_cap": after if cap and after > 0 else None,
-            "quotas": routing.parse_quotas([q for q in (get("route_quotas") or "").split(",") if q.strip()]),
+            "quotas": routing_rules.parse_quotas([q for q in (get("route_quotas") or "").split(",") if q.strip()]),
             "new_topics": bool(get("route_new_topics")), "seed": int(get("route_seed") or 0)}, by=me)
     except LabelerError as e:
         st.session_state[state.LABEL_ERROR] = str(e)
