@@ -29,6 +29,7 @@ How each column is defined (the Annotators page and ``labeler annotators --json`
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -39,12 +40,21 @@ from .. import db as store
 FINISHED = ("submitted", "skipped", "flagged", "discarded")
 
 
-def _submitted_grades(db: sqlite_utils.Database) -> dict[str, dict[tuple[int, int], int]]:
-    """annotator -> {(query_pk, doc_pk): grade} of their submitted items."""
+def _shared_items(db: sqlite_utils.Database) -> list[int]:
+    """The items at least two annotators submitted: the only ones any kappa here can use (on an
+    item one person graded there is nobody to agree with), a tenth of a big set with the default
+    overlap, none when everyone labels their own."""
+    return [q for (q,) in db.execute("SELECT query_pk FROM query_labels WHERE status = 'submitted' "
+                                     "GROUP BY query_pk HAVING count(*) >= 2 ORDER BY query_pk")]
+
+
+def _submitted_grades(db: sqlite_utils.Database, items: list[int]) -> dict[str, dict[tuple[int, int], int]]:
+    """annotator -> {(query_pk, doc_pk): grade} of their submitted grades of ``items``."""
     out: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
     for annotator, query_pk, doc_pk, grade in db.execute(
             "SELECT r.annotator, r.query_pk, r.doc_pk, r.grade FROM relevance_labels r JOIN query_labels l "
-            "ON l.query_pk = r.query_pk AND l.annotator = r.annotator WHERE l.status = 'submitted'"):
+            "ON l.query_pk = r.query_pk AND l.annotator = r.annotator WHERE l.status = 'submitted' "
+            "AND r.query_pk IN (SELECT value FROM json_each(?))", [json.dumps(items)]):
         out[annotator][(query_pk, doc_pk)] = grade
     return out
 
@@ -112,8 +122,9 @@ def annotator_performance(db: sqlite_utils.Database, *, idle_minutes: float = 10
     for name, s in db.execute("SELECT annotator, seconds FROM query_labels WHERE status = 'submitted' "
                               "AND seconds > 0 AND seconds <= ?", [idle_s]):
         seconds[name].append(s)
-    grades = _submitted_grades(db)
-    golden = golden_labels(db)
+    shared_items = _shared_items(db)
+    grades = _submitted_grades(db, shared_items)
+    golden = golden_labels(db, query_pks=shared_items)
     golden = golden[golden["n_annotators"] >= 2]
     consolidated = {(int(q), int(d)): int(g) for q, d, g in
                     zip(golden["query_pk"], golden["doc_pk"], golden["grade"], strict=True)}
@@ -159,7 +170,7 @@ def pairwise_agreement(db: sqlite_utils.Database, *, min_n: int = 10, n_resample
     settings = store.get_settings(db)
     opts = {"levels": len(settings["grade_names"]), "threshold": int(settings["threshold"]), "min_n": min_n,
             "n_resamples": n_resamples, "seed": seed}
-    grades = _submitted_grades(db)
+    grades = _submitted_grades(db, _shared_items(db))
     names = sorted(grades)
     out = []
     for i, a in enumerate(names):
