@@ -85,6 +85,23 @@ def test_phoenix_sync_stores_what_its_rest_export_stores(db, tmp_path):
     assert len(stored(db)) == 4
 
 
+def test_a_page_of_retriever_spans_without_documents_makes_no_ingest(db, tmp_path, page_per_ingest):
+    """LlamaIndex logs a retriever span without documents inside each retrieval: synced a page (a
+    span) per ingest, those pages make no ingest, the others one each, as the export's file does."""
+    spans = json.loads((TOOLS / "phoenix" / "llamaindex_spans_rest.json").read_text())["data"]
+    with FakeStore("phoenix", key=PX_KEY, page_size=1) as fake:
+        fake.add(spans)
+        sources.add_source(db, "phoenix", "px", url=fake.url, project="rag")
+        r = sources.sync_source(db, "px", env=ENV, secrets=Path("/nonexistent"), **FAST)
+    exported = labeler.connect(tmp_path / "file.db")
+    labeler.ingest_logs(exported, TOOLS / "phoenix" / "llamaindex_spans_rest.json")
+    assert r.ok and r.new == len(stored(exported)) > 0, r.to_dict()
+    assert r.pages > r.new  # the pages of spans without documents
+    assert len(r.ingest_ids) == r.new  # one ingest a retrieval: none for a page without one
+    assert db.execute("SELECT count(*) FROM ingests").fetchone()[0] == r.new
+    assert stored(db) == stored(exported)
+
+
 def test_langsmith_sync_stores_what_its_run_dump_stores(db, tmp_path):
     runs = [json.loads(line) for line in (TOOLS / "langsmith" / "runs.jsonl").read_text().splitlines()]
     with FakeStore("langsmith", key=LS_KEY, page_size=1) as fake:

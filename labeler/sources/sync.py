@@ -166,6 +166,9 @@ class _SourceSync:
         self.db, self.source, self.client, self.result, self.by = db, source, client, result, by
         self.folder = folder
         self.pending: list[tuple[str, str | None]] = []  # (query id, start) of the retrievals not ingested yet
+        # whether the lines gathered so far give the ingest anything but skips (retriever spans
+        # without documents): known from the reading that left out what is stored
+        self.worth = False
 
     def run(self, start: str, end: str, cursor: str | None) -> None:
         first, stop = parse_time(start), parse_time(end)
@@ -216,8 +219,11 @@ class _SourceSync:
         """The ready retrievals not stored yet, then their traces' roots; None when none is left."""
         client = self.client
         query_of: dict[int, str] = {}  # position in ``ready`` -> the query id its reader gives
+        given: set[int] = set()  # positions whose reading gives a record or a problem, not a skip
         candidates = ready + [roots[t] for t in dict.fromkeys(client.trace_of(r) for r in ready) if t in roots]
         for line, item, _ in Reader(client.tool).read(enumerate(candidates)):
+            if not isinstance(item, Skip):
+                given.add(min(line, len(ready)))  # (at a root's line: counted as given)
             if isinstance(item, dict) and isinstance(item.get("query_id"), str) and line < len(ready):
                 query_of[line] = item["query_id"]
         ids = sorted(set(query_of.values()))
@@ -228,6 +234,8 @@ class _SourceSync:
                          for i, r in enumerate(ready) if i in query_of and query_of[i] not in stored]
         if not keep:
             return None
+        self.worth = self.worth or len(ready) in given or any(
+            i in given for i, r in enumerate(ready) if query_of.get(i) not in stored)
         traces = dict.fromkeys(client.trace_of(r) for r in keep)
         lines = keep + [roots[t] for t in traces if t in roots]
         # the store's own user feedback: Phoenix annotations, Langfuse scores, LangSmith feedback
@@ -238,13 +246,13 @@ class _SourceSync:
 
     def ingest(self, lines: list[dict], first_page: int) -> int:
         result, source = self.result, self.source
+        worth, self.worth = self.worth, False
+        if not worth:
+            return 0  # only retrievers without documents: nothing to ingest
         path = self.folder / f"pages-{first_page}-{result.pages}.jsonl"
         with open(path, "w", encoding="utf-8") as f:
             for record in lines:
                 f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        if not any(not isinstance(item, Skip) for _, item, _ in Reader(self.client.tool).read(
-                enumerate(lines))):
-            return 0  # only retrievers without documents: nothing to ingest
         pages = f"page {first_page}" if first_page == result.pages else f"pages {first_page}-{result.pages}"
         name = f"sync {source.name} {result.window_start}..{result.window_end} {pages}"
         options = LogIngestOptions(tool=self.client.tool, lenient=True, name=name, parallel=False,
