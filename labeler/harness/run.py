@@ -5,7 +5,6 @@ with its report, per-question records, markdown summary, optional baseline compa
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +18,6 @@ import sqlite_utils
 
 from .. import db as store
 from ..errors import DatabaseError, LabelerError
-from ..metrics.bootstrap import aggregate
 from ..metrics.registry import Metric
 from ..retrievers import default_retriever
 from .ci import write_ci_files
@@ -35,6 +33,7 @@ from .gate import (
     summarize,
 )
 from .golden import GoldenSet, load_golden
+from .judged import judge_pipeline_answers
 from .options import GateOptions, GoldenOptions, JudgeOptions, OutputOptions, RunOptions, ScoringOptions
 from .pipeline import (
     Answer,
@@ -46,56 +45,10 @@ from .pipeline import (
     run_pipeline,
 )
 from .result import EvalResult, render_markdown, write_json, write_report
+from .stored import stored_run
 
 REPORT_FORMAT = 1
 # --- the stored production run -------------------------------------------------------------
-
-def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str | None = None) -> list[Answer]:
-    """The retrieval logged for each golden question under ``retriever`` (None: the default retriever,
-    see :func:`labeler.retrievers.default_retriever`; RetrieverError when none can be chosen or the
-    named one logged nothing), as answers: the query is
-    found by query id, else by normalized question. A question the database does not hold, or holds
-    without a logged ``retriever`` list, is ``skipped`` (not scored), so a first baseline reflects what
-    production actually did."""
-    from ..ingest.validate import normalize_question
-
-    retriever = default_retriever(db, retriever)
-    ids = sorted({q.query_id for q in golden.queries if q.query_id is not None})
-    texts = sorted({normalize_question(q.question) for q in golden.queries})
-    by_id = dict(db.execute(
-        f"SELECT query_id, pk FROM queries q WHERE query_id IN (SELECT value FROM json_each(?)) AND {store.visible('q')}",
-        [json.dumps(ids)]))
-    by_text: dict[str, int] = {}
-    # several logged queries may share a text: take the most frequent one
-    for norm, pk in db.execute(
-            "SELECT norm_question, pk FROM queries q WHERE norm_question IN (SELECT value FROM json_each(?)) "
-            f"AND {store.visible('q')} ORDER BY occurrences DESC, pk", [json.dumps(texts)]):
-        by_text.setdefault(norm, pk)
-    pks = [by_id.get(q.query_id) if q.query_id in by_id else by_text.get(normalize_question(q.question))
-           for q in golden.queries]
-    wanted = json.dumps(sorted({pk for pk in pks if pk is not None}))
-    logged = {pk for (pk,) in db.execute(
-        "SELECT query_pk FROM query_versions WHERE retriever = ? AND query_pk IN (SELECT value FROM json_each(?))",
-        [retriever, wanted])}
-    docs: dict[int, list[str]] = {}
-    for pk, doc_id in db.execute(
-            "SELECT r.query_pk, d.doc_id FROM retrievals r JOIN documents d ON d.pk = r.doc_pk "
-            f"WHERE r.retriever = ? AND r.query_pk IN (SELECT value FROM json_each(?)) AND {store.visible('r')} "
-            "ORDER BY r.query_pk, r.rank",
-            [retriever, wanted]):
-        docs.setdefault(pk, []).append(doc_id)
-    answers = dict(db.execute("SELECT pk, answer FROM queries WHERE pk IN (SELECT value FROM json_each(?))",
-                              [wanted]))
-    out = []
-    for pk in pks:
-        if pk is None:
-            out.append(Answer([], None, 0.0, "skipped", "not in the database"))
-        elif pk not in logged and pk not in docs:
-            out.append(Answer([], None, 0.0, "skipped", f"no logged retrieval for retriever {retriever!r}"))
-        else:
-            out.append(Answer(docs.get(pk, []), answers.get(pk), 0.0))
-    return out
-
 
 # --- building the pieces -------------------------------------------------------------------
 
@@ -348,8 +301,12 @@ def _score(plan: _Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOpti
     aggregates = summarize(per_q, n_resamples=scoring.n_resamples, seed=scoring.seed)
     judged: list[dict[str, Any]] = []
     if plan.judge_runs:
-        judged = _judge_answers(db, plan.judge_runs, judges.llm_config, plan.golden, answers, per_q, aggregates,
-                                plan.warnings, n_resamples=scoring.n_resamples, seed=scoring.seed)
+        if db is None:
+            raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")
+        database, _ = _open_db(db)
+        judged = judge_pipeline_answers(database, plan.judge_runs, judges.llm_config, plan.golden, answers, per_q,
+                                        aggregates, plan.warnings, n_resamples=scoring.n_resamples,
+                                        seed=scoring.seed)
     return _Scores(per_q, aggregates, judged)
 
 
@@ -468,57 +425,6 @@ def _cite_all_traffic(db: Any, run_ids: Sequence[int], specs: Sequence[str]) -> 
     finally:
         if database is not db:
             database.close()
-
-
-ANSWER_SCORES = {"yes": 1.0, "partly": 0.5, "no": 0.0}
-
-
-def _judge_answers(db: Any, run_ids: Sequence[int], config: Any, golden: GoldenSet, answers: Sequence[Answer],
-                   per_q: pd.DataFrame, aggregates: dict[str, Any], warnings: list[str], *,
-                   n_resamples: int, seed: int) -> list[dict[str, Any]]:
-    """Judge the pipeline's answers with each calibration run; add the per-question values as
-    columns of ``per_q`` and their means with CIs to ``aggregates``; return what the report says
-    about each judge (run, rubric, model, calibration agreement, gate)."""
-    from ..judge.calibration import run_agreement
-    from ..judge.gate import gate as judge_gate
-    from ..judge.runs import judge_answers
-    from ..llm.client import LLMConfig
-
-    if db is None:
-        raise LabelerError("--judge-run needs --db: the database that holds the judge's calibration run")
-    database, _ = _open_db(db)
-    config = config or LLMConfig.from_env()
-    items = [(str(i), q.question, a.answer, a.texts) for i, (q, a) in enumerate(zip(golden.queries, answers, strict=True))
-             if a.status == "ok" and a.answer]
-    out = []
-    for run_id in run_ids:
-        result = judge_answers(database, config, int(run_id), items)
-        name = "faithfulness" if result.run.kind == "faithfulness" else "answer_relevance"
-        values = np.full(len(answers), np.nan)
-        for key, v in result.verdicts.items():
-            value = v.score if name == "faithfulness" else ANSWER_SCORES.get(v.label)
-            values[int(key)] = np.nan if value is None else value
-        per_q[name] = values
-        aggregates[name] = aggregate(per_q[[name]], n_resamples=n_resamples, seed=seed)[name]
-        agreement = run_agreement(database, int(run_id), retrievers=False, n_resamples=n_resamples, seed=seed)
-        kappa = agreement.statistics.get("cohen_kappa")
-        try:
-            verdict = judge_gate(database, int(run_id), agreement=agreement)
-            passed, reasons = verdict.passed, verdict.reasons
-        except LabelerError as e:
-            passed, reasons = False, [str(e)]
-        if not passed:
-            warnings.append(f"judge run {run_id} ({result.run.judge}) did not pass the calibration gate: "
-                            f"{'; '.join(reasons) or 'see labeler judge agreement'}; treat {name} with care")
-        out.append({
-            "metric": name, "run_id": int(run_id), "judge": result.run.judge, "rubric": result.run.rubric,
-            "rubric_hash": result.run.rubric_hash, "model": result.run.model,
-            "calibration_kappa": kappa.to_dict() if kappa is not None else None,
-            "gate_passed": passed, "gate_reasons": reasons, "judged": len(result.verdicts),
-            "failed": [{"question": golden.queries[int(k)].question, "reason": r} for k, r in result.failures.items()],
-            "cost": result.cost,
-        })
-    return out
 
 
 def _question_rows(golden: GoldenSet, answers: Sequence[Answer], per_q: Any, specs: Sequence[str],
