@@ -29,7 +29,7 @@ from ..metrics.registry import parse_metric
 from . import designs as dz
 from .active import draw_items, uncertainty
 from .ppi import Z95, Estimate, EstimateError, active_ratio, human_mean, ppi_ratio
-from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
+from .result import AllTraffic, design_notes, human_columns, human_numerators, judge_agreement, metric_entry
 from .routed import routing_sampled
 from .routed_report import refuse_other_designs, routed_report, routed_stratified_report
 from .traffic import DEFAULT_SPECS, JudgedTraffic, human_golden, human_values, judged_traffic, submitted_pks
@@ -169,10 +169,7 @@ def _active(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.ndarra
     metrics, estimates, more = {}, {}, {}
     jr = judged.relevant[rows_all].astype(float)
     for s in specs:
-        a = np.zeros(pks.size)
-        a[xi] = human_numerators(hv, hr, s)
-        b = np.zeros(pks.size)
-        b[xi] = hr
+        a, b = human_columns(pks.size, xi, hv, hr, s)
         jall = judged.numerators(s)[rows_all]
         est = active_ratio(a, jall, b, jr, pi, xi, covariate=u)
         estimates[s] = est

@@ -86,6 +86,17 @@ def human_numerators(values: dict[str, np.ndarray], relevant: np.ndarray, spec: 
     return np.where(relevant, np.nan_to_num(values[spec]), 0.0)
 
 
+def human_columns(size: int, at: np.ndarray, values: dict[str, np.ndarray], relevant: np.ndarray,
+                  spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """The humans' numerators of ``spec`` and their relevance, put at ``at`` (positions or a mask) in
+    two columns of ``size`` rows (0 where no human labeled): the estimators' ``a`` and ``b``."""
+    a = np.zeros(size)
+    b = np.zeros(size)
+    a[at] = human_numerators(values, relevant, spec)
+    b[at] = relevant
+    return a, b
+
+
 def metric_entry(est: Estimate, human: dict[str, Any], judge_mean: float | None,
                  weighted: Estimate | None = None) -> dict[str, Any]:
     out = {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "lambda": est.lam,

@@ -27,7 +27,7 @@ import sqlite_utils
 
 from . import designs as dz
 from .ppi import Z95, EstimateError, active_ratio, human_mean
-from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
+from .result import AllTraffic, design_notes, human_columns, judge_agreement, metric_entry
 from .routed import RoutedSample, decisions, hajek_ratio, routed_sample, weighted_stratified_ratio
 from .stratified import population_strata
 from .traffic import JudgedTraffic, human_values
@@ -75,10 +75,7 @@ def routed_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled: np.
     jrel = judged.relevant.astype(float)
     metrics, estimates, more = {}, {}, {}
     for s in specs:
-        a = np.zeros(judged.pks.size)
-        b = np.zeros(judged.pks.size)
-        a[rows] = human_numerators(hv, hr, s)
-        b[rows] = hr
+        a, b = human_columns(judged.pks.size, rows, hv, hr, s)
         est = active_ratio(a, judged.numerators(s), b, jrel, sample.pi, sample.xi)
         estimates[s] = est
         metrics[s] = metric_entry(est, human_mean(hv[s][hr]), judged.judge_mean(s),
@@ -123,10 +120,7 @@ def routed_stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, l
     metrics, estimates, more = {}, {}, {}
     parts = None
     for s in specs:
-        a = np.zeros(judged.pks.size)
-        b = np.zeros(judged.pks.size)
-        a[rows] = human_numerators(hv, hr, s)
-        b[rows] = hr
+        a, b = human_columns(judged.pks.size, rows, hv, hr, s)
         jall = judged.numerators(s)
         est, parts = weighted_stratified_ratio([(a[m], jall[m], b[m], jrel[m], sample.pi[m], sample.xi[m])
                                                 for m in inside])

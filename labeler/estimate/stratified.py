@@ -21,7 +21,7 @@ import sqlite_utils
 from ..labels.strata import UNASSIGNED
 from . import designs as dz
 from .ppi import Z95, EstimateError, stratified_ratio
-from .result import AllTraffic, design_notes, human_numerators, judge_agreement, metric_entry
+from .result import AllTraffic, design_notes, human_columns, judge_agreement, metric_entry
 from .traffic import JudgedTraffic, human_values
 
 
@@ -71,10 +71,7 @@ def stratified_report(db: sqlite_utils.Database, judged: JudgedTraffic, labeled:
     metrics, estimates, more = {}, {}, {}
     parts_out = None
     for s in specs:
-        a_all = np.zeros(judged.pks.size)
-        b_all = np.zeros(judged.pks.size)
-        a_all[rows] = human_numerators(hv, hr, s)
-        b_all[rows] = hr
+        a_all, b_all = human_columns(judged.pks.size, rows, hv, hr, s)
         jall = judged.numerators(s)
         strata = []
         for h in names:
