@@ -13,6 +13,7 @@ import sqlite_utils
 from .. import db as store
 from ..accounts.settings import set_setting
 from ..errors import LabelError
+from .strata import parse_topic_values
 
 SETTING = "routing"
 AFTER_CAP_FACTOR = 0.1  # the default rate after the cap: a tenth of the rate
@@ -97,16 +98,7 @@ def check_rules(values: Mapping[str, Any]) -> Rules:
 
 def parse_quotas(items: Iterable[str]) -> dict[int, int]:
     """``["3=20", "5=10"]`` (TOPIC=N) as {3: 20, 5: 10}; a LabelError names a bad item."""
-    out: dict[int, int] = {}
-    for item in items:
-        topic, sep, n = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[int(topic.strip())] = int(n.strip())
-        except ValueError:
-            raise LabelError(f"quota {item!r} must be TOPIC=N, e.g. 3=20") from None
-    return out
+    return parse_topic_values(items, int, "quota", "TOPIC=N", "3=20")
 
 
 def get_rules(db: sqlite_utils.Database) -> Rules | None:

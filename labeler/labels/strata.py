@@ -21,7 +21,7 @@ every topic by its share (``labeler.estimate.report``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlite_utils
@@ -181,15 +181,22 @@ def set_stratified_targets(db: sqlite_utils.Database, targets: Mapping[Any, floa
     return stored
 
 
-def parse_targets(items: list[str]) -> dict[int, float]:
-    """``["3=0.5", "1=0.5"]`` (TOPIC=SHARE) as {3: 0.5, 1: 0.5}; LabelError naming a bad item."""
-    out: dict[int, float] = {}
+def parse_topic_values(items: Iterable[str], convert: Callable[[str], Any], what: str, form: str,
+                       example: str) -> dict[int, Any]:
+    """``["3=x", ...]`` as {3: convert("x"), ...}; a LabelError names a bad item, e.g. "``what``
+    '3' must be ``form``, e.g. ``example``"."""
+    out: dict[int, Any] = {}
     for item in items:
-        topic, sep, share = item.partition("=")
+        topic, sep, value = item.partition("=")
         try:
             if not sep:
                 raise ValueError
-            out[int(topic.strip())] = float(share.strip())
+            out[int(topic.strip())] = convert(value.strip())
         except ValueError:
-            raise LabelError(f"target {item!r} must be TOPIC=SHARE, e.g. 3=0.5") from None
+            raise LabelError(f"{what} {item!r} must be {form}, e.g. {example}") from None
     return out
+
+
+def parse_targets(items: list[str]) -> dict[int, float]:
+    """``["3=0.5", "1=0.5"]`` (TOPIC=SHARE) as {3: 0.5, 1: 0.5}; LabelError naming a bad item."""
+    return parse_topic_values(items, float, "target", "TOPIC=SHARE", "3=0.5")
