@@ -101,6 +101,32 @@ def test_a_text_given_only_by_a_rejected_line_still_reaches_its_chunk(tmp_path, 
     assert result.documents_without_text == 0
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_once_a_chunks_text_is_stored_each_retrieval_counts_the_values_of_that_text(tmp_path, parallel):
+    """Rows whose every chunk has its text stored are not searched again: they count what the
+    stored text held. ``plain`` is stored without a value, though a later line (same batch) and
+    later batches log it with an e-mail: those later batches count nothing for it, and the
+    address reaches neither the database nor the counts of rows that never stored it. ``mail``
+    holds a value from its first line: every retrieval counts it."""
+    records = [{"query_id": "q0", "question": "first", "retrieved": [{"id": "plain", "text": "nothing here"},
+                                                                     {"id": "mail", "text": f"write {EMAIL}"}]},
+               {"query_id": "q1", "question": "second", "retrieved": [{"id": "plain", "text": f"now {EMAIL}"}]}]
+    records += [{"query_id": f"q{i}", "question": f"q {i}",
+                 "retrieved": [{"id": "plain", "text": f"later {EMAIL}"}, {"id": "mail", "text": f"write {EMAIL}"}]}
+                for i in range(2, 2 * BATCH + 10)]  # two batches more, in which both texts are stored
+    log = tmp_path / "l.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    db = labeler.connect(tmp_path / "l.db")
+    result = labeler.ingest_logs(db, log, parallel=parallel)
+    docs = dict(db.execute("SELECT doc_id, text FROM documents").fetchall())
+    assert docs == {"plain": "nothing here", "mail": "write [EMAIL_1]"}
+    in_first_batch = BATCH - 2  # rows q2.. of the first batch: searched, as the text was not stored yet
+    mail_rows = len(records) - 1
+    assert result.redactions == {"EMAIL": mail_rows + 1 + in_first_batch}
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("l.db*"))
+    assert EMAIL.encode() not in data
+
+
 def test_texts_waiting_for_a_row_are_bounded(tmp_path, monkeypatch):
     """Texts of chunks no written row retrieves (a re-ingest's unchanged lines) wait at most
     PENDING_MAX at a time, the oldest leaving first: memory stays flat in the file's size."""

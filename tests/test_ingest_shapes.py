@@ -233,6 +233,40 @@ def test_float_noise_in_scores_is_the_same_content_and_old_hashes_still_match(db
     assert labeler.ingest_logs(db, write_jsonl(tmp_path / "d.jsonl", [noisy])).unchanged == 1
 
 
+def test_scores_rounded_for_a_whole_batch_are_pythons_round_to_the_bit():
+    """The content hash rounds every score to 9 decimals; a batch's scores are rounded at once
+    (numpy), and must give the very floats round(v, 9) gives, or re-ingests would see new content."""
+    import math
+    import random
+
+    import numpy as np
+
+    from labeler.ingest.batches import round_scores
+
+    rng = random.Random(7)
+    values = [rng.random() * 10.0 ** rng.randint(-14, 14) * rng.choice((1, -1)) for _ in range(200_000)]
+    values += [round(rng.random(), rng.randint(0, 12)) for _ in range(50_000)]  # as logged: few decimals
+    values += [(k + 0.5) / 1e9 for k in range(-20_000, 20_000)]  # ties at the 9th decimal, and near them
+    values += [k / 1e9 + 5e-10 for k in range(-20_000, 20_000)]
+    values += [0.0, -0.0, -1e-12, 2.5e-9, 1.0000000005, 8796.0930223, 2.0 ** 43 / 1e9, 2.0 ** 53, 1e300, -1e300,
+               5e-324, float(2 ** 60)]
+    values += [v for v in np.random.default_rng(7).standard_normal(50_000).tolist()]
+    bits = np.frombuffer(np.random.default_rng(8).bytes(8 * 50_000), dtype=np.float64).tolist()
+    values += [v for v in bits if math.isfinite(v)]  # every exponent
+    columns = [values[i:i + 10] for i in range(0, len(values), 10)]
+    columns[3] = [None, *columns[3][1:]]  # a chunk without a score
+    columns.append([])
+    columns.append([None, None])
+    got = round_scores(columns)
+    want = [[None if v is None else round(v, 9) for v in column] for column in columns]
+    assert [len(c) for c in got] == [len(c) for c in want]
+    mismatched = [(v, a, b) for column, g, w in zip(columns, got, want, strict=True)
+                  for v, a, b in zip(column, g, w, strict=True)
+                  if not (a is b is None or (a == b and math.copysign(1, a) == math.copysign(1, b)))]
+    assert mismatched == []
+    assert round_scores([]) == [] and round_scores([[]]) == [[]]
+
+
 def test_the_default_retriever(db, tmp_path):
     from labeler.retrievers import RetrieverError, default_retriever
 
