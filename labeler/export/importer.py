@@ -20,7 +20,7 @@ from ..ingest.common import FieldError, Problem, ProblemList, check_problems
 from ..ingest.lines import shown_text
 from ..ingest.mapping import LOG_ALIASES
 from ..ingest.readers import BadRecord, detect_format, iter_records
-from ..ingest.validate import normalize_question
+from ..ingest.validate import NORM_MATCH, norm_params, normalize_question, question_key
 from ..labels.common import event, max_grade
 from ..labels.queue import recount, sync_queue
 from ..labels.writes import JUDGMENTS
@@ -166,8 +166,8 @@ def _resolve_queries(conn: Any, lines: list[_Line]) -> dict[int, int | None]:
                               [json.dumps([x.query_id for x in lines if x.query_id is not None])]).fetchall())
     by_text: dict[str, int] = {}
     for norm, pk in conn.execute(
-            "SELECT norm_question, min(pk) FROM queries WHERE norm_question IN (SELECT value FROM json_each(?)) "
-            "GROUP BY norm_question", [json.dumps([normalize_question(x.question) for x in lines])]):
+            f"SELECT norm_question, min(pk) FROM queries WHERE {NORM_MATCH} GROUP BY norm_question",
+            norm_params(sorted({normalize_question(x.question) for x in lines}))):
         by_text[norm] = pk
     return {x.line: by_id.get(x.query_id) or by_text.get(normalize_question(x.question)) for x in lines}
 
@@ -310,10 +310,11 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
         docs, result.documents_new = _doc_pks(conn, {d for x in valid for d in x.relevance}, at)
         created = [x for x in valid if resolved[x.line] is None]
         conn.executemany(
-            "INSERT INTO queries (query_id, question, norm_question, origin, review_state, source, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO queries (query_id, question, norm_question, norm_key, origin, review_state, source, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(x.query_id or "g-" + hashlib.sha1(normalize_question(x.question).encode()).hexdigest()[:16],
-              x.question, normalize_question(x.question), x.origin or "import",
+              x.question, normalize_question(x.question), question_key(normalize_question(x.question)),
+              x.origin or "import",
               "accepted" if x.origin == "synthetic" else None, f"{shown}:{x.line}", at) for x in created])
         resolved.update(_resolve_queries(conn, created))
         sync_queue(db)

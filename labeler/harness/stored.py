@@ -20,7 +20,7 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str |
     found by query id, else by normalized question. A question the database does not hold, or holds
     without a logged ``retriever`` list, is ``skipped`` (not scored), so a first baseline reflects what
     production actually did."""
-    from ..ingest.validate import normalize_question
+    from ..ingest.validate import NORM_MATCH, norm_params, normalize_question
 
     retriever = default_retriever(db, retriever)
     ids = sorted({q.query_id for q in golden.queries if q.query_id is not None})
@@ -31,8 +31,8 @@ def stored_run(db: sqlite_utils.Database, golden: GoldenSet, *, retriever: str |
     by_text: dict[str, int] = {}
     # several logged queries may share a text: take the most frequent one
     for norm, pk in db.execute(
-            "SELECT norm_question, pk FROM queries q WHERE norm_question IN (SELECT value FROM json_each(?)) "
-            f"AND {store.visible('q')} ORDER BY occurrences DESC, pk", [json.dumps(texts)]):
+            f"SELECT norm_question, pk FROM queries q WHERE {NORM_MATCH} AND {store.visible('q')} "
+            "ORDER BY occurrences DESC, pk", norm_params(texts)):
         by_text.setdefault(norm, pk)
     pks = [by_id.get(q.query_id) if q.query_id in by_id else by_text.get(normalize_question(q.question))
            for q in golden.queries]

@@ -23,7 +23,7 @@ import sqlite_utils
 from .. import db as store
 from .. import owners
 from ..accounts.manage import require
-from ..ingest.validate import normalize_question
+from ..ingest.validate import normalize_question, question_key
 from ..llm.batch import store as batch_store
 from ..llm.batch import submitting as batch_submitting
 from ..llm.cache import estimate as estimate_cost
@@ -336,7 +336,8 @@ def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: RunSumma
             continue
         meta = {"expected_answer": it.item.answer.strip(), "quotes": it.item.quotes,
                 "question_type": it.item.type, "llm_call": it.call}
-        rows.append((it.query_id, question, normalize_question(question), store.dumps(meta),
+        rows.append((it.query_id, question, normalize_question(question), question_key(normalize_question(question)),
+                     store.dumps(meta),
                      f"synth run {result.run_id}", store.dumps(list(it.seed.doc_ids)),
                      store.dumps({**generator, "multi_hop": it.seed.multi_hop}), at))
         retrievals.append(_candidates(index, question, it.seed, plan.options.candidates_k))
@@ -346,9 +347,9 @@ def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: RunSumma
             "quotes, reason, detail, generator, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rejected)
         for row, candidates in zip(rows, retrievals, strict=True):
             cur = db.execute(
-                "INSERT INTO queries (query_id, question, norm_question, origin, answer, occurrences, meta, source, "
-                "review_state, seed_doc_ids, generator, created_at) "
-                "VALUES (?, ?, ?, 'synthetic', NULL, 1, ?, ?, 'pending', ?, ?, ?)", list(row))
+                "INSERT INTO queries (query_id, question, norm_question, norm_key, origin, answer, occurrences, meta, "
+                "source, review_state, seed_doc_ids, generator, created_at) "
+                "VALUES (?, ?, ?, ?, 'synthetic', NULL, 1, ?, ?, 'pending', ?, ?, ?)", list(row))
             pk = int(cur.lastrowid)
             db.conn.executemany(
                 "INSERT INTO retrievals (query_pk, retriever, rank, doc_pk, score) VALUES (?, ?, ?, ?, ?)",
