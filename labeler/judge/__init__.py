@@ -44,6 +44,7 @@ from .gate import (
     set_gate_settings,
     suggestions_for,
 )
+from .items import ON_SETS, select_items
 from .lineage import lineage
 from .registry import (
     ANSWER_FIELDS,
@@ -70,16 +71,7 @@ from .registry import (
     rubrics,
     save_rubric,
 )
-from .runs import (
-    ON_SETS,
-    AnswerVerdicts,
-    Stability,
-    judge_answers,
-    resume_run,
-    run_judge,
-    select_items,
-    stability,
-)
+from .runs import AnswerVerdicts, Stability, judge_answers, resume_run, run_judge, stability
 from .store import JudgeRun, get_run, list_checks, list_runs
 from .stress import PERTURBATIONS, PLANTED_INSTRUCTION, StressResult, perturb, stress_judge
 

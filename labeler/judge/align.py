@@ -62,9 +62,9 @@ from .candidates import (
     with_examples,
 )
 from .grading import grade_items, grading_tasks, scale_of
+from .items import load_items
 from .pairs import LabeledPairs, labeled_pairs
 from .registry import Judge, JudgeItem, Rubric, get_judge, get_rubric, save_rubric
-from .runs import load_items
 from .store import get_check, list_checks, save_check, update_check
 from .stress import split_name
 

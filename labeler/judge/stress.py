@@ -43,9 +43,9 @@ from ..llm.cache import estimate as estimate_cost
 from ..llm.client import Estimate, LLMConfig, Progress
 from .gate import gate_settings, planted_verdict
 from .grading import grade_items, grading_tasks, scale_of
+from .items import load_items
 from .pairs import labeled_pairs
 from .registry import JudgeItem, get_judge, get_rubric
-from .runs import load_items
 from .store import save_check
 
 PERTURBATIONS: dict[str, str] = {
