@@ -32,13 +32,10 @@ from .client import (
     Progress,
     RunSummary,
     Task,
-    json_schema_for,
-    request_body,
-    request_params,
-    task_hash,
 )
 from .direct import run_tasks
 from .embeddings import embed
+from .structured import json_schema_for, request_body, request_params, task_hash
 
 __all__ = ["DEFAULT_MODEL", "batch", "MODES", "PRICES", "REPAIR_PROMPT_V1", "SCHEMA_PROMPT_V1", "Estimate", "LLMConfig", "LLMError",
            "Progress", "RunSummary", "Task", "embed", "estimate", "json_schema_for", "request_body",

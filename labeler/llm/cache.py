@@ -20,7 +20,8 @@ import sqlite_utils
 from .. import privacy
 from ..db import dumps, now, transaction
 from ..privacy.redactor import Redactor
-from .client import Estimate, LLMConfig, Task, json_schema_for, model_schema, request_params, task_hash
+from .client import Estimate, LLMConfig, Task
+from .structured import json_schema_for, model_schema, request_params, task_hash
 
 
 def redact_tasks(redactor: Redactor | None, tasks: Iterable[Task]) -> Iterator[Task]:

@@ -32,15 +32,9 @@ from .cache import (
     request_record,
     store_call,
 )
-from .client import (
-    MODES,
-    RESERVED_PARAMS,
-    RETRY_STATUS,
+from .client import MODES, RESERVED_PARAMS, RETRY_STATUS, LLMConfig, Progress, RunSummary, Task
+from .structured import (
     CallFailed,
-    LLMConfig,
-    Progress,
-    RunSummary,
-    Task,
     api_message,
     completion_content,
     repair_messages,

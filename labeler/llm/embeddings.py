@@ -12,7 +12,8 @@ import sqlite_utils
 
 from ..db import now, transaction
 from ..errors import LLMError
-from .client import LLMConfig, api_message
+from .client import LLMConfig
+from .structured import api_message
 
 
 def _embedding_key(model: str, text: str) -> str:

@@ -61,7 +61,7 @@ from labeler import judge, llm  # noqa: E402
 from labeler.holdout import set_split  # noqa: E402
 from labeler.judge.align import align_judge  # noqa: E402
 from labeler.judge.stress import stress_judge  # noqa: E402
-from labeler.llm.client import strict_schema  # noqa: E402
+from labeler.llm.structured import strict_schema  # noqa: E402
 
 JUDGES = ("learner", "random", "gullible", "robust")
 GATE_LIMIT = 0.05  # the gate's default max_planted_rate
@@ -167,7 +167,7 @@ def call_hashes(db) -> set[str]:
 
 def sent_requests(db, hashes: set[str]) -> list[dict[str, Any]]:
     """The keyword arguments of the requests stored under ``hashes`` in ``llm_calls``, rebuilt as
-    ``labeler.llm.client.request_body`` builds them in json_schema mode."""
+    ``labeler.llm.structured.request_body`` builds them in json_schema mode."""
     bodies = []
     for h, raw, n in db.execute("SELECT hash, request, requests FROM llm_calls ORDER BY rowid"):
         if h not in hashes:

@@ -25,16 +25,9 @@ from ...accounts.manage import require
 from ...db import now, transaction
 from ...errors import LLMError
 from ..cache import call_row, redact_answer, store_call, store_many
-from ..client import (
-    CallFailed,
-    LLMConfig,
-    Task,
-    api_message,
-    completion_content,
-    short_error,
-    validate_content,
-)
+from ..client import LLMConfig, Task
 from ..direct import run_tasks
+from ..structured import CallFailed, api_message, completion_content, short_error, validate_content
 from .store import LOCAL, BatchInfo, owner_of, set_batch
 from .submitting import client_for, refresh, submit
 

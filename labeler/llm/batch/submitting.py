@@ -24,15 +24,8 @@ from ...accounts.manage import require
 from ...db import dumps, now, transaction
 from ...errors import LLMError
 from ..cache import load_cached, redact_tasks, request_record
-from ..client import (
-    LLMConfig,
-    Task,
-    api_message,
-    schema_name_of,
-    short_error,
-    strict_schema,
-    task_hash,
-)
+from ..client import LLMConfig, Task
+from ..structured import api_message, schema_name_of, short_error, strict_schema, task_hash
 from .store import (
     ENDPOINT,
     MAX_BYTES,
