@@ -35,6 +35,7 @@ Conventions:
   identical to the package's alpha over all annotators.
 """
 
+from .resample import count_tables, resample_indices
 from .retrievers import retriever_agreement
 from .stats import (
     ANSWER_STATISTICS,
@@ -44,13 +45,11 @@ from .stats import (
     HumanPairs,
     OrdinalArrays,
     Stat,
-    count_tables,
     display_name,
     human_pairs,
     ordinal_agreement,
     ordinal_arrays,
     paired_difference,
-    resample_indices,
     roc_auc,
 )
 
