@@ -5,26 +5,19 @@ with its report, per-question records, markdown summary, optional baseline compa
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import sqlite_utils
 
 from .. import db as store
 from ..errors import DatabaseError, LabelerError
-from ..metrics.registry import Metric
 from ..retrievers import default_retriever
-from .ci import write_ci_files
 from .gate import (
     Baseline,
     Comparison,
-    baseline_document,
     check_gate,
     check_golden,
     compare,
@@ -38,17 +31,14 @@ from .options import GateOptions, GoldenOptions, JudgeOptions, OutputOptions, Ru
 from .pipeline import (
     Answer,
     Pipeline,
-    PipelineError,
     callable_pipeline,
     function_pipeline,
     http_pipeline,
     run_pipeline,
 )
-from .result import EvalResult, render_markdown, write_json, write_report
+from .report import Plan, Scores, finish_report
+from .result import EvalResult
 from .stored import stored_run
-
-REPORT_FORMAT = 1
-# --- the stored production run -------------------------------------------------------------
 
 # --- building the pieces -------------------------------------------------------------------
 
@@ -76,18 +66,6 @@ def _open_db(db: sqlite_utils.Database | str | Path | None, *,
         raise DatabaseError(f"no pipeline given and database {db} does not exist: pass --pipeline or --endpoint, "
                             "or --db pointing at the database the golden set came from")
     return store.connect(db, create=False), str(db)
-
-
-def _none(v: Any) -> Any:
-    return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def _latency(answers: Sequence[Answer]) -> dict[str, float | None]:
-    seconds = np.array([a.seconds for a in answers if a.status != "skipped"])
-    if seconds.size == 0:
-        return {"mean": None, "p50": None, "p95": None, "max": None}
-    p50, p95 = np.quantile(seconds, [0.5, 0.95])
-    return {"mean": float(seconds.mean()), "p50": float(p50), "p95": float(p95), "max": float(seconds.max())}
 
 
 # --- evaluate ------------------------------------------------------------------------------
@@ -186,8 +164,8 @@ def evaluate(
         "total_seconds": done_at - started, "load_seconds": loaded_at - started,
         "run_seconds": ran_at - loaded_at, "score_seconds": scored_at - ran_at, "gate_seconds": done_at - scored_at,
     }
-    return _report(plan, answers, pipeline_info, scores, comparison, timings, run=run, scoring=scoring, gate=gate,
-                   outputs=outputs)
+    return finish_report(plan, answers, pipeline_info, scores, comparison, timings, run=run, scoring=scoring,
+                         gate=gate, outputs=outputs)
 
 
 # A keyword of evaluate and the field of its option object, where their names differ.
@@ -218,37 +196,8 @@ def _is_default(value: Any, default: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
-@dataclass
-class _Plan:
-    """What the options and the golden set came to before any question runs (``_prepare``)."""
-
-    golden: GoldenSet
-    split: dict[str, Any]
-    metrics: list[Metric]
-    baseline: Baseline | None
-    tolerances: dict[str, float]
-    runner: Pipeline | None
-    judge_runs: list[int]
-    all_traffic: dict[str, Any] | None
-    warnings: list[str]
-
-    @property
-    def specs(self) -> list[str]:
-        return [w.spec for w in self.metrics]
-
-
-@dataclass
-class _Scores:
-    """Per-question values (``per_q``), their means with CIs (``aggregates``) and what the report
-    says about each judge that scored the answers (``judged``)."""
-
-    per_q: pd.DataFrame
-    aggregates: dict[str, Any]
-    judged: list[dict[str, Any]]
-
-
 def _prepare(golden: str | Path | GoldenSet, db: Any, *, run: RunOptions, golden_options: GoldenOptions,
-             scoring: ScoringOptions, gate: GateOptions, judges: JudgeOptions) -> _Plan:
+             scoring: ScoringOptions, gate: GateOptions, judges: JudgeOptions) -> Plan:
     """Load the golden set (its dev or holdout questions), the baseline and the pipeline, and check
     the options against them and against each other: every user error is raised here, before any
     question runs."""
@@ -268,10 +217,10 @@ def _prepare(golden: str | Path | GoldenSet, db: Any, *, run: RunOptions, golden
         check_gate(specs, base, tolerances, alpha=gate.alpha)
     runner = _pipeline(run)
     judge_runs, all_traffic = _cite_all_traffic(db, judges.runs, specs)
-    return _Plan(loaded, split_info, wanted, base, tolerances, runner, judge_runs, all_traffic, warnings)
+    return Plan(loaded, split_info, wanted, base, tolerances, runner, judge_runs, all_traffic, warnings)
 
 
-def _answer(plan: _Plan, db: Any, run: RunOptions,
+def _answer(plan: Plan, db: Any, run: RunOptions,
             progress: Callable[[int, int], None] | None) -> tuple[list[Answer], dict[str, Any]]:
     """Every golden question's answer, from the pipeline or (without one) from the retrieval logged
     in ``db``; and what the report says about where they came from."""
@@ -293,8 +242,8 @@ def _answer(plan: _Plan, db: Any, run: RunOptions,
     return answers, {"id": f"{where}#{retriever}", "kind": "database", "retriever": retriever}
 
 
-def _score(plan: _Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOptions,
-           judges: JudgeOptions) -> _Scores:
+def _score(plan: Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOptions,
+           judges: JudgeOptions) -> Scores:
     """The metrics of every question and their means with seeded bootstrap CIs, then the judges'
     scores of the answers (added as columns and means)."""
     per_q = score(plan.golden, answers, plan.metrics)
@@ -307,10 +256,10 @@ def _score(plan: _Plan, answers: Sequence[Answer], db: Any, scoring: ScoringOpti
         judged = judge_pipeline_answers(database, plan.judge_runs, judges.llm_config, plan.golden, answers, per_q,
                                         aggregates, plan.warnings, n_resamples=scoring.n_resamples,
                                         seed=scoring.seed)
-    return _Scores(per_q, aggregates, judged)
+    return Scores(per_q, aggregates, judged)
 
 
-def _compare(plan: _Plan, scores: _Scores, gate: GateOptions, *, seed: int, n_resamples: int) -> Comparison | None:
+def _compare(plan: Plan, scores: Scores, gate: GateOptions, *, seed: int, n_resamples: int) -> Comparison | None:
     """The comparison with the baseline (None without one); its warnings join the plan's."""
     if plan.baseline is None:
         return None
@@ -318,73 +267,6 @@ def _compare(plan: _Plan, scores: _Scores, gate: GateOptions, *, seed: int, n_re
                          n_permutations=gate.n_permutations, seed=seed, n_resamples=n_resamples)
     plan.warnings.extend(comparison.warnings)
     return comparison
-
-
-def _report(plan: _Plan, answers: Sequence[Answer], pipeline_info: dict[str, Any], scores: _Scores,
-            comparison: Comparison | None, timings: dict[str, Any], *, run: RunOptions, scoring: ScoringOptions,
-            gate: GateOptions, outputs: OutputOptions) -> EvalResult:
-    """The report, per-question records and markdown summary; written to ``outputs`` (the baseline
-    only when the gate passed). Raises PipelineError, after writing the report, when every evaluated
-    question failed."""
-    per_q, specs, warnings = scores.per_q, plan.specs, plan.warnings
-    rows = _question_rows(plan.golden, answers, per_q, specs, plan.baseline, comparison)
-    for j in scores.judged:
-        for i, row in enumerate(rows):
-            row["metrics"][j["metric"]] = _none(float(per_q.at[i, j["metric"]]))
-    evaluated = [a for a in answers if a.status != "skipped"]
-    failures = [r for r in rows if r["status"] in ("error", "timeout")]
-    status = "no baseline" if comparison is None else "fail" if comparison.failed else "pass"
-    run_seconds = timings["run_seconds"]
-    report: dict[str, Any] = {
-        "labeler_report": REPORT_FORMAT,
-        "created_at": store.now(),
-        "status": status,
-        "pipeline": pipeline_info,
-        "golden": plan.golden.identity(),
-        "settings": {
-            "metrics": specs, "k": scoring.reported_k,
-            "threshold": plan.golden.threshold, "concurrency": run.concurrency,
-            "timeout": run.timeout, "baseline": str(gate.baseline) if gate.baseline is not None else None,
-            "max_drop": plan.tolerances or None, "alpha": gate.alpha, "permutations": gate.n_permutations,
-            "bootstrap_resamples": scoring.n_resamples, "confidence": 0.95, "seed": scoring.seed,
-        },
-        "metrics": scores.aggregates,
-        "counts": {
-            "questions": len(answers), "evaluated": len(evaluated),
-            "skipped": len(answers) - len(evaluated),
-            "errors": sum(a.status == "error" for a in answers),
-            "timeouts": sum(a.status == "timeout" for a in answers),
-            "without_relevant": int((per_q["n_relevant"] == 0).sum()),
-        },
-        "timings": {
-            **timings,
-            "questions_per_second": len(evaluated) / run_seconds if run_seconds > 0 else None,
-            "latency_seconds": _latency(answers),
-        },
-        "errors": [{k_: r[k_] for k_ in ("query_id", "question", "status", "error")} for r in failures],
-        "skipped": [{k_: r[k_] for k_ in ("query_id", "question", "error")} for r in rows if r["status"] == "skipped"],
-        "comparison": comparison.to_dict() if comparison is not None else None,
-        "judges": scores.judged,
-        "warnings": warnings,
-        "split": plan.split,
-    }
-    if plan.all_traffic is not None:
-        report["all_traffic"] = plan.all_traffic
-    result = EvalResult(report, rows, "", comparison, per_q)
-    if outputs.save_baseline is not None and result.failed:
-        warnings.append(f"baseline not saved to {outputs.save_baseline}: the gate failed (fix the regression, or "
-                        "save without --baseline to accept it)")
-    result.markdown = render_markdown(result)
-    if outputs.output is not None:
-        write_report(result, outputs.output)
-    write_ci_files(report, rows, report_md=outputs.report_md, junit=outputs.junit)
-    if evaluated and len(failures) == len(evaluated):
-        raise PipelineError(f"all {len(evaluated)} questions failed, e.g. {failures[0]['error']}; "
-                            "check the pipeline (nothing was compared or saved)")
-    if outputs.save_baseline is not None and not result.failed:
-        write_json(outputs.save_baseline, baseline_document(plan.golden, pipeline_info["id"], scores.aggregates, rows,
-                                                            report["created_at"]))
-    return result
 
 
 def _split_golden(loaded: GoldenSet, holdout: bool, db: Any, by: str | None) -> tuple[GoldenSet, dict[str, Any]]:
@@ -427,20 +309,3 @@ def _cite_all_traffic(db: Any, run_ids: Sequence[int], specs: Sequence[str]) -> 
             database.close()
 
 
-def _question_rows(golden: GoldenSet, answers: Sequence[Answer], per_q: Any, specs: Sequence[str],
-                   base: Baseline | None, comparison: Comparison | None) -> list[dict[str, Any]]:
-    matched = dict(comparison.pairs) if comparison is not None else {}
-    rows = []
-    for i, (q, a) in enumerate(zip(golden.queries, answers, strict=True)):
-        row: dict[str, Any] = {
-            "key": q.key, "query_id": q.query_id, "question": q.question, "status": a.status, "error": a.error,
-            "seconds": round(a.seconds, 6), "retrieved": a.docs, "answer": a.answer,
-            "relevant_ids": q.relevant_ids(golden.threshold),
-            "metrics": {s: _none(float(per_q.at[i, s])) for s in specs},
-            "n_relevant": _none(float(per_q.at[i, "n_relevant"])),
-        }
-        if base is not None:
-            j = matched.get(i)
-            row["baseline"] = None if j is None else {s: base.questions[j]["values"].get(s) for s in specs}
-        rows.append(row)
-    return rows
