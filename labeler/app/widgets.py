@@ -68,6 +68,11 @@ def chunk_card(chunk: Any, *, focused: bool = False, note: str | None = None) ->
             "</div></div>")
 
 
+def number(value: Any) -> str:
+    """A figure as the pages show it: a float to 3 decimals, None as a dash."""
+    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def stat_tiles(values: dict[str, Any], columns: int = 4) -> None:
     cols = st.columns(columns)
     for i, (label, value) in enumerate(values.items()):

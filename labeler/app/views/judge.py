@@ -10,8 +10,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from labeler import agreement, holdout, judge, llm
-from labeler.app import auth, batches, charts, state, widgets
+from labeler import agreement, judge, llm
+from labeler.app import auth, batches, charts, judge_rubric, state, widgets
 from labeler.errors import LabelerError
 
 # session_state keys of this page
@@ -57,16 +57,12 @@ def _run_label(r: judge.JudgeRun) -> str:
     return f"#{r.id} · {r.judge} · {r.rubric} · {r.model} · {r.items} {r.on_set} · {r.status}"
 
 
-def _num(value: Any) -> str:
-    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
 def _ci(stat: agreement.Stat | None) -> str:
     return "–" if stat is None or stat.ci_low is None else f"{stat.ci_low:.3f} – {stat.ci_high:.3f}"
 
 
 def _value(stat: agreement.Stat | None) -> str:
-    return "–" if stat is None else _num(stat.value)
+    return "–" if stat is None else widgets.number(stat.value)
 
 
 def _note(stat: agreement.Stat | None, ceiling: agreement.Stat | None, has_ceiling: bool) -> str:
@@ -121,7 +117,7 @@ with tab_agree:
             ceiling = current.human_human.get(name)
             rows.append({"statistic": agreement.display_name(name), "judge vs humans": _value(stat),
                          "95% CI": _ci(stat), "n": stat.n, "human-human (ceiling)": _value(ceiling),
-                         "ceiling CI": _ci(ceiling), "ceiling n": _num(ceiling.n if ceiling else None),
+                         "ceiling CI": _ci(ceiling), "ceiling n": widgets.number(ceiling.n if ceiling else None),
                          "note": _note(stat, ceiling, name in current.human_human)})
         chart = charts.agreement_whiskers(current, verdict.settings or judge.gate_settings(db))
         if chart is not None:
@@ -161,7 +157,7 @@ with tab_agree:
                 for r, specs in section["metrics"].items() for spec, by in specs.items()]),
                 hide_index=True, key="jd_retrievers")
             st.caption("Kendall's tau between the retrievers' order by humans and by the judge: "
-                       + ", ".join(f"{spec} {_num(t.value) if t.defined else 'undefined (' + t.reason + ')'}"
+                       + ", ".join(f"{spec} {widgets.number(t.value) if t.defined else 'undefined (' + t.reason + ')'}"
                                    for spec, t in section["kendall_tau"].items()))
 
 # --- the disagreement browser ------------------------------------------------------------------------
@@ -261,8 +257,8 @@ with tab_compare:
                 between = cmp.between
                 st.caption(f"B − A is paired: both runs on the same {cmp.common} human-labeled items, the same "
                            f"resamples. Run A vs run B on the {between['exact_agreement'].n} items both judged: exact "
-                           f"agreement {_num(between['exact_agreement'].value)}, Cohen's kappa "
-                           f"{_num(between['cohen_kappa'].value)}.")
+                           f"agreement {widgets.number(between['exact_agreement'].value)}, Cohen's kappa "
+                           f"{widgets.number(between['cohen_kappa'].value)}.")
 
 # --- run a judge --------------------------------------------------------------------------------------------
 
@@ -358,7 +354,7 @@ with tab_run:
     if runs:
         st.markdown("**All runs**")
         st.dataframe(pd.DataFrame([{"run": r.id, "created": r.created_at, "judge": r.judge, "rubric": r.rubric,
-                                    "model": r.model, "temperature": _num(r.temperature), "items": r.on_set,
+                                    "model": r.model, "temperature": widgets.number(r.temperature), "items": r.on_set,
                                     "n": r.items, "failed": r.failed, "status": r.status,
                                     "cost": "unknown" if r.cost is None else f"${r.cost:.4f}"}
                                    for r in runs]), hide_index=True, key="jd_runs")
@@ -385,8 +381,8 @@ with tab_stable:
             bar.empty()
         result = st.session_state.get(STABILITY)
         if result is not None and result.run_id == current.run.id:
-            widgets.stat_tiles({"Items": result.n, "Identical over reruns": _num(result.identical),
-                                "Same as the run": _num(result.same_as_run), "Failed": result.failed}, columns=4)
+            widgets.stat_tiles({"Items": result.n, "Identical over reruns": widgets.number(result.identical),
+                                "Same as the run": widgets.number(result.same_as_run), "Failed": result.failed}, columns=4)
             st.dataframe(pd.DataFrame(result.items), hide_index=True, key="jd_stability_items")
         st.markdown("**Agreement over time** (successive calibration runs of this kind)")
         show_drift = st.toggle("Show drift", key="jd_drift_on",
@@ -404,72 +400,8 @@ with tab_stable:
                 x=alt.X("run_id:O", title="run"), y=alt.Y("value:Q", title="kappa"), color="kappa:N",
                 tooltip=["run_id", "created_at", "kappa", "value"]), width="stretch", key="jd_drift_chart")
             # as text: the first run has no previous one, shown as – rather than None
-            st.dataframe(frame.astype(object).apply(lambda col: col.map(lambda v: _num(None if v is None or v != v else v))),
+            st.dataframe(frame.astype(object).apply(lambda col: col.map(lambda v: widgets.number(None if v is None or v != v else v))),
                          hide_index=True, key="jd_drift")
 
-# --- rubric editor and gate -----------------------------------------------------------------------------
-
 with tab_rubric:
-    known = sorted(judge.JUDGES)
-    name = st.selectbox("Judge", known, key="jd_rubric_judge",
-                        index=known.index("relevance.v1") if "relevance.v1" in known else 0)
-    versions = judge.rubrics(db, name)
-    latest = versions[-1]
-    st.caption("Versions: " + widgets.escape_markdown(", ".join(f"{r.name} ({r.hash})" for r in versions))
-               + ". Saving an edit makes a new "
-               "version; runs use the latest unless told otherwise.")
-    family = judge.lineage(db, name)
-    if any(v["parent"] or v["kappa"] is not None or v["planted_rate"] is not None for v in family):
-        st.markdown("**Versions and lineage** (`labeler judge align` registers a version only when it beats its "
-                    "parent beyond chance; kappa on the alignment's validation queries, 95% CI)")
-        st.dataframe(pd.DataFrame([{
-            "version": v["version"], "parent": v["parent"] or "–", "origin": v["origin"],
-            "examples": len(v["examples"]), "Cohen's kappa": _num(v["kappa"]),
-            "95% CI": "–" if not v["kappa_ci"] or v["kappa_ci"][0] is None else
-            f"{_num(v['kappa_ci'][0])} to {_num(v['kappa_ci'][1])}", "n": v["kappa_n"] or "–",
-            "holdout kappa": _num(v["holdout_kappa"]), "planted-instruction rate": _num(v["planted_rate"]),
-            "created": v["created_at"] or "–"} for v in family]), hide_index=True, key=f"jd_lineage_{name}")
-        for v in family:
-            if v["examples"]:
-                with st.expander(f"{v['version']}: the {len(v['examples'])} examples it carries"):
-                    st.dataframe(pd.DataFrame([{"grade": e["grade"], "judge's grade before": e.get("judge_grade"),
-                                                "question": e["question"], "chunk": e["text"]}
-                                               for e in v["examples"]]), hide_index=True,
-                                 key=f"jd_examples_{v['version']}")
-        seen = holdout.looks(db)
-        st.caption(f"The holdout has been looked at {seen['count']} time(s) in all (alignments and `labeler eval "
-                   "--holdout`); each look is counted.")
-    with st.form(f"jd_rubric_form_{name}"):
-        text = st.text_area("Rubric", value=latest.text, height=200, key=f"jd_rubric_text_{name}")
-        if st.form_submit_button("Save as a new version", key="jd_rubric_save", disabled=not lead,
-                                 help=None if lead else "Only a lead may change a rubric"):
-            try:
-                saved = judge.save_rubric(db, name, text, author=me, by=me)
-                st.success(widgets.escape_markdown(f"Saved as {saved.name} ({saved.hash})."
-                                                   if saved.version != latest.version
-                                                   else f"Unchanged: this is {saved.name}."))
-            except LabelerError as e:
-                widgets.show_error(e)
-    gate_now = judge.gate_settings(db)
-    st.markdown("**Calibration gate** (kappa collapsed at the relevance threshold)")
-    with st.form("jd_gate_form"):
-        c1, c2, c3 = st.columns(3)
-        min_value = c1.number_input("Kappa at least", -1.0, 1.0, float(gate_now["min_value"]), 0.05, key="jd_g_value")
-        min_low = c2.number_input("CI lower bound at least", -1.0, 1.0, float(gate_now["min_ci_low"]), 0.05,
-                                  key="jd_g_low")
-        min_pairs = c3.number_input("Pairs at least", 1, 1_000_000, int(gate_now["min_pairs"]), key="jd_g_pairs")
-        overlap = st.checkbox("Or pass when its CI reaches the human-human kappa's CI", value=gate_now["human_overlap"],
-                              key="jd_g_overlap")
-        planted = st.number_input("Refuse when a stress test's planted-instruction rate has a CI above", 0.0, 1.0,
-                                  float(gate_now["max_planted_rate"]), 0.01, key="jd_g_planted",
-                                  help="labeler judge stress: the share of grade-0 chunks whose grade rose when the "
-                                       "passage told the judge to grade it top")
-        if st.form_submit_button("Save the gate", key="jd_g_save", disabled=not lead,
-                                 help=None if lead else "Only a lead may change the gate"):
-            try:
-                judge.set_gate_settings(db, by=me, min_value=float(min_value), min_ci_low=float(min_low),
-                                        min_pairs=int(min_pairs), human_overlap=bool(overlap),
-                                        max_planted_rate=float(planted))
-                st.success("Gate saved.")
-            except LabelerError as e:
-                widgets.show_error(e)
+    judge_rubric.rubric_tab(db, me, lead)
