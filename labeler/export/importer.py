@@ -20,7 +20,7 @@ from ..ingest.common import FieldError, Problem, ProblemList, check_problems
 from ..ingest.lines import shown_text
 from ..ingest.mapping import LOG_ALIASES
 from ..ingest.readers import BadRecord, detect_format, iter_records
-from ..ingest.validate import NORM_MATCH, norm_params, normalize_question, question_key
+from ..ingest.validate import NORM_MATCH, norm_params, normalize_question, question_columns
 from ..labels.common import event, max_grade
 from ..labels.queue import recount, sync_queue
 from ..labels.writes import JUDGMENTS
@@ -312,10 +312,9 @@ def import_golden(db: sqlite_utils.Database, path: str | Path, *, annotator: str
         conn.executemany(
             "INSERT INTO queries (query_id, question, norm_question, norm_key, origin, review_state, source, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(x.query_id or "g-" + hashlib.sha1(normalize_question(x.question).encode()).hexdigest()[:16],
-              x.question, normalize_question(x.question), question_key(normalize_question(x.question)),
-              x.origin or "import",
-              "accepted" if x.origin == "synthetic" else None, f"{shown}:{x.line}", at) for x in created])
+            [(x.query_id or "g-" + hashlib.sha1(norm.encode()).hexdigest()[:16], x.question, norm, key,
+              x.origin or "import", "accepted" if x.origin == "synthetic" else None, f"{shown}:{x.line}", at)
+             for x in created for norm, key in [question_columns(x.question)]])
         resolved.update(_resolve_queries(conn, created))
         sync_queue(db)
         new_lines = {x.line for x in created}

@@ -246,6 +246,12 @@ def question_key(norm: str) -> int:
     return int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+def question_columns(question: str) -> tuple[str, int]:
+    """What every writer of ``queries`` stores for a question: ``(norm_question, norm_key)``."""
+    norm = normalize_question(question)
+    return norm, question_key(norm)
+
+
 # the queries whose normalized question is one of a list: by key (rows written without one, by
 # hand or by an older labeler, have NULL, also found through the index), then by the text itself;
 # parameters: ``norm_params(norms)``

@@ -16,7 +16,7 @@ import sqlite_utils
 from .. import db as store
 from .batches import Row, content_hash
 from .common import IngestResult, Problem
-from .validate import normalize_question, question_key
+from .validate import question_columns
 
 PENDING_MAX = 200_000  # texts sent apart that wait for a written row (see LogWriter.add_texts)
 
@@ -232,13 +232,13 @@ class LogWriter:
                 "INSERT INTO queries (pk, query_id, question, norm_question, norm_key, origin, answer, occurrences, "
                 "first_seen, last_seen, meta, source, created_at, ingest_id) "
                 "VALUES (?, ?, ?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?, ?)",
-                [(pk, r.query_id, r.rec["question"], norm, question_key(norm), r.rec["answer"],
+                [(pk, r.query_id, r.rec["question"], norm, key, r.rec["answer"],
                   r.rec["timestamp"], r.rec["timestamp"],
                   store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
                   f"{self.path}:{r.line}", self.created, self.ingest_id)
-                 for (pk, r), norm in zip(enumerate(new_queries, first),
-                                          map(normalize_question, (r.rec["question"] for r in new_queries)),
-                                          strict=True)])
+                 for (pk, r), (norm, key) in zip(enumerate(new_queries, first),
+                                                 map(question_columns, (r.rec["question"] for r in new_queries)),
+                                                 strict=True)])
             pks = {r.query_id: pk for pk, r in enumerate(new_queries, first)}
         else:
             pks = {}

@@ -23,7 +23,7 @@ import sqlite_utils
 from .. import db as store
 from .. import owners
 from ..accounts.manage import require
-from ..ingest.validate import normalize_question, question_key
+from ..ingest.validate import question_columns
 from ..llm.batch import store as batch_store
 from ..llm.batch import submitting as batch_submitting
 from ..llm.cache import estimate as estimate_cost
@@ -336,8 +336,7 @@ def _store_results(db: sqlite_utils.Database, plan: SynthPlan, summary: RunSumma
             continue
         meta = {"expected_answer": it.item.answer.strip(), "quotes": it.item.quotes,
                 "question_type": it.item.type, "llm_call": it.call}
-        rows.append((it.query_id, question, normalize_question(question), question_key(normalize_question(question)),
-                     store.dumps(meta),
+        rows.append((it.query_id, question, *question_columns(question), store.dumps(meta),
                      f"synth run {result.run_id}", store.dumps(list(it.seed.doc_ids)),
                      store.dumps({**generator, "multi_hop": it.seed.multi_hop}), at))
         retrievals.append(_candidates(index, question, it.seed, plan.options.candidates_k))

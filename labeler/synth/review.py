@@ -19,7 +19,7 @@ import sqlite_utils
 from .. import db as store
 from .. import owners, privacy
 from ..errors import SynthError
-from ..ingest.validate import normalize_question, question_key
+from ..ingest.validate import question_columns
 from .generate import CANDIDATES_RETRIEVER
 
 REVIEW_STATES = ("pending", "accepted", "rejected")
@@ -175,9 +175,8 @@ def review(db: sqlite_utils.Database, query_pk: int, decision: str, *, reviewer:
                 if db.execute("SELECT 1 FROM relevance_labels WHERE query_pk = ? LIMIT 1", [query_pk]).fetchone():
                     raise SynthError(f"query {current.query_id} already has relevance labels for its current "
                                      "wording; reject it instead of editing the question")
-                norm = normalize_question(new_question)
                 db.execute("UPDATE queries SET question = ?, norm_question = ?, norm_key = ? WHERE pk = ?",
-                           [new_question, norm, question_key(norm), query_pk])
+                           [new_question, *question_columns(new_question), query_pk])
                 changes.append(("question", current.question, new_question))
             if new_answer is not None and new_answer != (current.expected_answer or ""):
                 db.execute("UPDATE queries SET meta = json_set(coalesce(meta, '{}'), '$.expected_answer', ?) "
