@@ -22,9 +22,10 @@ from ..privacy import StoredTexts, redact_log
 from ..privacy.redactor import Redactor
 from . import formats
 from .common import FieldError as _FieldError
+from .fastlines import FastLines, Valid
 from .mapping import LOG_ALIASES
 from .readers import BadRecord, iter_records
-from .validate import DEFAULT_RETRIEVER, hash_parts, normalize_question, validate_log
+from .validate import DEFAULT_RETRIEVER, hash_parts, question_columns, validate_log
 
 BATCH = 2000
 # CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
@@ -37,6 +38,7 @@ class Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     query_id: str
     content_hash: str
     line_key: str | None
+    norm: tuple[str, int]  # the question's (norm_question, norm_key): validate.question_columns
 
 
 def content_hash(rec: dict[str, Any], *, exact: bool = False, rounded: list[float | None] | None = None) -> str:
@@ -85,10 +87,10 @@ class _Keyer:
 
     def key(self, line: int, rec: dict[str, Any], rounded: list[float | None] | None = None) -> Row:
         content = content_hash(rec, rounded=rounded)
+        norm = question_columns(rec["question"])  # made here, on the parsing process's core
         if rec["query_id"] is not None:
-            return Row(line, rec, rec["query_id"], content, None)
-        norm = normalize_question(rec["question"])
-        qid = "q-" + hash_parts(norm, rec["retriever"], rec["ids"])[:16]
+            return Row(line, rec, rec["query_id"], content, None, norm)
+        qid = "q-" + hash_parts(norm[0], rec["retriever"], rec["ids"])[:16]
         raw = hash_parts(content, rec["timestamp"], rec["meta"])
         if rec["retriever"] != DEFAULT_RETRIEVER:
             # the same line logged by another retriever is another line (the default's keys are as before)
@@ -96,7 +98,7 @@ class _Keyer:
         n = self.ordinals.get(raw, 0)
         self.ordinals[raw] = n + 1
         # without an id, a different answer or score is another occurrence, never a conflict
-        return Row(line, rec, qid, qid, f"{raw}#{n}")
+        return Row(line, rec, qid, qid, f"{raw}#{n}", norm)
 
 
 
@@ -131,7 +133,11 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
     json_columns = set(JSON_COLUMNS)
     if mapping and "retrieved" in mapping:
         json_columns.add(mapping["retrieved"].split(".", 1)[0])
-    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes, json_columns=json_columns)
+    # plain JSON lines of one shape are decoded and checked in C (``fastlines``); where a rejected
+    # record's raw form is kept, or records are mapped or read as a tool's, the general path reads
+    fast = FastLines() if fmt == "jsonl" and not mapping and tool in (None, "plain") and not keep_raw else None
+    records, bytes_read = iter_records(path, fmt, gz, max_line_bytes=max_line_bytes, json_columns=json_columns,
+                                       fast=fast.decode if fast is not None else None)
     keyer = _Keyer()
     batch: list[tuple] = []
     seen: set[str] = set()
@@ -201,7 +207,12 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
             batch.append(problem(item.field, item.message, raw))
         else:
             try:
-                rec = validate_log(item)
+                if type(item) is Valid:
+                    rec = item.rec
+                else:
+                    rec = validate_log(item)
+                    if fast is not None and raw is not item:  # a plain record (a tool's has no raw form)
+                        fast.learn(raw)
                 if redactor is not None:
                     rec = redact_log(redactor, rec, stored if texts_apart else None)
                 valid.append(len(batch))  # keyed in done()

@@ -16,7 +16,6 @@ import sqlite_utils
 from .. import db as store
 from .batches import Row, content_hash
 from .common import IngestResult, Problem
-from .validate import question_columns
 
 PENDING_MAX = 200_000  # texts sent apart that wait for a written row (see LogWriter.add_texts)
 
@@ -236,9 +235,7 @@ class LogWriter:
                   r.rec["timestamp"], r.rec["timestamp"],
                   store.dumps(r.rec["meta"]) if r.rec["meta"] else None,
                   f"{self.path}:{r.line}", self.created, self.ingest_id)
-                 for (pk, r), (norm, key) in zip(enumerate(new_queries, first),
-                                                 map(question_columns, (r.rec["question"] for r in new_queries)),
-                                                 strict=True)])
+                 for pk, r in enumerate(new_queries, first) for norm, key in (r.norm,)])
             pks = {r.query_id: pk for pk, r in enumerate(new_queries, first)}
         else:
             pks = {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...errors import IngestError
 from ..common import FieldError
+from ..fastlines import Valid
 from ..mapping import LOG_ALIASES, canonical, map_chunks
 from ..readers import BadRecord
 from . import langfuse, langsmith, openinference, otlp
@@ -120,6 +121,9 @@ class Reader:
         for line, raw in records:
             if isinstance(raw, BadRecord):
                 yield line, raw, raw.raw
+                continue
+            if type(raw) is Valid:  # a plain record validated as it was read (``fastlines``)
+                yield line, raw, None
                 continue
             try:
                 tool = self.tool or detect(raw)
