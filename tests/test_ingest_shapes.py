@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sqlite3
 
 import pytest
 
@@ -296,3 +297,17 @@ def test_synthetic_candidates_do_not_make_production_the_default(db, tmp_path):
                    "FROM queries q, documents d WHERE q.query_id = 's-1'")
     assert default_retriever(db) == "tfidf"
     assert default_retriever(db, "production") == "production"  # named explicitly: the candidates' report
+
+
+@pytest.mark.parametrize("rows", [0, 1, 165, 166, 167, 333, 1000])
+def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows):
+    """writer.insert_rows: whole statements of 166 rows of 6 values (under 999 parameters) and
+    one for the rest; every row lands once, as given."""
+    from labeler.ingest.writer import insert_rows
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d, e, f)")
+    values = [(i, f"r{i}", i / 7, None, b"x", "const") for i in range(rows)]
+    insert_rows(conn, "INSERT INTO t (a, b, c, d, e, f) VALUES ", "(?, ?, ?, ?, ?, ?)",
+                [v for row in values for v in row])
+    assert conn.execute("SELECT * FROM t ORDER BY rowid").fetchall() == values

@@ -269,3 +269,36 @@ def test_changes_left_by_an_ingest_killed_after_its_final_commit_are_finished_by
     assert db.execute("SELECT occurrences, first_seen, last_seen FROM queries WHERE pk = ?", [pk]).fetchone() == (
         3, "2026-01-01", "2026-01-09")
     assert db.execute("SELECT count(*) FROM ingest_occurrences").fetchone()[0] == 0
+
+
+def test_checkpoints_run_beside_the_ingest_and_end_with_it(tmp_path, monkeypatch):
+    """The WAL is checkpointed during an ingest by a thread on its own connection; the WAL does not
+    keep every page of the ingest, and no thread outlives the ingest (a next ingest may fork)."""
+    monkeypatch.setattr(staging, "CHECKPOINT_EVERY_S", 0.0)  # after every transaction
+    started, sizes = [], []
+    original = staging.Checkpointer.request
+    db_path = tmp_path / "t.db"
+
+    def request(self):
+        original(self)
+        started.append(self.thread)
+        sizes.append(os.path.getsize(db_path))  # the database file itself, without its WAL
+
+    monkeypatch.setattr(staging.Checkpointer, "request", request)
+    db = labeler.connect(db_path)
+    before = os.path.getsize(db_path)
+    result = labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 3000))
+    assert result.new == 3000
+    assert started and all(t is not None and t.name == "labeler-checkpoint" for t in started)
+    assert not any(t.is_alive() for t in started)
+    assert not [t for t in threading.enumerate() if t.name == "labeler-checkpoint"]
+    # the pages went from the WAL into the database file while the ingest wrote (the connection's
+    # own checkpoints are off until it ends)
+    assert max(sizes) > before + 500_000, (before, sizes[-5:])
+
+
+def test_an_in_memory_ingest_checkpoints_in_place(monkeypatch, tmp_path):
+    monkeypatch.setattr(staging, "CHECKPOINT_EVERY_S", 0.0)
+    db = labeler.connect(":memory:")
+    assert labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 500)).new == 500
+    assert not [t for t in threading.enumerate() if t.name == "labeler-checkpoint"]
