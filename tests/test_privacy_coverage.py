@@ -342,3 +342,41 @@ def test_a_batch_run_sends_stores_and_collects_only_redacted_text(db):
     assert {r.rationale for r in summary.results.values()} == {"and called [EMAIL_1]"}
     assert b"Grade [" in uploaded and plants.leaks(uploaded) == []  # the provider got the redacted requests
     assert plants.leaks("\n".join(db.conn.iterdump()).encode()) == []
+
+
+def test_a_screened_text_is_one_the_detectors_find_nothing_in():
+    """Redactor.screen / Detectors.clean: every planted value's sentence, look-alike, its pieces
+    and random texts around them; a text called clean is one in which find() finds nothing, and
+    the texts with a value are all sent on to find() (whatever their neighbours in the batch)."""
+    import random
+
+    from labeler.privacy.detectors import Detectors
+    from labeler.privacy.redactor import Redactor
+    from tests import pii_planted
+
+    rng = random.Random(5)
+    plants = pii_planted.planted(24)
+    texts = []
+    for p in plants:
+        whole = f"{p.before}{p.value}{p.after}"
+        cut = rng.randrange(len(p.value) + 1)
+        texts += [whole, p.value, p.value[:cut], p.value[cut:], p.before, p.after]
+    words = "refund plan sso 2026-11-01 v2.3.1 #4411 order 1234 AB12 x: a::b @ sk-x AKIA eyJ 12 34 56 78".split()
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    texts = [t for t in texts if t.isascii()]
+    rng.shuffle(texts)
+    detectors = Detectors()
+    clean = detectors.clean(texts)
+    assert sum(clean) > len(texts) // 4  # it does answer for many
+    for text, ok in zip(texts, clean, strict=True):
+        if ok:
+            assert detectors.find(text) == [], text
+    assert any(detectors.find(t) for t in texts)
+    # through the redactor: screened first or not, every text comes out the same
+    screened, plain = Redactor(key=b"k"), Redactor(key=b"k")
+    screened.screen(texts)
+    assert screened._found  # remembered as clean
+    for text in texts:
+        assert screened.record().text(text) == plain.record().text(text)
+    # a user's pattern may match anything: nothing is screened
+    assert not any(Detectors({"TICKET": r"order"}).clean(texts))

@@ -148,6 +148,16 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
     valid: list[int] = []  # where the batch's valid records wait to be keyed (scores rounded for all at once)
 
     def done() -> Batch:
+        if valid and redactor is not None:
+            # the batch's query ids, questions and answers (new in almost every record) are
+            # screened at once: most hold no hint of a value, and are then answered from the
+            # redactor's memory (Redactor.screen)
+            recs = [batch[i][1] for i in valid]
+            redactor.screen(itertools.chain.from_iterable(
+                (None if rec["opaque_id"] else rec["query_id"], rec["question"], rec["answer"]) for rec in recs))
+            for i, rec in zip(valid, recs, strict=True):
+                at, _, _, raw = batch[i]
+                batch[i] = (at, redact_log(redactor, rec, stored if texts_apart else None), None, raw)
         if valid:
             rounded = round_scores([batch[i][1]["scores"] for i in valid])
             for i, scores in zip(valid, rounded, strict=True):
@@ -213,9 +223,7 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
                     rec = validate_log(item)
                     if fast is not None and raw is not item:  # a plain record (a tool's has no raw form)
                         fast.learn(raw)
-                if redactor is not None:
-                    rec = redact_log(redactor, rec, stored if texts_apart else None)
-                valid.append(len(batch))  # keyed in done()
+                valid.append(len(batch))  # redacted and keyed in done()
                 batch.append((line, rec, None, (redactor.scrub_value(raw) if redactor else raw) if keep_raw else None))
             except _FieldError as e:
                 batch.append(problem(e.field, e.message, raw))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .detectors import Detectors
@@ -52,6 +52,25 @@ class Redactor:
             self._found[text] = found
             self._chars += len(text)
         return found
+
+    def screen(self, texts: Iterable[str | None]) -> None:
+        """Find at once which of many texts (a batch's questions, answers and ids) hold no value
+        (``Detectors.clean``), and remember them so: ``find`` then answers them from memory, as
+        it does a text it searched. Texts that are not plain ASCII, and every text when a second
+        detector is set, are left to ``find``."""
+        if self.extra is not None:
+            return
+        found, least = self._found, self.min_len
+        todo = [t for t in dict.fromkeys(texts) if t is not None and len(t) >= least and t not in found and t.isascii()]
+        if not todo:
+            return
+        for text, clean in zip(todo, self.detectors.clean(todo), strict=True):
+            if clean:
+                if self._chars > CACHE_CHARS:
+                    found.clear()
+                    self._chars = 0
+                found[text] = ()
+                self._chars += len(text)
 
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
