@@ -11,7 +11,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -274,10 +274,11 @@ def _produce(out: Any, args: tuple, parent: int) -> None:
             out.put(("error", IngestError(f"{type(e).__name__}: {e}")))
 
 
-def parsed_batches_forked(*args: Any) -> Iterator[Batch]:
+def parsed_batches_forked(*args: Any, idle: Callable[[], bool] | None = None) -> Iterator[Batch]:
     """``parsed_batches`` run in a forked child process, so that reading, JSON parsing, validation
     and hashing (half the work) run on another core while this process writes. The batches
-    arrive in file order, so the result is the same as in one process."""
+    arrive in file order, so the result is the same as in one process. ``idle``: work to do while
+    the next batch is not ready, a step at a time (it returns whether there may be more)."""
     ctx = multiprocessing.get_context("fork")
     channel = ctx.Queue(maxsize=_QUEUED_BATCHES)
     child = ctx.Process(target=_produce, args=(channel, args, os.getpid()), daemon=True, name="labeler-parse")
@@ -285,7 +286,15 @@ def parsed_batches_forked(*args: Any) -> Iterator[Batch]:
     try:
         while True:
             try:
-                kind, payload = channel.get(timeout=1.0)
+                if idle is not None:
+                    try:
+                        kind, payload = channel.get_nowait()
+                    except queue.Empty:
+                        if idle():
+                            continue
+                        kind, payload = channel.get(timeout=1.0)  # nothing to do meanwhile: wait
+                else:
+                    kind, payload = channel.get(timeout=1.0)
             except queue.Empty:
                 if not child.is_alive():
                     raise IngestError(f"the parsing process stopped unexpectedly (exit code {child.exitcode})") \

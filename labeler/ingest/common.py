@@ -100,12 +100,41 @@ class IngestResult(ProblemList):
         return out
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+class FileHash:
+    """The SHA-256 of a file, a block at a time (``step``: while an ingest has nothing else to
+    do), the rest when it is asked for (``hexdigest``)."""
+
+    BLOCK = 1 << 22
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.hash = hashlib.sha256()
+        self.file: Any = None
+        self.done = False
+
+    def step(self) -> bool:
+        """Hash the next block; False once the whole file is."""
+        if self.done:
+            return False
+        if self.file is None:
+            self.file = open(self.path, "rb")  # noqa: SIM115 - closed at its end, or by close()
+        block = self.file.read(self.BLOCK)
+        if block:
+            self.hash.update(block)
+            return True
+        self.close()
+        self.done = True
+        return False
+
+    def hexdigest(self) -> str:
+        while self.step():
+            pass
+        return self.hash.hexdigest()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def check_path(path: Path) -> None:

@@ -21,7 +21,7 @@ from ..labels.queue import sync_queue
 from ..labels.routing import hold_ingest, route_ingest
 from . import batches, formats, sampling
 from .batches import PARALLEL_MIN_BYTES, Row, may_fork
-from .common import IngestResult, Problem, check_path, check_problems, sha256_of
+from .common import FileHash, IngestResult, Problem, check_path, check_problems
 from .lines import shown_text
 from .mapping import LOG_ALIASES, parse_mapping
 from .readers import MAX_LINE_BYTES, detect_format
@@ -55,10 +55,11 @@ def _bulk(db: sqlite_utils.Database) -> Iterator[None]:
 
 
 def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: bool, rejects: list[dict],
-            shown: str, by: str | None = None, *, live: bool = False) -> IngestResult:
+            shown: str, by: str | None = None, *, live: bool = False, sha256: FileHash | None = None) -> IngestResult:
     """Apply the strict/lenient rules, then the final commit that makes the staged rows visible;
     the ingest is recorded in the audit trail under ``by``. ``live``: the new queries wait
-    (``labels.routing``) from before the commit until the routing rules decided them."""
+    (``labels.routing``) from before the commit until the routing rules decided them.
+    ``sha256``: the file's hash, made so far (else it is made here)."""
     check_problems(path, shown, result, lenient, rejects)
     counts = {k: v for k, v in result.to_dict().items() if isinstance(v, int) and not isinstance(v, bool)}
     sampling.record(staging.db, staging.id, records_seen=result.records, sample=result.sample,
@@ -66,7 +67,7 @@ def finish_ingest(staging: Staging, path: Path, result: IngestResult, lenient: b
                     {"on": result.redacted, "counts": result.redactions})
     if live:
         hold_ingest(staging.db, staging.id)
-    publish(staging, sha256_of(path), counts)
+    publish(staging, (sha256 or FileHash(path)).hexdigest(), counts)
     with store.transaction(staging.db):
         audit(staging.db.conn, store.now(), by, f"ingest_{result.kind}", shown, store.dumps(counts))
     if live:
@@ -268,13 +269,19 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         parallel = total >= PARALLEL_MIN_BYTES and may_fork()
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
     parse = batches.parsed_batches_forked if parallel else batches.parsed_batches
-    with _bulk(db), staged(db, "logs", shown, fmt) as staging:
+    with _bulk(db), staged(db, "logs", shown, fmt) as staging, contextlib.ExitStack() as stack:
         load = _LogLoad(LogWriter(db, shown, result, staging.id), staging, result, shown, options.lenient,
                         sampling.Sampler(spec))
         # a chunk's text crosses from the parser once, not with every row that retrieves it again;
         # a sample keeps only some rows, so there each row keeps its own texts
+        # while the parsing process is behind, the documents written so far go into the search
+        # index and the file is hashed (else both are done after the last batch)
+        sha256 = FileHash(path)
+        stack.callback(sha256.close)
+        idle = {"idle": lambda: _index_step(staging) or sha256.step()} if parallel else {}
         for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping, options.max_line_bytes,
-                                                         options.lenient, options.tool, redactor, spec is None):
+                                                         options.lenient, options.tool, redactor, spec is None,
+                                                         **idle):
             load.batch(items, fresh_ids, texts)
             if progress:
                 progress(done_bytes, total)
@@ -282,7 +289,19 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         if progress:
             progress(total, total)
         _check_found(result, shown, load.chunks)
-        return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by, live=options.live)
+        return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by, live=options.live,
+                             sha256=sha256)
+
+
+def _index_step(staging: Staging) -> bool:
+    """Bring some of the documents staged so far into the search index, in one short transaction;
+    False when none is waiting. Search already leaves out the documents of an ingest that is
+    staging (``search.fts.bm25``), and a discarded ingest's are taken out again."""
+    db = staging.db
+    if db.execute("SELECT 1 FROM documents_fts_pending LIMIT 1").fetchone() is None:
+        return False
+    with staging.write():
+        return store.index_pending(db.conn)
 
 
 class _LogLoad:
