@@ -274,11 +274,12 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
                         sampling.Sampler(spec))
         # a chunk's text crosses from the parser once, not with every row that retrieves it again;
         # a sample keeps only some rows, so there each row keeps its own texts
-        # while the parsing process is behind, the documents written so far go into the search
-        # index and the file is hashed (else both are done after the last batch)
+        # while the parsing process is behind, the file is hashed (else after the last batch).
+        # (Not the search index: a failed ingest must leave the database as it was, and FTS5's
+        # segments keep a trace of rows indexed and deleted again.)
         sha256 = FileHash(path)
         stack.callback(sha256.close)
-        idle = {"idle": lambda: _index_step(staging) or sha256.step()} if parallel else {}
+        idle = {"idle": sha256.step} if parallel else {}
         for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping, options.max_line_bytes,
                                                          options.lenient, options.tool, redactor, spec is None,
                                                          **idle):
@@ -291,17 +292,6 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         _check_found(result, shown, load.chunks)
         return finish_ingest(staging, path, result, options.lenient, load.rejects, shown, by, live=options.live,
                              sha256=sha256)
-
-
-def _index_step(staging: Staging) -> bool:
-    """Bring some of the documents staged so far into the search index, in one short transaction;
-    False when none is waiting. Search already leaves out the documents of an ingest that is
-    staging (``search.fts.bm25``), and a discarded ingest's are taken out again."""
-    db = staging.db
-    if db.execute("SELECT 1 FROM documents_fts_pending LIMIT 1").fetchone() is None:
-        return False
-    with staging.write():
-        return store.index_pending(db.conn)
 
 
 class _LogLoad:
@@ -351,12 +341,12 @@ class _LogLoad:
         if self.sampler.spec is not None:
             # the chunk ids of rows left out must not become documents: no fresh-id shortcut
             rows, fresh_ids = self.sampler.take(rows), None
-        self.write(rows, fresh_ids)
+        self.write(batches.finish_keys(rows), fresh_ids)
 
     def finish(self) -> None:
         """Write what a reservoir sample held back, and count what the sample left out."""
         if self.sampler.holds_back:
-            self.write(self.sampler.rest(), None)
+            self.write(batches.finish_keys(self.sampler.rest()), None)
         self.result.sampled_out = self.sampler.dropped
 
     def write(self, rows: list[Row], fresh_ids: list[str] | None) -> None:
