@@ -36,9 +36,9 @@ class Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     line: int
     rec: dict[str, Any]
     query_id: str
-    content_hash: str | None  # None until ``finish_keys`` (a record with its own id)
+    content_hash: str
     line_key: str | None
-    norm: tuple[str, int] | None  # the question's (norm_question, norm_key): validate.question_columns
+    norm: tuple[str, int]  # the question's (norm_question, norm_key): validate.question_columns
 
 
 def content_hash(rec: dict[str, Any], *, exact: bool = False, rounded: list[float | None] | None = None) -> str:
@@ -80,18 +80,16 @@ def round_scores(columns: list[list[float | None]]) -> list[list[float | None]]:
 
 
 class _Keyer:
-    """Gives each validated record its query id and, without an id, its content hash and line key.
-    A record with an id is finished where it is written (``finish_keys``): the parsing process is
-    the busier of the two, and these hashes are all it would make of such a record."""
+    """Gives each validated record its query id, content hash and (without an id) line key."""
 
     def __init__(self) -> None:
         self.ordinals: dict[str, int] = {}
 
     def key(self, line: int, rec: dict[str, Any], rounded: list[float | None] | None = None) -> Row:
-        if rec["query_id"] is not None:
-            return Row(line, rec, rec["query_id"], None, None, None)
         content = content_hash(rec, rounded=rounded)
-        norm = question_columns(rec["question"])
+        norm = question_columns(rec["question"])  # made here, on the parsing process's core
+        if rec["query_id"] is not None:
+            return Row(line, rec, rec["query_id"], content, None, norm)
         qid = "q-" + hash_parts(norm[0], rec["retriever"], rec["ids"])[:16]
         raw = hash_parts(content, rec["timestamp"], rec["meta"])
         if rec["retriever"] != DEFAULT_RETRIEVER:
@@ -102,19 +100,6 @@ class _Keyer:
         # without an id, a different answer or score is another occurrence, never a conflict
         return Row(line, rec, qid, qid, f"{raw}#{n}", norm)
 
-
-def finish_keys(rows: list[Row]) -> list[Row]:
-    """``rows`` with the content hash and question key of those ``_Keyer.key`` left to make (the
-    records with an id), the scores of all of them rounded at once."""
-    todo = [i for i, r in enumerate(rows) if r.content_hash is None]
-    if not todo:
-        return rows
-    rows = list(rows)
-    rounded = round_scores([rows[i].rec["scores"] for i in todo])
-    for i, scores in zip(todo, rounded, strict=True):
-        line, rec, qid, _, line_key, _ = rows[i]
-        rows[i] = Row(line, rec, qid, content_hash(rec, rounded=scores), line_key, question_columns(rec["question"]))
-    return rows
 
 
 class Batch(NamedTuple):
@@ -174,11 +159,10 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
                 at, _, _, raw = batch[i]
                 batch[i] = (at, redact_log(redactor, rec, stored if texts_apart else None), None, raw)
         if valid:
-            anonymous = [i for i in valid if batch[i][1]["query_id"] is None]  # keyed by their content
-            rounded = dict(zip(anonymous, round_scores([batch[i][1]["scores"] for i in anonymous]), strict=True))
-            for i in valid:
+            rounded = round_scores([batch[i][1]["scores"] for i in valid])
+            for i, scores in zip(valid, rounded, strict=True):
                 at, rec, _, raw = batch[i]
-                batch[i] = (at, keyer.key(at, rec, rounded.get(i)), None, raw)
+                batch[i] = (at, keyer.key(at, rec, scores), None, raw)
             valid.clear()
         order = dict.fromkeys(itertools.chain.from_iterable(item[1].rec["ids"] for item in batch
                                                             if item[1] is not None))
@@ -281,8 +265,6 @@ def _produce(out: Any, args: tuple, parent: int) -> None:
     gc.disable()
     try:
         for item in parsed_batches(*args):
-            if _writer_behind(out):  # this core has time to spare: the keys are made here
-                item = item._replace(items=_finished(item.items))
             out.put(("batch", item))
         out.put(("done", None))
     except BaseException as e:  # noqa: BLE001 - everything is handed to the parent to raise
@@ -290,20 +272,6 @@ def _produce(out: Any, args: tuple, parent: int) -> None:
             out.put(("error", e))
         except Exception:  # noqa: BLE001 - an exception that cannot be pickled
             out.put(("error", IngestError(f"{type(e).__name__}: {e}")))
-
-
-def _writer_behind(out: Any) -> bool:
-    """Whether the writer has batches waiting: then the parsing process is the faster of the two
-    and finishes the rows' keys itself (``finish_keys``); else the writer does, where it waited."""
-    try:
-        return out.qsize() >= _QUEUED_BATCHES // 2
-    except NotImplementedError:  # (macOS; this path is Linux's)
-        return False
-
-
-def _finished(items: list[tuple]) -> list[tuple]:
-    finished = iter(finish_keys([item[1] for item in items if item[1] is not None]))
-    return [item if item[1] is None else (item[0], next(finished), *item[2:]) for item in items]
 
 
 def parsed_batches_forked(*args: Any, idle: Callable[[], bool] | None = None) -> Iterator[Batch]:

@@ -341,12 +341,12 @@ class _LogLoad:
         if self.sampler.spec is not None:
             # the chunk ids of rows left out must not become documents: no fresh-id shortcut
             rows, fresh_ids = self.sampler.take(rows), None
-        self.write(batches.finish_keys(rows), fresh_ids)
+        self.write(rows, fresh_ids)
 
     def finish(self) -> None:
         """Write what a reservoir sample held back, and count what the sample left out."""
         if self.sampler.holds_back:
-            self.write(batches.finish_keys(self.sampler.rest()), None)
+            self.write(self.sampler.rest(), None)
         self.result.sampled_out = self.sampler.dropped
 
     def write(self, rows: list[Row], fresh_ids: list[str] | None) -> None:
