@@ -100,7 +100,7 @@ class FastLines:
         for decoder, fields in self.decoders:
             try:
                 value = decoder.decode(line)
-            except msgspec.DecodeError:  # ValidationError too
+            except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError too; bad UTF-8 (msgspec 0.18)
                 continue
             rec = _validated(value, fields)
             if rec is not None:
