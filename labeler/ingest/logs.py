@@ -269,17 +269,15 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         parallel = total >= PARALLEL_MIN_BYTES and may_fork()
     parallel = parallel and "fork" in multiprocessing.get_all_start_methods()  # not on Windows
     parse = batches.parsed_batches_forked if parallel else batches.parsed_batches
-    with _bulk(db), staged(db, "logs", shown, fmt) as staging, contextlib.ExitStack() as stack:
+    # while the parsing process is behind, the file is hashed (else after the last batch). (Not
+    # the search index: a failed ingest must leave the database as it was, and FTS5's segments
+    # keep a trace of rows indexed and deleted again.)
+    with _bulk(db), staged(db, "logs", shown, fmt) as staging, contextlib.closing(FileHash(path)) as sha256:
         load = _LogLoad(LogWriter(db, shown, result, staging.id), staging, result, shown, options.lenient,
                         sampling.Sampler(spec))
+        idle = {"idle": sha256.step} if parallel else {}
         # a chunk's text crosses from the parser once, not with every row that retrieves it again;
         # a sample keeps only some rows, so there each row keeps its own texts
-        # while the parsing process is behind, the file is hashed (else after the last batch).
-        # (Not the search index: a failed ingest must leave the database as it was, and FTS5's
-        # segments keep a trace of rows indexed and deleted again.)
-        sha256 = FileHash(path)
-        stack.callback(sha256.close)
-        idle = {"idle": sha256.step} if parallel else {}
         for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping, options.max_line_bytes,
                                                          options.lenient, options.tool, redactor, spec is None,
                                                          **idle):
