@@ -33,18 +33,18 @@ _GIVE_UP = 1000  # declined lines after which, if they outnumber the decoded one
 
 # alias -> canonical field, for the keys a shape may hold (every key must be one of them)
 _FIELD_OF = {alias: name for name, aliases in LOG_ALIASES.items() for alias in aliases}
+_Chunk = msgspec.defstruct(
+    "_Chunk", [("id", str), ("score", float | None, None), ("text", str | None, None), ("title", str | None, None)],
+    kw_only=True, forbid_unknown_fields=True, gc=False)
+_REQUIRED = ("question", "retrieved")  # the others may be missing from a line: None
 _TYPES = {
     "query_id": str | int | None,
     "question": str,
-    "retrieved": None,  # the chunk list: set per decoder below
+    "retrieved": list[_Chunk],  # type: ignore[valid-type]
     "answer": str | None,
     "timestamp": str | int | float | None,
     "retriever": str | None,
 }
-
-_Chunk = msgspec.defstruct(
-    "_Chunk", [("id", str), ("score", float | None, None), ("text", str | None, None), ("title", str | None, None)],
-    kw_only=True, forbid_unknown_fields=True, gc=False)
 
 _COLUMNS = operator.attrgetter("id", "score", "text", "title")
 
@@ -77,18 +77,12 @@ class FastLines:
             return
         self.tried.add(keys)
         fields = [_FIELD_OF.get(k) for k in keys]
-        if None in fields or len(set(fields)) != len(fields) or not {"question", "retrieved"} <= set(fields):
+        if None in fields or len(set(fields)) != len(fields) or not set(_REQUIRED) <= set(fields):
             return
         if len(self.decoders) >= _SHAPES_MAX:
             return
-        spec = []
-        for key, name in zip(keys, fields, strict=True):
-            if name == "retrieved":
-                spec.append((key, list[_Chunk]))  # type: ignore[valid-type]
-            elif name == "question":
-                spec.append((key, str))
-            else:
-                spec.append((key, _TYPES[name], None))
+        spec = [(key, _TYPES[name]) if name in _REQUIRED else (key, _TYPES[name], None)
+                for key, name in zip(keys, fields, strict=True)]
         struct = msgspec.defstruct("_Line", spec, kw_only=True, forbid_unknown_fields=True, gc=False)
         # the newest first: a shape seen later is usually the fuller one (an optional key present)
         self.decoders.insert(0, (msgspec.json.Decoder(struct), tuple(zip(fields, keys, strict=True))))

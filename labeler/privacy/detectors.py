@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
-import itertools
 import re
 from collections.abc import Callable
-from itertools import chain
+from itertools import accumulate, chain
 
 from .phones import check_phone
 from .unicode_view import spans_back, view
@@ -267,7 +266,7 @@ class Detectors:
         if self.user:
             return [False] * len(texts)
         joined = "\x00".join(texts)
-        ends = list(itertools.accumulate(len(t) + 1 for t in texts))  # one past each text's NUL
+        ends = list(accumulate(len(t) + 1 for t in texts))  # one past each text's NUL
         clean = [True] * len(texts)
 
         def hinted(at: int) -> None:
