@@ -135,6 +135,16 @@ def settle(page, quiet_ms: int = 250, timeout_s: float = 20.0) -> None:
         page.wait_for_timeout(25)
 
 
+def wait_signed_in(page) -> None:
+    """Wait until the page shows a signed-in session and the browser holds its session cookie.
+
+    The cookie is written by a script in an ``st.html`` element, which Streamlit loads lazily and
+    runs in an effect after the paint that already shows "Sign out": a reload or a new URL opened
+    straight after the button appears can beat the cookie, so tests that navigate wait for both."""
+    page.get_by_role("button", name="Sign out").wait_for()
+    page.wait_for_function("() => document.cookie.includes('labeler_session=')")
+
+
 def sign_in_by_name(page, url: str, name: str, path: str = "") -> None:
     """Open ``url + path`` and sign in with a name (no accounts set up): the name box, then the
     page at ``path``. The URL never signs anyone in; a browser with a live session cookie for this
@@ -145,7 +155,7 @@ def sign_in_by_name(page, url: str, name: str, path: str = "") -> None:
     if name_box.count():
         name_box.fill(name)
         page.get_by_role("button", name="Start labeling").click()
-        page.get_by_role("button", name="Sign out").wait_for()
+        wait_signed_in(page)
         if path:  # the first page after signing in is the default one; the session cookie holds
             page.goto(url + path)
     page.get_by_role("button", name="Sign out").wait_for()

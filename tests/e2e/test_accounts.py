@@ -21,6 +21,7 @@ import pytest
 import labeler
 import labeler.labels as labels
 from labeler import accounts
+from tests.e2e.conftest import wait_signed_in
 from tests.e2e.test_label_page import make_db, saved
 
 
@@ -216,8 +217,7 @@ def test_over_https_the_session_cookie_is_secure_and_strict(tmp_path, browser):
         page.set_default_timeout(20_000)
         sign_in(page, url, "bob", "bob-password")
         page.get_by_text("retrieved chunks graded").wait_for()
-        page.get_by_role("button", name="Sign out").wait_for()
-        page.wait_for_function("() => document.cookie.includes('labeler_session=')")
+        wait_signed_in(page)
         cookie = session_cookie(page)
         assert (cookie["sameSite"], cookie["secure"]) == ("Strict", True)
         page.reload()  # and it works: the reload stays signed in

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labeler.demo import build_demo
-from tests.e2e.conftest import AppServer
+from tests.e2e.conftest import AppServer, wait_signed_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def lead(browser, demo_app):
     page.goto(demo_app)
     page.get_by_label("Your name").fill("lena")
     page.get_by_role("button", name="Start labeling").click()
-    page.get_by_role("button", name="Sign out").wait_for()
+    wait_signed_in(page)  # the tests open other URLs, which need the session cookie
     yield page
     context.close()
 

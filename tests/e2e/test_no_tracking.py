@@ -19,7 +19,7 @@ import pytest
 import labeler
 from labeler import accounts
 from tests import hostile
-from tests.e2e.conftest import settle
+from tests.e2e.conftest import settle, wait_signed_in
 
 GIF = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")
 
@@ -106,7 +106,7 @@ def sign_in(page, server, name: str) -> None:
     page.get_by_role("textbox", name="Name").fill(name)
     page.get_by_role("textbox", name="Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("button", name="Sign out").wait_for()
+    wait_signed_in(page)
 
 
 def control(page, tracker: Tracker, name: str) -> None:
