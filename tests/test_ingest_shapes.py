@@ -308,6 +308,6 @@ def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows):
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d, e, f)")
     values = [(i, f"r{i}", i / 7, None, b"x", "const") for i in range(rows)]
-    insert_rows(conn, "INSERT INTO t (a, b, c, d, e, f) VALUES ", "(?, ?, ?, ?, ?, ?)",
+    insert_rows(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)",
                 [v for row in values for v in row])
     assert conn.execute("SELECT * FROM t ORDER BY rowid").fetchall() == values

@@ -342,3 +342,26 @@ def test_while_the_parser_is_behind_the_file_is_hashed(tmp_path, monkeypatch):
     assert labeler.ingest_logs(db, path, parallel=True).new == 6000
     assert len(steps) > path.stat().st_size // CountedHash.BLOCK // 2  # most of it while waiting, not at the end
     assert db.execute("SELECT sha256 FROM ingests").fetchone()[0] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _bytes_written() -> int:
+    with open("/proc/self/io") as f:  # every write() of this process, its checkpoint thread's too
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="Linux reports a process's writes in /proc")
+def test_an_ingest_writes_its_pages_a_few_times_not_once_a_statement(tmp_path):
+    """An ingest writes each page to the WAL once a transaction that changes it, and the
+    checkpoint copies it once: a few times the database's size in all. Statements of many rows
+    with the default conflict handling kept every page they changed in a statement journal too,
+    a temporary file, seventeen times the database's size for a 100k-query ingest (the questions'
+    keys and first-seen dates land all over their indexes)."""
+    db_path = tmp_path / "t.db"
+    db = labeler.connect(db_path)
+    log = make_log(tmp_path / "a.jsonl", 20_000)
+    before = _bytes_written()
+    assert labeler.ingest_logs(db, log).new == 20_000
+    written = _bytes_written() - before
+    db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = os.path.getsize(db_path)
+    assert written < 5 * size, (written, size)
