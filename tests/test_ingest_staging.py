@@ -329,15 +329,16 @@ def test_while_the_parser_is_behind_the_file_is_hashed(tmp_path, monkeypatch):
             self.at_end = True
             return super().hexdigest()
 
-    redact, parent = batches.redact_log, os.getpid()
+    redact, parent = batches.redact_batch, os.getpid()
 
-    def redact_slowly(redactor, rec, stored=None):  # a parser slower than the writer, in the child only
-        if os.getpid() != parent and rec["question"] in ("question number 2500?", "question number 4500?"):
+    def redact_slowly(redactor, recs, stored=None):  # a parser slower than the writer, in the child only
+        slow = {"question number 2500?", "question number 4500?"}.intersection(rec["question"] for rec in recs)
+        if os.getpid() != parent and slow:
             time.sleep(0.3)
-        return redact(redactor, rec, stored)
+        return redact(redactor, recs, stored)
 
     monkeypatch.setattr(logs, "FileHash", CountedHash)
-    monkeypatch.setattr(batches, "redact_log", redact_slowly)
+    monkeypatch.setattr(batches, "redact_batch", redact_slowly)
     db = labeler.connect(tmp_path / "t.db")
     assert labeler.ingest_logs(db, path, parallel=True).new == 6000
     assert len(steps) > path.stat().st_size // CountedHash.BLOCK // 2  # most of it while waiting, not at the end

@@ -344,39 +344,112 @@ def test_a_batch_run_sends_stores_and_collects_only_redacted_text(db):
     assert plants.leaks("\n".join(db.conn.iterdump()).encode()) == []
 
 
-def test_a_screened_text_is_one_the_detectors_find_nothing_in():
-    """Redactor.screen / Detectors.clean: every planted value's sentence, look-alike, its pieces
-    and random texts around them; a text called clean is one in which find() finds nothing, and
-    the texts with a value are all sent on to find() (whatever their neighbours in the batch)."""
+def _hinted_texts(seed: int) -> list[str]:
+    """Every planted value's sentence, the value, pieces of it and its surroundings, and random
+    texts made of words that look like the start of a value (or are one)."""
     import random
 
-    from labeler.privacy.detectors import Detectors
-    from labeler.privacy.redactor import Redactor
     from tests import pii_planted
 
-    rng = random.Random(5)
-    plants = pii_planted.planted(24)
+    rng = random.Random(seed)
     texts = []
-    for p in plants:
-        whole = f"{p.before}{p.value}{p.after}"
+    for p in pii_planted.planted(24):
         cut = rng.randrange(len(p.value) + 1)
-        texts += [whole, p.value, p.value[:cut], p.value[cut:], p.before, p.after]
+        texts += [f"{p.before}{p.value}{p.after}", p.value, p.value[:cut], p.value[cut:], p.before, p.after]
     words = "refund plan sso 2026-11-01 v2.3.1 #4411 order 1234 AB12 x: a::b @ sk-x AKIA eyJ 12 34 56 78".split()
     texts += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
-    texts = [t for t in texts if t.isascii()]
     rng.shuffle(texts)
+    return texts
+
+
+def test_a_text_known_clean_is_one_the_detectors_find_nothing_in():
+    """Redactor.known_clean / Detectors.clean: a text called clean is one in which find() finds
+    nothing, and the texts with a value are all left to find() (whatever their neighbours)."""
+    from labeler.privacy.detectors import Detectors
+    from labeler.privacy.redactor import Redactor
+
+    texts = _hinted_texts(5)
+    ascii_texts = [t for t in texts if t.isascii()]
     detectors = Detectors()
-    clean = detectors.clean(texts)
-    assert sum(clean) > len(texts) // 4  # it does answer for many
-    for text, ok in zip(texts, clean, strict=True):
+    clean = detectors.clean(ascii_texts)
+    assert sum(clean) > len(ascii_texts) // 4  # it does answer for many
+    for text, ok in zip(ascii_texts, clean, strict=True):
         if ok:
             assert detectors.find(text) == [], text
-    assert any(detectors.find(t) for t in texts)
-    # through the redactor: screened first or not, every text comes out the same
-    screened, plain = Redactor(key=b"k"), Redactor(key=b"k")
-    screened.screen(texts)
-    assert screened._found  # remembered as clean
-    for text in texts:
-        assert screened.record().text(text) == plain.record().text(text)
-    # a user's pattern may match anything: nothing is screened
-    assert not any(Detectors({"TICKET": r"order"}).clean(texts))
+    assert any(detectors.find(t) for t in ascii_texts)
+    redactor = Redactor(key=b"k")
+    known = redactor.known_clean(texts)
+    assert known and not [t for t in known if redactor.find(t)]
+    assert not [t for t in known if not t.isascii() and len(t) >= redactor.min_len]  # those are find()'s
+    # a user's pattern may match anything: only texts too short for it to matter are known
+    assert not any(Detectors({"TICKET": r"order"}).clean(ascii_texts))
+
+
+def _records(seed: int, n: int) -> list[dict]:
+    """Validated log records (``validate_log``'s shape) of every kind redaction meets: values in
+    query ids, questions, answers, chunk ids, texts, titles, retrievers' names and meta; ids made
+    from a text; tracer ids; chunks repeated across records with the same or another text."""
+    import random
+
+    rng = random.Random(seed)
+    texts = _hinted_texts(seed)
+    plain = ["how do I export a report?", "refund the plan", "", "why is sso failing for okta users",
+             "where are the billing settings", "the plan page lists every seat", "x"]
+
+    def pick(p_value: float) -> str:
+        return rng.choice(texts) if rng.random() < p_value else rng.choice(plain)
+
+    recs = []
+    for i in range(n):
+        k = rng.randint(1, 6)
+        ids = list(dict.fromkeys(
+            (pick(0.5) or f"doc-{i}") if rng.random() < 0.03 else f"doc-{rng.randrange(300)}" for _ in range(k)))
+        chunk_texts = None if rng.random() < 0.2 else [
+            None if rng.random() < 0.1 else pick(0.05) if rng.random() < 0.3 else f"the text of {c}" for c in ids]
+        made = [j for j in range(len(ids)) if chunk_texts and chunk_texts[j] and rng.random() < 0.03]
+        for j in made:
+            ids[j] = f"sha1:{i:06x}{j}"
+        recs.append({
+            "query_id": None if rng.random() < 0.1 else pick(0.05) or f"r{i}",
+            "question": pick(0.1) or "a question", "answer": None if rng.random() < 0.5 else pick(0.1),
+            "ids": ids, "texts": chunk_texts,
+            "titles": None if rng.random() < 0.8 else [pick(0.1) or None for _ in ids],
+            "scores": [None] * len(ids), "timestamp": None,
+            "retriever": rng.choice(["production", "production", "bm25", pick(0.3) or "dense"]),
+            "meta": None if rng.random() < 0.9 else {"user": pick(0.5), "n": rng.choice([4111111111111111, 7])},
+            "opaque_id": rng.random() < 0.05, "content_ids": len(made), "made_ids": made,
+        })
+    return recs
+
+
+@pytest.mark.parametrize("user_pattern", [False, True])
+def test_a_batch_is_redacted_as_its_records_one_by_one(user_pattern, monkeypatch):
+    """redact_batch gives every record exactly what redact_log gives it, record after record, with
+    the stored chunks growing between batches as an ingest's do (``StoredTexts.keep``), and the
+    same totals; with a user's pattern (which may match anything) too."""
+    import copy
+
+    from labeler.privacy import StoredTexts, records, redact_batch, redact_log
+    from labeler.privacy.redactor import Redactor
+
+    searched = []  # the records redact_batch hands to redact_log
+    monkeypatch.setattr(records, "redact_log", lambda *a: searched.append(a[1]) or redact_log(*a))
+    patterns = {"TICKET": r"#\d{4}"} if user_pattern else None
+    recs = _records(11, 3000)
+    by_batch, one_by_one = Redactor(patterns, key=b"k"), Redactor(patterns, key=b"k")
+    stored_a, stored_b = StoredTexts(), StoredTexts()
+    for start in range(0, len(recs), 250):
+        a = copy.deepcopy(recs[start:start + 250])
+        b = copy.deepcopy(a)
+        redact_batch(by_batch, a, stored_a)
+        for rec in b:
+            redact_log(one_by_one, rec, stored_b)
+        assert a == b
+        for stored, batch in ((stored_a, a), (stored_b, b)):  # what an ingest keeps after the batch
+            stored.keep({cid: (f"kept {cid}", None) for rec in batch for cid in rec["ids"]})
+    assert by_batch.counts == one_by_one.counts and sum(by_batch.counts.values()) > 100
+    assert stored_a.found == stored_b.found
+    if user_pattern:  # any text may match it: every record is searched
+        assert len(searched) == len(recs)
+    else:  # most records are known clean at once, and the others are all searched
+        assert len(recs) // 10 < len(searched) < len(recs) // 2, len(searched)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import IngestError
-from ..privacy import StoredTexts, redact_log
+from ..privacy import StoredTexts, redact_batch
 from ..privacy.redactor import Redactor
 from . import formats
 from .common import FieldError as _FieldError
@@ -149,15 +149,8 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
 
     def done() -> Batch:
         if valid and redactor is not None:
-            # the batch's query ids, questions and answers (new in almost every record) are
-            # screened at once: most hold no hint of a value, and are then answered from the
-            # redactor's memory (Redactor.screen)
-            recs = [batch[i][1] for i in valid]
-            redactor.screen(itertools.chain.from_iterable(
-                (None if rec["opaque_id"] else rec["query_id"], rec["question"], rec["answer"]) for rec in recs))
-            for i, rec in zip(valid, recs, strict=True):
-                at, _, _, raw = batch[i]
-                batch[i] = (at, redact_log(redactor, rec, stored if texts_apart else None), None, raw)
+            # at once: most records hold no value, and the batch's texts and ids are screened together
+            redact_batch(redactor, [batch[i][1] for i in valid], stored if texts_apart else None)
         if valid:
             rounded = round_scores([batch[i][1]["scores"] for i in valid])
             for i, scores in zip(valid, rounded, strict=True):

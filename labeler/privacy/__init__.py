@@ -23,10 +23,11 @@ from typing import Any
 import sqlite_utils
 
 from .detectors import KINDS, Detectors, kind_name
+from .records import StoredTexts, redact_batch, redact_log
 from .redactor import RecordRedaction, Redactor
 
 __all__ = ["KINDS", "Detectors", "RecordRedaction", "Redactor", "StoredTexts", "kind_name", "parse_patterns",
-           "redact_log", "redact_typed", "redaction_enabled", "redactor_for", "set_redaction"]
+           "redact_batch", "redact_log", "redact_typed", "redaction_enabled", "redactor_for", "set_redaction"]
 
 KEY_SETTING = "redact_key"  # the database's own key of the pseudonyms in ids (made on first use)
 
@@ -109,89 +110,3 @@ def set_redaction(db: sqlite_utils.Database, *, enabled: bool | None = None, pat
             set_setting(db, "redact_patterns", patterns, by=by)
     if enabled is not None and enabled != redaction_enabled(db):
         set_setting(db, "redact", bool(enabled), by=by)
-
-
-class StoredTexts:
-    """The chunks an ingest has the text of already (``ids``: their redacted ids), with the types
-    of the values found in each one's text and title when it was redacted first. A record whose
-    every chunk is among them needs its chunk texts neither searched nor kept (only the text a
-    chunk was first logged with is stored); they are counted as that text's values, so the counts
-    stay one per value and occurrence (``redact_log``)."""
-
-    __slots__ = ("found", "ids", "valued")
-
-    def __init__(self) -> None:
-        self.ids: set[str] = set()
-        # (chunk id, "texts" or "titles") -> (the value redacted, the types found in it)
-        self.found: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
-        self.valued: set[str] = set()  # chunk ids with an entry in found
-
-    def keep(self, texts: dict[str, tuple[str | None, str | None]]) -> None:
-        """The chunks' texts and titles (redacted) that the ingest now stores: what was found in
-        another text of one of them (the first text with a value need not be the first text) is
-        not theirs."""
-        for cid in self.valued.intersection(texts):
-            for part, value in zip(("texts", "titles"), texts[cid], strict=True):
-                entry = self.found.get((cid, part))
-                if entry is not None and entry[0] != value:
-                    del self.found[(cid, part)]
-        self.ids.update(cid for cid, (text, _) in texts.items() if text is not None)
-
-    def clear(self) -> None:
-        self.ids.clear()
-        self.found.clear()
-        self.valued.clear()
-
-
-def redact_log(redactor: Redactor, rec: dict[str, Any], stored: StoredTexts | None = None) -> dict[str, Any]:
-    """A validated log record (``ingest.validate.validate_log``'s shape) with its values replaced,
-    numbered across its question, answer, chunks and meta; ``rec["redactions"]`` counts them.
-    ``stored``: when every chunk of the record has its text stored already, the record's texts
-    and titles are left out (None) rather than searched, and counted as ``stored`` says."""
-    r = redactor.record()
-    if not rec.get("opaque_id"):  # a tracer's random span id is never personal data: kept, so push finds the span
-        rec["query_id"] = r.ident(rec["query_id"])
-    rec["question"] = r.text(rec["question"])
-    rec["answer"] = r.text(rec["answer"])
-    # a pseudonym, not a numbered placeholder: a retriever's name must be the same in every query
-    if rec.get("retriever"):
-        rec["retriever"] = r.ident(rec["retriever"])
-    # the chunks repeat across queries: most are answered by the redactor's memory, looked up here
-    # for a whole column at once (a call per chunk is a measurable share of a big ingest); only a
-    # column with a value found, or not yet seen, is walked
-    seen, find = redactor._found, redactor.find
-    ids = rec["ids"]
-    made = rec.get("made_ids") or ()
-    for i in made:  # ids made from the raw text, which holds a value: keyed instead
-        text = rec["texts"][i]
-        if find(text):
-            ids[i] = redactor.content_id(text)
-    for column, replace in (("ids", r.ident), ("texts", r.text), ("titles", r.text)):
-        if column == "texts" and stored is not None and not made and stored.ids.issuperset(ids):
-            rec["texts"] = rec["titles"] = None
-            for cid in stored.valued.intersection(ids):
-                for part in ("texts", "titles"):
-                    for kind in stored.found.get((cid, part), (None, ()))[1]:
-                        r._count(kind)
-            break
-        values = rec[column]
-        if values is None:
-            continue
-        founds = list(map(seen.get, values))
-        if founds.count(()) == len(founds):  # nothing in any of them (the common case)
-            continue
-        for i, (v, found) in enumerate(zip(values, founds, strict=True)):
-            if not v or found == ():
-                continue
-            if found is None:
-                found = find(v)
-            if found:
-                values[i] = replace(v)
-                if stored is not None and column != "ids" and (ids[i], column) not in stored.found:
-                    stored.found[(ids[i], column)] = (values[i], tuple(kind for _, _, kind in found))
-                    stored.valued.add(ids[i])
-    if rec.get("meta"):
-        rec["meta"] = r.value(rec["meta"])
-    if r.counts:
-        rec["redactions"] = r.counts
-    return rec

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,24 +54,19 @@ class Redactor:
             self._chars += len(text)
         return found
 
-    def screen(self, texts: Iterable[str | None]) -> None:
-        """Find at once which of many texts (a batch's questions, answers and ids) hold no value
-        (``Detectors.clean``), and remember them so: ``find`` then answers them from memory, as
-        it does a text it searched. Texts that are not plain ASCII, and every text when a second
-        detector is set, are left to ``find``."""
+    def known_clean(self, texts: Iterable[str]) -> set[str]:
+        """Which of ``texts`` certainly hold no value, found at once: those too short for any
+        detector, and the plain ASCII ones in which no detector's hint occurs (``Detectors.clean``:
+        a few scans in C over all of them joined, instead of a search per text). The others
+        (not plain ASCII, or with a hint; any text of some length when a second detector is set)
+        are for ``find`` to answer."""
+        distinct = set(texts)
+        least = self.min_len
+        short = {t for t in distinct if len(t) < least}
         if self.extra is not None:
-            return
-        found, least = self._found, self.min_len
-        todo = [t for t in dict.fromkeys(texts) if t is not None and len(t) >= least and t not in found and t.isascii()]
-        if not todo:
-            return
-        for text, clean in zip(todo, self.detectors.clean(todo), strict=True):
-            if clean:
-                if self._chars > CACHE_CHARS:
-                    found.clear()
-                    self._chars = 0
-                found[text] = ()
-                self._chars += len(text)
+            return short
+        todo = [t for t in distinct if len(t) >= least and t.isascii()]
+        return short.union(itertools.compress(todo, self.detectors.clean(todo)))
 
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
