@@ -311,3 +311,50 @@ def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows):
     insert_rows(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)",
                 [v for row in values for v in row])
     assert conn.execute("SELECT * FROM t ORDER BY rowid").fetchall() == values
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_batch_written_in_several_transactions_is_the_batch_written_in_one(tmp_path, monkeypatch, parallel):
+    """A batch split into transactions (to keep each lock hold short) resolves each part's new
+    chunks alone: the same documents with the same keys, texts and titles, and the same rows, as
+    when one transaction takes the whole batch. Chunks come back across parts and batches, some
+    first without a text, some with a title only, some in rows that are rejected (whose chunks
+    become no documents)."""
+    import random
+
+    from labeler.ingest import logs
+
+    rng = random.Random(3)
+    records = []
+    for i in range(6000):
+        chunks = []
+        for d in rng.sample(range(3000), rng.randint(1, 8)):
+            chunk = {"id": f"doc-{d}", "score": round(rng.random(), 3)}
+            if d % 3 and rng.random() < 0.7:
+                chunk["text"] = f"the text of {d}" + (" (again)" if rng.random() < 0.05 else "")
+            elif d % 5 == 0:
+                chunk["title"] = f"title {d}"
+            chunks.append(chunk)
+        qid = f"r{i}" if i < 5000 or i % 50 else "r1"  # late in the file, a rejected row: its id, another question
+        if qid == "r1" and i >= 5000:
+            chunks.append({"id": f"only-rejected-{i}", "score": 0.5, "text": "never stored"})
+        records.append({"request_id": qid, "question": f"question {i}", "retrieved": chunks})
+    log = tmp_path / "a.jsonl"
+    write_jsonl(log, records)
+
+    def ingest(name: str, size: int | None) -> dict:
+        if size is not None:
+            monkeypatch.setattr(logs._Sizer, "take", lambda self, remaining: min(size, remaining))
+        else:
+            monkeypatch.setattr(logs._Sizer, "take", lambda self, remaining: remaining)
+        db = labeler.connect(tmp_path / f"{name}.db")
+        result = labeler.ingest_logs(db, log, lenient=True, parallel=parallel)
+        return {"new": result.new, "rejected": len(result.problems),
+                "documents": rows(db, "SELECT pk, doc_id, text, title FROM documents ORDER BY pk"),
+                "retrievals": rows(db, "SELECT query_pk, retriever, rank, doc_pk, score FROM retrievals "
+                                       "ORDER BY query_pk, retriever, rank")}
+
+    whole = ingest("whole", None)
+    assert whole["rejected"] == 20 and len(whole["documents"]) > 2500
+    assert not [d for d in whole["documents"] if d[1].startswith("only-rejected")]  # a rejected row makes nothing
+    assert ingest("parts", 37) == whole

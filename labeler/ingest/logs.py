@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import multiprocessing
 import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -358,12 +359,19 @@ class _LogLoad:
                 self.reject(line, problem, self.raws.get(line))
             return
         done = 0
+        left = set(fresh_ids) if fresh_ids else None  # the batch's new chunk ids no part has yet
         while done < len(rows):
             part = rows[done:done + self.sizer.take(len(rows) - done)]
+            fresh = fresh_ids
+            if fresh_ids and len(part) < len(rows):
+                # a part's new chunk ids: the batch's that it retrieves first (in the batch's
+                # first-seen order, which is the parts' order); looking each id of the part up
+                # among the documents known instead cost the writer 0.4 s at 100k
+                here = left.intersection(itertools.chain.from_iterable(r.rec["ids"] for r in part)) if left else ()
+                fresh = [cid for cid in fresh_ids if cid in here] if here else []
+                left.difference_update(here)
             with self.staging.write():
-                # while one transaction takes the whole batch, fresh_ids holds its new chunk ids
-                found = self.writer.write(part, result.problems, write=True,
-                                          fresh_ids=fresh_ids if len(part) == len(rows) else None)
+                found = self.writer.write(part, result.problems, write=True, fresh_ids=fresh)
             self.sizer.adapt(len(part), self.staging.holds[-1])
             for line, problem in found:
                 self.reject(line, problem, self.raws.get(line))

@@ -266,13 +266,15 @@ class LogWriter:
         else:
             pks = {}
         pks.update((qid, v[0]) for qid, v in existing.items())
+        if len(new_versions) < len(batch):
+            # a row left out (rejected, or unchanged) must not make documents of its chunks, and
+            # ids it retrieved first are not resolved: from here on every id is checked
+            self.all_resolved = False
         if new_versions:
             # while every earlier row of the file had its chunks resolved, an id no earlier batch
             # had is the only kind doc_pk can lack: check just those
             self._resolve_docs(new_versions, fresh_ids if self.all_resolved else None)
             docs = self.doc_pk
-        if len(new_versions) < len(batch):
-            self.all_resolved = False
         if new_versions:
             conn.executemany(
                 "INSERT INTO query_versions (query_pk, retriever, content_hash, source, ingest_id) "
