@@ -136,15 +136,14 @@ class LogWriter:
                 found[doc_id] = bool(missing)
                 if ingest_id == self.ingest_id:
                     staged.add(doc_id)
-        new = []
+        new = []  # the new documents' values, one after another
         for cid in unknown:
             if cid in found:
                 continue
             pk = self.next_doc_pk
             self.next_doc_pk += 1
             text, title = texts.get(cid, (None, None))
-            new.append((pk, cid, text, title if title is not None else titles.get(cid), self.created,
-                        self.ingest_id))
+            new += (pk, cid, text, title if title is not None else titles.get(cid), self.created, self.ingest_id)
             doc_pk[cid] = pk
             if text is None:
                 no_text.add(cid)
@@ -152,9 +151,8 @@ class LogWriter:
         later = [(self.ingest_id, doc_pk[cid], t, ti) for cid, (t, ti) in texts.items()
                  if found.get(cid) and cid not in staged]
         if new:
-            self.conn.executemany(
-                "INSERT INTO documents (pk, doc_id, text, title, created_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?)", new)
-            self.result.documents_new += len(new)
+            insert_rows(self.conn, "documents (pk, doc_id, text, title, created_at, ingest_id)", "(?, ?, ?, ?, ?, ?)", new)
+            self.result.documents_new += len(new) // 6
         if fill:
             self.conn.executemany(
                 "UPDATE documents SET text = ?, title = coalesce(title, ?) WHERE pk = ?", fill)
