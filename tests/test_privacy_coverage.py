@@ -380,6 +380,9 @@ def test_a_text_known_clean_is_one_the_detectors_find_nothing_in():
     redactor = Redactor(key=b"k")
     known = redactor.known_clean(texts)
     assert known and not [t for t in known if redactor.find(t)]
+    # remembered: a second screen of the same texts, among others, answers the same
+    assert redactor.known_clean(texts, remember=True) == known
+    assert redactor.known_clean(texts + ["a@b.io", "plain words"], remember=True) == known | {"plain words"}
     assert not [t for t in known if not t.isascii() and len(t) >= redactor.min_len]  # those are find()'s
     # a user's pattern may match anything: only texts too short for it to matter are known
     assert not any(Detectors({"TICKET": r"order"}).clean(ascii_texts))

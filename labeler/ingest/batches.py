@@ -159,7 +159,8 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
             valid.clear()
         order = dict.fromkeys(itertools.chain.from_iterable(item[1].rec["ids"] for item in batch
                                                             if item[1] is not None))
-        fresh = list(itertools.filterfalse(seen.__contains__, order))
+        new = set(order).difference(seen)  # in C; most ids of a big file were seen before
+        fresh = [cid for cid in order if cid in new] if new else []
         if len(seen) > 1_000_000:
             seen.clear()  # only makes later lists longer than needed, never shorter
         seen.update(fresh)

@@ -109,7 +109,7 @@ def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredT
     clean = redactor.known_clean(filter(None, itertools.chain.from_iterable(
         (rec["query_id"], rec["question"], rec["answer"], rec["retriever"]) for rec in recs)))
     distinct = set(itertools.chain.from_iterable(rec["ids"] for rec in recs))
-    clean_ids = redactor.known_clean(distinct)
+    clean_ids = redactor.known_clean(distinct, remember=True)  # the same ids come back batch after batch
     every_id = len(clean_ids) == len(distinct)
     for rec in recs:
         if rec["meta"] or rec["made_ids"] \

@@ -12,6 +12,7 @@ from typing import Any
 from .detectors import Detectors
 
 CACHE_CHARS = 32_000_000  # texts remembered with what was found in them (chunk texts repeat a lot)
+CLEAN_IDS_MAX = 500_000  # texts remembered as clean by known_clean (chunk ids); past it they are screened again
 
 
 class Redactor:
@@ -36,6 +37,7 @@ class Redactor:
         self.counts: dict[str, int] = {}
         self._found: dict[str, tuple] = {}
         self._chars = 0
+        self._clean: set[str] = set()  # texts known_clean(remember=True) found clean
 
     # --- finding ------------------------------------------------------------------------
     def find(self, text: str) -> tuple:
@@ -54,19 +56,27 @@ class Redactor:
             self._chars += len(text)
         return found
 
-    def known_clean(self, texts: Iterable[str]) -> set[str]:
+    def known_clean(self, texts: Iterable[str], *, remember: bool = False) -> set[str]:
         """Which of ``texts`` certainly hold no value, found at once: those too short for any
         detector, and the plain ASCII ones in which no detector's hint occurs (``Detectors.clean``:
         a few scans in C over all of them joined, instead of a search per text). The others
         (not plain ASCII, or with a hint; any text of some length when a second detector is set)
-        are for ``find`` to answer."""
+        are for ``find`` to answer. ``remember``: texts that come back batch after batch (chunk
+        ids): those found clean are kept, and not screened again."""
         distinct = set(texts)
+        known = distinct.intersection(self._clean) if remember and self._clean else set()
+        if known:
+            distinct -= known
         least = self.min_len
-        short = {t for t in distinct if len(t) < least}
-        if self.extra is not None:
-            return short
-        todo = [t for t in distinct if len(t) >= least and t.isascii()]
-        return short.union(itertools.compress(todo, self.detectors.clean(todo)))
+        clean = {t for t in distinct if len(t) < least}
+        if self.extra is None:
+            todo = [t for t in distinct if len(t) >= least and t.isascii()]
+            clean.update(itertools.compress(todo, self.detectors.clean(todo)))
+        if remember:
+            if len(self._clean) > CLEAN_IDS_MAX:
+                self._clean.clear()
+            self._clean |= clean
+        return clean | known if known else clean
 
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
