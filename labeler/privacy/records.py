@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .redactor import Redactor
+from .redactor import RecordRedaction, Redactor
 
 
 class StoredTexts:
@@ -55,6 +55,17 @@ def redact_log(redactor: Redactor, rec: dict[str, Any], stored: StoredTexts | No
     # a pseudonym, not a numbered placeholder: a retriever's name must be the same in every query
     if rec.get("retriever"):
         rec["retriever"] = r.ident(rec["retriever"])
+    _chunk_columns(redactor, r, rec, stored, ("ids", "texts", "titles"))
+    if rec.get("meta"):
+        rec["meta"] = r.value(rec["meta"])
+    if r.counts:
+        rec["redactions"] = r.counts
+    return rec
+
+
+def _chunk_columns(redactor: Redactor, r: RecordRedaction, rec: dict[str, Any], stored: StoredTexts | None,
+                   columns: tuple[str, ...]) -> None:
+    """The chunk ids, texts and titles of ``rec`` (``columns`` of them) redacted, numbered by ``r``."""
     # the chunks repeat across queries: most are answered by the redactor's memory, looked up here
     # for a whole column at once (a call per chunk is a measurable share of a big ingest); only a
     # column with a value found, or not yet seen, is walked
@@ -65,7 +76,9 @@ def redact_log(redactor: Redactor, rec: dict[str, Any], stored: StoredTexts | No
         text = rec["texts"][i]
         if find(text):
             ids[i] = redactor.content_id(text)
-    for column, replace in (("ids", r.ident), ("texts", r.text), ("titles", r.text)):
+    replacing = {"ids": r.ident, "texts": r.text, "titles": r.text}
+    for column in columns:
+        replace = replacing[column]
         if column == "texts" and stored is not None and not made and stored.ids.issuperset(ids):
             rec["texts"] = rec["titles"] = None
             for cid in stored.valued.intersection(ids):
@@ -89,11 +102,6 @@ def redact_log(redactor: Redactor, rec: dict[str, Any], stored: StoredTexts | No
                 if stored is not None and column != "ids" and (ids[i], column) not in stored.found:
                     stored.found[(ids[i], column)] = (values[i], tuple(kind for _, _, kind in found))
                     stored.valued.add(ids[i])
-    if rec.get("meta"):
-        rec["meta"] = r.value(rec["meta"])
-    if r.counts:
-        rec["redactions"] = r.counts
-    return rec
 
 
 def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredTexts | None = None) -> None:
@@ -118,6 +126,7 @@ def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredT
                 or not (not rec["answer"] or rec["answer"] in clean) \
                 or not (not rec["retriever"] or rec["retriever"] in clean) \
                 or not (every_id or clean_ids.issuperset(rec["ids"])):
+            redactor.remember_clean(t for t in (rec["query_id"], rec["question"], rec["answer"]) if t in clean)
             redact_log(redactor, rec, stored)
         elif stored is not None and stored.ids.issuperset(rec["ids"]):
             rec["texts"] = rec["titles"] = None
@@ -131,4 +140,8 @@ def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredT
                 if r.counts:
                     rec["redactions"] = r.counts
         elif rec["texts"] is not None or rec["titles"] is not None:
-            redact_log(redactor, rec, stored)
+            # only the texts of chunks not stored yet may hold a value (the rest is known clean)
+            r = redactor.record()
+            _chunk_columns(redactor, r, rec, stored, ("texts", "titles"))
+            if r.counts:
+                rec["redactions"] = r.counts

@@ -78,6 +78,18 @@ class Redactor:
             self._clean |= clean
         return clean | known if known else clean
 
+    def remember_clean(self, texts: Iterable[str]) -> None:
+        """Remember ``texts`` (known to hold no value: ``known_clean``) as searched, so that
+        ``find`` answers them from memory."""
+        found = self._found
+        for text in texts:
+            if text not in found:
+                if self._chars > CACHE_CHARS:
+                    found.clear()
+                    self._chars = 0
+                found[text] = ()
+                self._chars += len(text)
+
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
 
