@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import IngestError
-from ..privacy import StoredTexts, redact_batch
+from ..privacy.records import StoredTexts, redact_batch
 from ..privacy.redactor import Redactor
 from . import formats
 from .common import FieldError as _FieldError
