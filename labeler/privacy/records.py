@@ -81,10 +81,7 @@ def _chunk_columns(redactor: Redactor, r: RecordRedaction, rec: dict[str, Any], 
         replace = replacing[column]
         if column == "texts" and stored is not None and not made and stored.ids.issuperset(ids):
             rec["texts"] = rec["titles"] = None
-            for cid in stored.valued.intersection(ids):
-                for part in ("texts", "titles"):
-                    for kind in stored.found.get((cid, part), (None, ()))[1]:
-                        r._count(kind)
+            _count_stored(r, stored, ids)
             break
         values = rec[column]
         if values is None:
@@ -102,6 +99,14 @@ def _chunk_columns(redactor: Redactor, r: RecordRedaction, rec: dict[str, Any], 
                 if stored is not None and column != "ids" and (ids[i], column) not in stored.found:
                     stored.found[(ids[i], column)] = (values[i], tuple(kind for _, _, kind in found))
                     stored.valued.add(ids[i])
+
+
+def _count_stored(r: RecordRedaction, stored: StoredTexts, ids: list[str]) -> None:
+    """Count, for ``r``'s record, the values found in the stored texts and titles of its chunks."""
+    for cid in stored.valued.intersection(ids):
+        for part in ("texts", "titles"):
+            for kind in stored.found.get((cid, part), (None, ()))[1]:
+                r._count(kind)
 
 
 def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredTexts | None = None) -> None:
@@ -130,13 +135,9 @@ def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredT
             redact_log(redactor, rec, stored)
         elif stored is not None and stored.ids.issuperset(rec["ids"]):
             rec["texts"] = rec["titles"] = None
-            valued = stored.valued.intersection(rec["ids"]) if stored.valued else ()
-            if valued:
+            if stored.valued and not stored.valued.isdisjoint(rec["ids"]):
                 r = redactor.record()
-                for cid in valued:
-                    for part in ("texts", "titles"):
-                        for kind in stored.found.get((cid, part), (None, ()))[1]:
-                            r._count(kind)
+                _count_stored(r, stored, rec["ids"])
                 if r.counts:
                     rec["redactions"] = r.counts
         elif rec["texts"] is not None or rec["titles"] is not None:
