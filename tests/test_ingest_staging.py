@@ -351,12 +351,18 @@ def _bytes_written() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="Linux reports a process's writes in /proc")
-def test_an_ingest_writes_its_pages_a_few_times_not_once_a_statement(tmp_path):
+def test_an_ingest_writes_its_pages_a_few_times_not_once_a_statement(tmp_path, monkeypatch):
     """An ingest writes each page to the WAL once a transaction that changes it, and the
-    checkpoint copies it once: a few times the database's size in all. Statements of many rows
-    with the default conflict handling kept every page they changed in a statement journal too,
-    a temporary file, seventeen times the database's size for a 100k-query ingest (the questions'
-    keys and first-seen dates land all over their indexes)."""
+    checkpoint copies it once: a few times the database's size in all (40 transactions of 500
+    rows here, each checkpointed). Statements of many rows with the default conflict handling
+    kept every page they changed in a statement journal too, a temporary file: 18x the
+    database's size here, 17x for a 100k-query ingest (the questions' keys and first-seen dates
+    land all over their indexes)."""
+    from labeler.ingest import logs
+
+    # transactions of a fixed size, each checkpointed: the bytes written do not depend on the machine's speed
+    monkeypatch.setattr(logs._Sizer, "take", lambda self, remaining: min(500, remaining))
+    monkeypatch.setattr(staging, "CHECKPOINT_EVERY_S", 0.0)
     db_path = tmp_path / "t.db"
     db = labeler.connect(db_path)
     log = make_log(tmp_path / "a.jsonl", 20_000)
@@ -365,4 +371,4 @@ def test_an_ingest_writes_its_pages_a_few_times_not_once_a_statement(tmp_path):
     written = _bytes_written() - before
     db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = os.path.getsize(db_path)
-    assert written < 5 * size, (written, size)
+    assert written < 8 * size, (written, size)  # 5.2x; with statement journals 18x
