@@ -117,8 +117,9 @@ def redact_batch(redactor: Redactor, recs: list[dict[str, Any]], stored: StoredT
     by looking its texts up among the batch's texts known to be clean (``Redactor.known_clean``:
     the batch's texts screened at once, and the batch's distinct chunk ids likewise) rather than
     searched one by one; it only loses its chunk texts and counts the values they held when
-    stored. Every other record (a hint of a value, meta, an id made from a text, a chunk not yet
-    stored) goes through ``redact_log``."""
+    stored. A record known clean but for chunks not stored yet has just its chunk texts and
+    titles searched. Every other record (a hint of a value, meta, an id made from a text) goes
+    through ``redact_log``."""
     clean = redactor.known_clean(filter(None, itertools.chain.from_iterable(
         (rec["query_id"], rec["question"], rec["answer"], rec["retriever"]) for rec in recs)))
     distinct = set(itertools.chain.from_iterable(rec["ids"] for rec in recs))

@@ -49,12 +49,16 @@ class Redactor:
             if self.extra is not None:
                 spans = _merge(spans, self.extra(text))
             found = tuple(spans)
-            if self._chars > CACHE_CHARS:
-                self._found.clear()
-                self._chars = 0
-            self._found[text] = found
-            self._chars += len(text)
+            self._keep(text, found)
         return found
+
+    def _keep(self, text: str, found: tuple) -> None:
+        """Remember what was found in ``text``; past ``CACHE_CHARS`` characters, start afresh."""
+        if self._chars > CACHE_CHARS:
+            self._found.clear()
+            self._chars = 0
+        self._found[text] = found
+        self._chars += len(text)
 
     def known_clean(self, texts: Iterable[str], *, remember: bool = False) -> set[str]:
         """Which of ``texts`` certainly hold no value, found at once: those too short for any
@@ -81,14 +85,9 @@ class Redactor:
     def remember_clean(self, texts: Iterable[str]) -> None:
         """Remember ``texts`` (known to hold no value: ``known_clean``) as searched, so that
         ``find`` answers them from memory."""
-        found = self._found
         for text in texts:
-            if text not in found:
-                if self._chars > CACHE_CHARS:
-                    found.clear()
-                    self._chars = 0
-                found[text] = ()
-                self._chars += len(text)
+            if text not in self._found:
+                self._keep(text, ())
 
     def record(self) -> RecordRedaction:
         return RecordRedaction(self)
