@@ -6,6 +6,7 @@ import re
 
 import sqlite_utils
 
+import labeler
 from labeler import db as store
 from labeler.schema import migrations
 
@@ -45,10 +46,10 @@ def test_m010_rewrites_logged_times_as_utc_iso_and_leaves_the_rest(tmp_path):
     assert got == {pk: (want, want) for pk, _, want in values}
 
 
-def test_m028_gives_every_stored_question_its_key_and_a_question_written_without_one_is_still_found(tmp_path):
+def test_m028_gives_every_stored_question_its_key_and_m029_finds_them_through_query_keys(tmp_path):
     """An old database's questions get their 64-bit key (the live question_key's, in parts), the
-    index on the text goes, and lookups by text find rows with a key and rows written by hand
-    without one (NULL) alike; the index serves both."""
+    index on the text goes; m029 moves the keys to ``query_keys``, and lookups by text find rows
+    with a key and rows written by hand without one (NULL) alike, through indexes only."""
     from labeler.ingest.validate import NORM_MATCH, norm_params, normalize_question, question_key
     from labeler.schema import _m028_key
 
@@ -60,13 +61,17 @@ def test_m028_gives_every_stored_question_its_key_and_a_question_written_without
         db.execute("INSERT INTO queries (pk, query_id, question, norm_question, created_at) VALUES (?, ?, ?, ?, ?)",
                    [pk, f"q{pk}", q, normalize_question(q), "2026-12-01T00:00:00.000000Z"])
     db.conn.commit()
-    migrations.apply(db)
+    migrations.apply(db, stop_before="m029_query_keys")
     keys = dict(db.execute("SELECT pk, norm_key FROM queries").fetchall())
     assert keys == {pk: question_key(normalize_question(q)) for pk, q in enumerate(questions, 1)}
     assert keys[1] == keys[2] != keys[3]
     assert all(_m028_key(normalize_question(q)) == question_key(normalize_question(q)) for q in questions)
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queries'")}
     assert "queries_norm_key" in indexes and "queries_norm" not in indexes
+    migrations.apply(db)
+    assert sorted(db.execute("SELECT query_pk, norm_key FROM query_keys").fetchall()) == sorted(keys.items())
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queries'")}
+    assert "queries_norm_key" not in indexes and "queries_unkeyed" in indexes
     db.execute("INSERT INTO queries (pk, query_id, question, norm_question, created_at) VALUES (9, 'hand', "
                "'Reset my password', 'reset my password', '2026-12-01T00:00:00.000000Z')")  # no key
     found = db.execute(f"SELECT pk FROM queries WHERE {NORM_MATCH} ORDER BY pk",
@@ -74,4 +79,35 @@ def test_m028_gives_every_stored_question_its_key_and_a_question_written_without
     assert [r[0] for r in found] == [1, 2, 3, 9]
     plan = " ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN SELECT pk FROM queries WHERE {NORM_MATCH}",
                                              norm_params(["x"])))
-    assert "USING INDEX queries_norm_key" in plan and "SCAN queries" not in plan
+    # the rows without a key are read from their partial index (empty but for them), never the table
+    assert "SEARCH query_keys USING PRIMARY KEY" in plan and "SCAN queries USING INDEX queries_unkeyed" in plan
+    assert not re.search(r"SCAN queries(?! USING INDEX queries_unkeyed)", plan), plan
+
+
+def test_every_writer_of_a_question_keeps_its_key_in_query_keys_but_a_staged_one(tmp_path):
+    """By trigger: a row written with a key gets it in query_keys, a changed key moves, a deleted
+    row takes its key along; a log ingest's staged row (ingest_id set) waits for its ingest's
+    sorted run, or gets its key when it is kept (its ingest_id cleared)."""
+    from labeler.ingest.validate import question_columns
+
+    db = labeler.connect(tmp_path / "k.db")
+
+    def add(pk, q, ingest_id=None):
+        norm, key = question_columns(q)
+        db.execute("INSERT INTO queries (pk, query_id, question, norm_question, norm_key, created_at, ingest_id) "
+                   "VALUES (?, ?, ?, ?, ?, '2026-12-01T00:00:00.000000Z', ?)", [pk, f"q{pk}", q, norm, key, ingest_id])
+        return key
+
+    def keyed():
+        return set(db.execute("SELECT query_pk, norm_key FROM query_keys").fetchall())
+
+    a = add(1, "alpha question")
+    b = add(2, "beta question", ingest_id=7)
+    assert keyed() == {(1, a)}
+    _, c = question_columns("gamma question")
+    db.execute("UPDATE queries SET norm_key = ? WHERE pk = 1", [c])
+    assert keyed() == {(1, c)}
+    db.execute("UPDATE queries SET ingest_id = NULL WHERE pk = 2")
+    assert keyed() == {(1, c), (2, b)}
+    db.execute("DELETE FROM queries WHERE pk = 1")
+    assert keyed() == {(2, b)}

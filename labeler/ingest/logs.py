@@ -373,6 +373,7 @@ class _LogLoad:
             with self.staging.write():
                 found = self.writer.write(part, result.problems, write=True, fresh_ids=fresh)
             self.sizer.adapt(len(part), self.staging.holds[-1])
+            self.staging.key_run(self.writer.next_query_pk)  # the question keys in sorted runs (the rest: publish)
             for line, problem in found:
                 self.reject(line, problem, self.raws.get(line))
             done += len(part)

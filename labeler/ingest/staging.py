@@ -39,6 +39,7 @@ LOCK_TARGET_S = 0.05  # aim of one write transaction's lock hold; batches adapt 
 WAIT_FOR_INGEST_S = 15 * 60.0  # how long an ingest waits for another one to finish
 CHECKPOINT_EVERY_S = 0.5  # checkpoint the WAL after this much write time (the connection's own are off)
 CHUNK = 5000  # rows per clean-up or apply transaction (each a few ms)
+KEY_RUN = 32_000  # staged queries whose question keys go into query_keys in one sorted run
 LOCK_LOG_ENV = "LABELER_LOCK_LOG"  # a file to append each ingest's lock holds to (benchmarks)
 
 mine: set[int] = set()  # ingests this process is running (its staging rows are not orphans)
@@ -56,6 +57,7 @@ class Staging:
     unchecked: float = 0.0  # seconds of writes since the last checkpoint
     checkpoints: Checkpointer | None = None  # started by the first checkpoint the ingest asks for
     gaps: bool | None = None  # pause after each transaction: only where writers cannot line up (Turnstile)
+    keyed_from: int = 0  # the first query pk that may be this ingest's and have no query_keys row yet
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite_utils.Database]:
@@ -92,6 +94,29 @@ class Staging:
             self.gaps = not store.Turnstile.available(conn)
         if self.gaps:
             time.sleep(store.POLL_MAX_S)
+
+    def key_run(self, upto: int) -> None:
+        """``key_queries(upto)`` once ``KEY_RUN`` queries wait for their keys."""
+        if upto - self.keyed_from >= KEY_RUN:
+            self.key_queries(upto)
+
+    def key_queries(self, upto: int | None = None) -> None:
+        """Add the question keys of this ingest's staged queries with pks from ``keyed_from`` up to
+        ``upto`` (None: all) to ``query_keys``, sorted, in transactions of up to ``KEY_RUN`` rows.
+        The keys are random: inserted with their rows, each short transaction touched most of
+        the key pages and wrote them again; a sorted run touches each page once. The ingest
+        calls this every ``KEY_RUN`` queries and ``publish`` for the rest, before they become
+        visible (until then nothing looks them up: they are hidden)."""
+        end = upto if upto is not None else self.db.execute(
+            "SELECT coalesce(max(pk), 0) + 1 FROM queries").fetchone()[0]
+        while self.keyed_from < end:
+            stop = min(end, self.keyed_from + KEY_RUN)
+            with self.write():
+                self.db.execute(
+                    "INSERT OR IGNORE INTO query_keys (norm_key, query_pk) SELECT norm_key, pk FROM queries "
+                    "WHERE pk >= ? AND pk < ? AND ingest_id = ? AND norm_key IS NOT NULL ORDER BY norm_key, pk",
+                    [self.keyed_from, stop, self.id])
+            self.keyed_from = stop
 
     def log_holds(self) -> None:
         path = os.environ.get(LOCK_LOG_ENV)
@@ -165,7 +190,8 @@ def claim(db: sqlite_utils.Database, kind: str, shown: str, fmt: str) -> Staging
                     [kind, shown, fmt, now, owners.current()]).lastrowid
                 with mine_lock:
                     mine.add(ingest_id)
-                return Staging(db, ingest_id, kind)
+                first = db.execute("SELECT first_query_pk FROM ingests WHERE id = ?", [ingest_id]).fetchone()[0]
+                return Staging(db, ingest_id, kind, keyed_from=first)
         for ingest_id in orphans:
             discard(db, ingest_id)
         if len(orphans) < len(staging):
@@ -196,6 +222,7 @@ def publish(staging: Staging, sha256: str, counts: dict) -> None:
     """The final commit: the staged rows become visible together, with the ingest's counts; then
     the changes to rows that were already visible are applied (in short transactions)."""
     db = staging.db
+    staging.key_queries()
     with staging.write():
         db.execute("UPDATE ingests SET state = 'done', sha256 = ?, counts = ?, finished_at = ? WHERE id = ?",
                    [sha256, store.dumps(counts), store.now(), staging.id])

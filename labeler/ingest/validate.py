@@ -238,11 +238,9 @@ def normalize_question(question: str) -> str:
 
 
 def question_key(norm: str) -> int:
-    """The 64-bit key of a normalized question (``queries.norm_key``): what the index for finding a
-    question by its text holds, rather than the text itself. An ingest's questions land all over
-    that index, and every transaction writes each page it touched again; with entries of 8 bytes
-    instead of the whole text the pages are a fraction as many, and a 100k-query ingest's writer
-    spends 0.3-0.6 s less. A lookup finds the keys, then compares the text (``NORM_MATCH``)."""
+    """The 64-bit key of a normalized question (``queries.norm_key``): what ``query_keys`` holds
+    for finding a question by its text, rather than the text itself (entries of 8 bytes: a
+    fraction of the pages). A lookup finds the keys, then compares the text (``NORM_MATCH``)."""
     return int.from_bytes(hashlib.blake2b(norm.encode(), digest_size=8).digest(), "big", signed=True)
 
 
@@ -252,10 +250,12 @@ def question_columns(question: str) -> tuple[str, int]:
     return norm, question_key(norm)
 
 
-# the queries whose normalized question is one of a list: by key (rows written without one, by
-# hand or by an older labeler, have NULL, also found through the index), then by the text itself;
-# parameters: ``norm_params(norms)``
-NORM_MATCH = ("(norm_key IN (SELECT value FROM json_each(?)) OR norm_key IS NULL) "
+# the queries whose normalized question is one of a list: by key (``query_keys``; rows written
+# without one, by hand, have NULL and are found through the ``queries_unkeyed`` index), then by the
+# text itself; parameters: ``norm_params(norms)``. (A log ingest's rows get their keys just before
+# they become visible: until then they are hidden anyway.)
+NORM_MATCH = ("pk IN (SELECT query_pk FROM query_keys WHERE norm_key IN (SELECT value FROM json_each(?)) "
+              "UNION ALL SELECT pk FROM queries WHERE norm_key IS NULL) "
               "AND norm_question IN (SELECT value FROM json_each(?))")
 
 
