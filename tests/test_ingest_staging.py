@@ -121,7 +121,7 @@ def test_an_ingests_question_keys_go_in_sorted_runs_and_are_all_there_when_its_r
     lookup by text finds them."""
     from labeler.ingest.validate import NORM_MATCH, norm_params
 
-    monkeypatch.setattr(staging, "KEY_RUN", 700)
+    monkeypatch.setattr(staging, "KEY_RUN", 3000)  # more than a batch (2,000): some batches leave keys waiting
     db_path = tmp_path / "t.db"
     db = labeler.connect(db_path)
     labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 30))
