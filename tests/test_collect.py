@@ -538,9 +538,12 @@ def test_cli_collects_until_sigterm_then_writes_what_it_holds(tmp_path):
 def test_cli_ctrl_c_with_json_prints_the_summary_document(tmp_path):
     db = tmp_path / "cli.db"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Ctrl-C as in a terminal: a suite started in the background by a shell without job control
+    # (``pytest &``) inherits SIGINT ignored, as every process it starts would (POSIX)
     proc = subprocess.Popen([sys.executable, "-m", "labeler", "--db", str(db), "collect", "--otlp", "127.0.0.1:0",
                              "--flush-every", "1h", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=tmp_path)
+                            text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = proc.stderr.readline()  # the address goes to stderr in every format
         port = int(first.split("127.0.0.1:")[1].split("/")[0])
