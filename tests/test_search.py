@@ -660,3 +660,33 @@ def test_latent_list_stays_out_of_small_corpora(db):
 
     assert not latent.warm(db)
     assert latent.similar(db, "single sign-on", [], set(), 10) == []
+
+
+def test_the_index_is_brought_up_to_date_in_steps_sized_to_a_short_lock_hold(tmp_path):
+    """Short chunks are indexed thousands at a time (each step is a segment FTS5 merges later),
+    each step holding the lock about INDEX_TARGET_S, never long; every document is found after."""
+    import contextlib
+    import time
+
+    db = labeler.connect(tmp_path / "fts.db")
+    with store.transaction(db):
+        db.conn.executemany("INSERT INTO documents (doc_id, text, created_at) VALUES (?, ?, '2026-01-01')",
+                            [(f"d{i}", f"the webhook retries {i} times on port {i % 97}", ) for i in range(30_000)])
+    holds: list[float] = []
+    sizes: list[int] = []
+
+    @contextlib.contextmanager
+    def write():
+        before = db.execute("SELECT count(*) FROM documents_fts_pending").fetchone()[0]
+        start = time.perf_counter()
+        with store.transaction(db):
+            yield
+        holds.append(time.perf_counter() - start)
+        sizes.append(before - db.execute("SELECT count(*) FROM documents_fts_pending").fetchone()[0])
+
+    staging.index_search(db, write)
+    assert sum(sizes) == 30_000 and sizes[0] == store.INDEX_CHUNK
+    assert max(sizes) > 2 * store.INDEX_CHUNK and len(sizes) < 30, sizes  # steps grew past the first
+    assert max(holds) < 0.25, holds
+    assert db.execute("SELECT count(*) FROM documents_fts WHERE documents_fts MATCH 'webhook'").fetchone()[0] == 30_000
+    db.execute("INSERT INTO documents_fts (documents_fts, rank) VALUES ('integrity-check', 1)")

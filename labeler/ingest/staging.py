@@ -235,13 +235,23 @@ def publish(staging: Staging, sha256: str, counts: dict) -> None:
     requeue_after_ingest(db, staging.id, write=staging.write)
 
 
+INDEX_TARGET_S = 0.05  # the lock hold aimed at by each step of index_search
+
+
 def index_search(db: sqlite_utils.Database, write: Callable[[], contextlib.AbstractContextManager] | None = None) -> None:
     """Bring the documents this ingest (or any writer) changed into the search index, in short
-    transactions (``db.index_pending``)."""
+    transactions (``db.index_pending``). The first step takes ``INDEX_CHUNK`` documents; the next
+    as many as fill ``INDEX_TARGET_S`` at the pace measured (at most four times more each step):
+    short chunks go in thousands at a time, and each step makes FTS5 a segment to merge later
+    (50k chunks of 190 characters: 0.38-0.47 s in steps of 1,000, 0.29-0.35 s in steps of 5,000-20,000)."""
+    limit = store.INDEX_CHUNK
     more = True
     while more:
+        start = time.perf_counter()
         with (write or (lambda: store.transaction(db)))():
-            more = store.index_pending(db.conn)
+            more = store.index_pending(db.conn, limit)
+        took = max(time.perf_counter() - start, 1e-3)
+        limit = max(100, min(4 * limit, int(limit * INDEX_TARGET_S / took)))
 
 
 def _apply(db: sqlite_utils.Database, ingest_id: int) -> bool:
