@@ -119,24 +119,29 @@ def test_an_ingests_question_keys_go_in_sorted_runs_and_are_all_there_when_its_r
     """A log ingest's staged queries get their question keys (``query_keys``) in runs of KEY_RUN,
     not with each short transaction; every key is there when the rows become visible, and a
     lookup by text finds them."""
-    from labeler.ingest.validate import NORM_MATCH, norm_params
+    from labeler.ingest.validate import NORM_MATCH, norm_params, question_columns
 
     monkeypatch.setattr(staging, "KEY_RUN", 3000)  # more than a batch (2,000): some batches leave keys waiting
     db_path = tmp_path / "t.db"
     db = labeler.connect(db_path)
     labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 30))
     log = make_log(tmp_path / "b.jsonl", 5000, start=100)
+    with open(log, "a", encoding="utf-8") as f:  # and records without an id
+        f.write(json.dumps({"question": "  No ID  Here? ", "retrieved": [{"id": "doc-1", "score": 1.0}]}) + "\n")
     lags: list[tuple[int, int]] = []
 
     def during(done: int, total: int) -> None:
         if done < total:
             lags.append((raw_count(db_path, "queries") - 30, raw_count(db_path, "query_keys") - 30))
 
-    assert labeler.ingest_logs(db, log, progress=during).new == 5000
+    assert labeler.ingest_logs(db, log, progress=during).new == 5001
     assert lags and all(0 <= staged - keyed for staged, keyed in lags)
     assert any(keyed > 0 for _, keyed in lags) and any(staged - keyed > 0 for staged, keyed in lags)
+    # (the writer makes the question's columns of a record with an id; the parser those of one without)
+    rows = db.execute("SELECT question, norm_question, norm_key FROM queries").fetchall()
+    assert all((norm, key) == question_columns(q) for q, norm, key in rows)
     keys = set(db.execute("SELECT pk, norm_key FROM queries").fetchall())
-    assert set(db.execute("SELECT query_pk, norm_key FROM query_keys").fetchall()) == keys and len(keys) == 5030
+    assert set(db.execute("SELECT query_pk, norm_key FROM query_keys").fetchall()) == keys and len(keys) == 5031
     found = db.execute(f"SELECT query_id FROM queries WHERE {NORM_MATCH}",
                        norm_params(["question number 4321?"])).fetchall()
     assert found == [("r4321",)]

@@ -39,7 +39,7 @@ class Row(NamedTuple):  # a tuple: cheap to pass from the parsing process
     query_id: str
     content_hash: str
     line_key: str | None
-    norm: tuple[str, int]  # the question's (norm_question, norm_key): validate.question_columns
+    norm: tuple[str, int] | None  # the question's (norm_question, norm_key) (validate.question_columns), or None: the writer makes them
 
 
 def content_hash(rec: dict[str, Any], *, exact: bool = False, rounded: list[float | None] | None = None) -> str:
@@ -88,9 +88,11 @@ class _Keyer:
 
     def key(self, line: int, rec: dict[str, Any], rounded: list[float | None] | None = None) -> Row:
         content = content_hash(rec, rounded=rounded)
-        norm = question_columns(rec["question"])  # made here, on the parsing process's core
         if rec["query_id"] is not None:
-            return Row(line, rec, rec["query_id"], content, None, norm)
+            # the question's columns are made by the writer, for the new queries only: the
+            # parser sets the pace where chunk texts are logged, and has the longer task
+            return Row(line, rec, rec["query_id"], content, None, None)
+        norm = question_columns(rec["question"])
         qid = "q-" + hash_parts(norm[0], rec["retriever"], rec["ids"])[:16]
         raw = hash_parts(content, rec["timestamp"], rec["meta"])
         if rec["retriever"] != DEFAULT_RETRIEVER:

@@ -17,6 +17,7 @@ import sqlite_utils
 from .. import db as store
 from .batches import Row, content_hash
 from .common import IngestResult, Problem
+from .validate import question_columns
 
 PENDING_MAX = 200_000  # texts sent apart that wait for a written row (see LogWriter.add_texts)
 MAX_PARAMS = 999  # parameters of one statement: SQLite's limit before 3.32, and far from the newer one
@@ -257,7 +258,7 @@ class LogWriter:
                 "first_seen, last_seen, meta, source, created_at, ingest_id)",
                 "(?, ?, ?, ?, ?, 'log', ?, 1, ?, ?, ?, ?, ?, ?)",
                 [value for pk, r in enumerate(new_queries, first) for value in (
-                    pk, r.query_id, r.rec["question"], *r.norm, r.rec["answer"], r.rec["timestamp"], r.rec["timestamp"],
+                    pk, r.query_id, r.rec["question"], *(r.norm or question_columns(r.rec["question"])), r.rec["answer"], r.rec["timestamp"], r.rec["timestamp"],
                     store.dumps(r.rec["meta"]) if r.rec["meta"] else None, f"{self.path}:{r.line}", self.created,
                     self.ingest_id)])
             pks = {r.query_id: pk for pk, r in enumerate(new_queries, first)}
