@@ -388,6 +388,34 @@ def test_a_text_known_clean_is_one_the_detectors_find_nothing_in():
     assert not any(Detectors({"TICKET": r"order"}).clean(ascii_texts))
 
 
+def test_a_number_remembered_is_found_as_a_fresh_search_finds_it():
+    """Detectors' memo of numeric hints (a number and the two characters either side of it):
+    every text gives what a search without the memo gives, though the same numbers come back
+    with other neighbours (a ``+`` or ``(`` before, a dot and a digit after, a value after the
+    seconds of a time), at the start and end of a text, and in texts that hold planted values."""
+    import random
+
+    from labeler.privacy.detectors import Detectors
+    from tests import pii_planted
+
+    rng = random.Random(11)
+    numbers = ["+44 20 7946 0958", "(555) 123-4567", "4111 1111 1111 1111", "4111 1111 1111 1112", "192.168.1.20",
+               "123-45-6789", "2026-05-12", "45.3.12", "1,234.00", "0044 20 7946 0958", "10:32:07 192.168.1.20",
+               "06 12 34 56 78", "+1 (415) 555-2671", "415 555 2671", "127.0.0.1", "12345678901"]
+    glue = ["", " ", "x", "+", "(", ".", "-", "/", ",", ". 7", "-1", " a ", "_"]
+    texts = [f"{p.before}{p.value}{p.after}" for p in pii_planted.planted(12)]
+    for _ in range(20_000):
+        parts = [rng.choice(numbers) if rng.random() < 0.6 else rng.choice(["ticket", "on", "call", "A1", "v"])
+                 for _ in range(rng.randint(1, 5))]
+        texts.append("".join(part + rng.choice(glue) for part in parts))
+    texts += texts  # the second time round every hint is remembered
+    remembering, fresh = Detectors(), Detectors()
+    fresh.number_memo = None
+    found = [remembering.find(t) for t in texts]
+    assert found == [fresh.find(t) for t in texts]
+    assert len(remembering.number_memo) > 100 and sum(map(bool, found)) > len(texts) // 3
+
+
 def _records(seed: int, n: int) -> list[dict]:
     """Validated log records (``validate_log``'s shape) of every kind redaction meets: values in
     query ids, questions, answers, chunk ids, texts, titles, retrievers' names and meta; ids made

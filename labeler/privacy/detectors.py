@@ -71,6 +71,7 @@ LETTERS_HINT = re.compile(r"[A-Z][A-Z] ?[0-9][0-9]")
 # where a number worth a look starts: a digit, then at least seven digits or separators in a row
 # (shorter numbers are counts, years, ports and versions: no detector wants them)
 NUMBER_HINT = re.compile(r"[0-9][0-9 .()/-]{5,}[0-9]")
+NUMBER_MEMO_MAX = 100_000  # hints remembered with what was found at them; past it, afresh
 _INNER_START = re.compile(r"(?<= )[0-9(]")  # where a value may start inside a hint
 # a canonical UUID (a trace store's run or observation id, a vector store's chunk id): random hex,
 # whose digit groups look like a phone or card number about once in 7,000 ids; never a value
@@ -196,6 +197,7 @@ class Detectors:
         self.letters = combined(_LETTER_NAMES)
         self.numeric = combined(_NUMERIC_NAMES)
         self.phone = combined(("phone",))
+        self.number_memo: dict[str, tuple] = {}  # see _anchored
 
     def _scan(self, regex: re.Pattern, text: str, out: list) -> None:
         """Every match of ``regex`` over the whole text (a rejected match is skipped whole)."""
@@ -218,43 +220,71 @@ class Detectors:
         return m.end() if check is None else start + check(text[start:m.end()])
 
     def _anchored(self, regex: re.Pattern, hint: re.Pattern, text: str, out: list, before: bool,
-                  fallback: re.Pattern | None = None) -> None:
+                  fallback: re.Pattern | None = None, memo: dict[str, tuple] | None = None) -> None:
         """``regex`` tried only where ``hint`` matches: at its start (and, with ``before``, one
         character earlier when that is a ``+`` or ``(``, the start of a phone number), then after
-        each space inside it. A rejected match is no value for any later start inside it (no part
-        of a long number is a phone), except an IP address or a number in parentheses after a
-        space: a value may follow a number that is none (the seconds of ``10:32:07
-        192.168.1.20``). Where another branch rejects, ``fallback`` is tried at the same start
-        (``0044 20 7946 0958`` fails Luhn as a card and is a phone number)."""
-        pos = 0
+        each space inside it (``_at_hint``).
+
+        ``memo``: what was found at each hint, by the hint and the two characters either side of
+        it, for a hint whose matches cannot reach past it (``NUMBER_HINT``: the numeric patterns
+        match only the characters it runs over, a leading ``+`` aside, and end on a digit). What
+        they find there depends on nothing else: their look-behinds read one character before a
+        start (two with the ``+`` or ``(`` before the hint), their look-aheads two after an end,
+        and a match before the hint ends before it. Dates, versions, amounts and ticket numbers
+        come back across the chunks of a log, each searched once."""
+        pos, n = 0, len(text)
         for h in hint.finditer(text):
             i, stop = h.start(), h.end()
             if stop <= pos:
                 continue
-            head = (i - 1, i) if before and i and text[i - 1] in "+(" else (i,)
-            # the starts inside the hint are looked for only once the head leaves some of it
-            starts = head if text.find(" ", i + 1, stop) < 0 else chain(
-                head, (m.start() for m in _INNER_START.finditer(text, i + 1, stop) if m.start() >= pos))
-            rejected = 0  # the end of the last rejected match
-            for start in starts:
-                if start < pos:
-                    continue
-                m = regex.match(text, start)
-                if m is None:
-                    continue
-                name = m.lastgroup
-                if start < rejected and self.kinds[name] != "IP" and text[start] != "(":  # type: ignore[index]
-                    continue
-                end = self._checked(m, text)
-                if end <= start and fallback is not None and name not in fallback.groupindex:
-                    m2 = fallback.match(text, start)
-                    if m2 is not None and (end2 := self._checked(m2, text)) > start:
-                        m, name, end = m2, m2.lastgroup, end2
-                if end > start:
-                    out.append((self.rank[name], start, end, self.kinds[name]))  # type: ignore[index]
-                    pos = end
-                else:
-                    rejected = max(rejected, m.end())
+            if memo is None or i < 2 or stop + 2 > n:
+                pos = self._at_hint(regex, text, i, stop, pos, out, before, fallback)
+                continue
+            key = text[i - 2:stop + 2]
+            got = memo.get(key)
+            if got is None:
+                mark = len(out)
+                pos = self._at_hint(regex, text, i, stop, pos, out, before, fallback)
+                if len(memo) >= NUMBER_MEMO_MAX:
+                    memo.clear()
+                memo[key] = tuple((rank, s - i, e - i, kind) for rank, s, e, kind in out[mark:])
+            elif got:
+                out.extend((rank, s + i, e + i, kind) for rank, s, e, kind in got)
+                pos = got[-1][2] + i
+
+    def _at_hint(self, regex: re.Pattern, text: str, i: int, stop: int, pos: int, out: list, before: bool,
+                 fallback: re.Pattern | None) -> int:
+        """The values of the hint ``text[i:stop]`` (``_anchored``); returns where the last ends.
+        A rejected match is no value for any later start inside it (no part of a long number is
+        a phone), except an IP address or a number in parentheses after a space: a value may
+        follow a number that is none (the seconds of ``10:32:07 192.168.1.20``). Where another
+        branch rejects, ``fallback`` is tried at the same start (``0044 20 7946 0958`` fails Luhn
+        as a card and is a phone number)."""
+        head = (i - 1, i) if before and i and text[i - 1] in "+(" else (i,)
+        # the starts inside the hint are looked for only once the head leaves some of it
+        starts = head if text.find(" ", i + 1, stop) < 0 else chain(
+            head, (m.start() for m in _INNER_START.finditer(text, i + 1, stop) if m.start() >= pos))
+        rejected = 0  # the end of the last rejected match
+        for start in starts:
+            if start < pos:
+                continue
+            m = regex.match(text, start)
+            if m is None:
+                continue
+            name = m.lastgroup
+            if start < rejected and self.kinds[name] != "IP" and text[start] != "(":  # type: ignore[index]
+                continue
+            end = self._checked(m, text)
+            if end <= start and fallback is not None and name not in fallback.groupindex:
+                m2 = fallback.match(text, start)
+                if m2 is not None and (end2 := self._checked(m2, text)) > start:
+                    m, name, end = m2, m2.lastgroup, end2
+            if end > start:
+                out.append((self.rank[name], start, end, self.kinds[name]))  # type: ignore[index]
+                pos = end
+            else:
+                rejected = max(rejected, m.end())
+        return pos
 
     def clean(self, texts: list[str]) -> list[bool]:
         """For each of ``texts`` (plain ASCII), whether it certainly holds no value: ``_find``
@@ -305,7 +335,8 @@ class Detectors:
             self._scan(self.ipv6, text, found)
         if text.lower() != text:  # no upper-case letter, no IBAN or NI number (cheaper than the hint)
             self._anchored(self.letters, LETTERS_HINT, text, found, before=False)
-        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone)
+        self._anchored(self.numeric, NUMBER_HINT, text, found, before=True, fallback=self.phone,
+                       memo=self.number_memo)
         if found and "-" in text:
             found = _outside_uuids(text, found)
         if len(found) < 2:
