@@ -299,17 +299,22 @@ def test_synthetic_candidates_do_not_make_production_the_default(db, tmp_path):
     assert default_retriever(db, "production") == "production"  # named explicitly: the candidates' report
 
 
-@pytest.mark.parametrize("rows", [0, 1, 165, 166, 167, 333, 1000])
-def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows):
-    """writer.insert_rows: whole statements of 166 rows of 6 values (under 999 parameters) and
-    one for the rest; every row lands once, as given."""
-    from labeler.ingest.writer import insert_rows
+@pytest.mark.parametrize(("rows", "shared"), [(0, 0), (1, 0), (165, 0), (166, 0), (167, 0), (333, 0), (1000, 0),
+                                             (1, 2), (248, 2), (249, 2), (250, 2), (498, 2), (1000, 2)])
+def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows, shared):
+    """writer.insert_columns: whole statements of as many rows as stay under 999 parameters (166
+    rows of 6 values; 249 rows of 4 with 2 values shared by every row) and one for the rest; every
+    row lands once, as given, with the shared values in each."""
+    from labeler.ingest.writer import insert_columns
 
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d, e, f)")
     values = [(i, f"r{i}", i / 7, None, b"x", "const") for i in range(rows)]
-    insert_rows(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)",
-                [v for row in values for v in row])
+    columns = [list(column) for column in zip(*values, strict=True)] if values else [[] for _ in range(6)]
+    if shared:
+        insert_columns(conn, "t (a, e, b, c, f, d)", "(?, $1, ?, ?, $2, ?)", columns[:4], (b"x", "const"))
+    else:
+        insert_columns(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)", columns)
     assert conn.execute("SELECT * FROM t ORDER BY rowid").fetchall() == values
 
 
