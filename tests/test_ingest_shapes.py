@@ -303,8 +303,8 @@ def test_synthetic_candidates_do_not_make_production_the_default(db, tmp_path):
                                              (1, 2), (248, 2), (249, 2), (250, 2), (498, 2), (1000, 2)])
 def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows, shared):
     """writer.insert_columns: whole statements of as many rows as stay under 999 parameters (166
-    rows of 6 values; 249 rows of 4 with 2 values shared by every row) and one for the rest; every
-    row lands once, as given, with the shared values in each."""
+    rows of 6 values; 249 rows of 4 with 2 values shared by every row) and the rest in statements
+    of 128, 64, ..., 1 rows; every row lands once, as given, with the shared values in each."""
     from labeler.ingest.writer import insert_columns
 
     conn = sqlite3.connect(":memory:")
@@ -317,6 +317,22 @@ def test_rows_go_in_several_to_a_statement_all_of_them_in_order(rows, shared):
         insert_columns(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)", columns)
     assert conn.execute("SELECT * FROM t ORDER BY rowid").fetchall() == values
 
+
+
+def test_rows_of_any_count_go_in_through_a_few_statement_shapes():
+    """writer.insert_columns: whatever the number of rows, the statements are of a few sizes (the
+    full one and powers of two), so SQLite prepares each once and the connection's cache keeps
+    them; a statement sized to each transaction's leftover rows was compiled afresh every time."""
+    from labeler.ingest.writer import _statement, insert_columns
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (a INTEGER, b TEXT, c REAL, d, e, f)")
+    _statement.cache_clear()
+    for rows in range(1, 600):
+        columns = [list(range(rows)), ["x"] * rows, [0.5] * rows, [None] * rows, [b"y"] * rows, [rows] * rows]
+        insert_columns(conn, "t (a, b, c, d, e, f)", "(?, ?, ?, ?, ?, ?)", columns)
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == sum(range(1, 600))
+    assert _statement.cache_info().currsize <= 9  # 166 rows, then 128, 64, 32, 16, 8, 4, 2, 1
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_a_batch_written_in_several_transactions_is_the_batch_written_in_one(tmp_path, monkeypatch, parallel):
