@@ -408,3 +408,50 @@ def test_an_ingest_writes_its_pages_a_few_times_not_once_a_statement(tmp_path, m
     # 4.5x; 5.2x with the question keys indexed with their rows (each transaction wrote most of the
     # key pages again); 18x with statement journals
     assert written < 4.8 * size, (written, size)
+
+
+def _keys_trace(conn: sqlite3.Connection) -> list[tuple[bool, str]]:
+    """Every statement the connection runs from now on, with whether foreign keys were on."""
+    trace: list[tuple[bool, str]] = []
+    state = {"on": conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1}
+
+    def seen(sql: str) -> None:
+        text = " ".join(sql.split()).upper()
+        if text.startswith("PRAGMA FOREIGN_KEYS ="):
+            state["on"] = text.endswith("ON")
+        trace.append((state["on"], text))
+
+    conn.set_trace_callback(seen)
+    return trace
+
+
+def test_foreign_keys_go_off_once_for_an_ingests_writes_and_are_on_for_everything_else(tmp_path, monkeypatch):
+    """The staged writes skip the foreign key probes (their keys come from the database itself),
+    but the setting is switched once for the run of transactions, not around each one: SQLite
+    expires every prepared statement when it changes, and the many-row inserts were compiled
+    afresh in every transaction. The final writes (the audit row) and every later write of the
+    connection check foreign keys again, after a success as after a strict error."""
+    from labeler.ingest import logs
+
+    monkeypatch.setattr(logs._Sizer, "take", lambda self, remaining: min(500, remaining))
+    db = labeler.connect(tmp_path / "t.db")
+    trace = _keys_trace(db.conn)
+    assert labeler.ingest_logs(db, make_log(tmp_path / "a.jsonl", 6000)).new == 6000
+    commits = sum(text == "COMMIT" for _, text in trace)
+    switches = [text for _, text in trace if text.startswith("PRAGMA FOREIGN_KEYS =")]
+    assert commits >= 12 and len(switches) <= 4, (commits, switches)
+    assert any(text.startswith("INSERT OR FAIL INTO RETRIEVALS") and not on for on, text in trace)
+    assert all(on for on, text in trace if text.startswith("INSERT INTO AUDIT_EVENTS"))
+    assert db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+    log = make_log(tmp_path / "b.jsonl", 3000, start=10_000)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write('{"question": "", "retrieved": []}\n')
+    with pytest.raises(IngestError, match="question: is empty"):
+        labeler.ingest_logs(db, log)
+    assert db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"doc-{i}", "text": f"text {i}"}) + "\n" for i in range(3000)))
+    labeler.ingest_corpus(db, corpus)
+    assert db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert all(on for on, text in trace if text.startswith("INSERT INTO AUDIT_EVENTS"))

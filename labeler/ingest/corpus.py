@@ -100,33 +100,34 @@ def ingest_corpus(db: sqlite_utils.Database, path: str | Path, *, fmt: str | Non
         pending.clear()
 
     with staged(db, "corpus", shown, fmt) as staging:
-        for line, raw in _progress(records, progress, bytes_read, total):
-            result.records += 1
-            try:
-                if isinstance(raw, BadRecord):
-                    raise _FieldError(raw.field, raw.message)
-                cid, text, title, source, meta = _corpus_record(raw)
-                if redactor is not None:
-                    cid, text, title, source, meta = _redact(redactor, result, cid, text, title, source, meta)
-                prev = conn.execute("SELECT line FROM corpus_seen WHERE doc_id = ?", [cid]).fetchone()
-                if prev:
-                    raise _FieldError("id", f"duplicate id {cid!r} (first at {shown}:{prev[0]})")
-            except _FieldError as e:
-                message = redactor.scrub(e.message) if redactor else e.message
-                result.problems.append(Problem(shown, line, e.field, message))
-                if lenient:
-                    record = raw if isinstance(raw, dict) else raw.raw
-                    rejects.append({"line": line, "field": e.field, "error": message,
-                                    "record": redactor.scrub_value(record) if redactor else record})
-                continue
-            conn.execute("INSERT INTO corpus_seen VALUES (?, ?)", [cid, line])
-            if result.problems and not lenient:
-                continue
-            pending.append((cid, text, title, source, store.dumps(meta) if meta else None))
-            if len(pending) >= size:
+        with staging.run():  # foreign keys off until the last write
+            for line, raw in _progress(records, progress, bytes_read, total):
+                result.records += 1
+                try:
+                    if isinstance(raw, BadRecord):
+                        raise _FieldError(raw.field, raw.message)
+                    cid, text, title, source, meta = _corpus_record(raw)
+                    if redactor is not None:
+                        cid, text, title, source, meta = _redact(redactor, result, cid, text, title, source, meta)
+                    prev = conn.execute("SELECT line FROM corpus_seen WHERE doc_id = ?", [cid]).fetchone()
+                    if prev:
+                        raise _FieldError("id", f"duplicate id {cid!r} (first at {shown}:{prev[0]})")
+                except _FieldError as e:
+                    message = redactor.scrub(e.message) if redactor else e.message
+                    result.problems.append(Problem(shown, line, e.field, message))
+                    if lenient:
+                        record = raw if isinstance(raw, dict) else raw.raw
+                        rejects.append({"line": line, "field": e.field, "error": message,
+                                        "record": redactor.scrub_value(record) if redactor else record})
+                    continue
+                conn.execute("INSERT INTO corpus_seen VALUES (?, ?)", [cid, line])
+                if result.problems and not lenient:
+                    continue
+                pending.append((cid, text, title, source, store.dumps(meta) if meta else None))
+                if len(pending) >= size:
+                    write(staging)
+            if pending and (lenient or not result.problems):
                 write(staging)
-        if pending and (lenient or not result.problems):
-            write(staging)
         return finish_ingest(staging, path, result, lenient, rejects, shown, by)
 
 

@@ -277,15 +277,16 @@ def ingest_logs(db: sqlite_utils.Database, path: str | Path, *, fmt: str | None 
         load = _LogLoad(LogWriter(db, shown, result, staging.id), staging, result, shown, options.lenient,
                         sampling.Sampler(spec))
         idle = {"idle": sha256.step} if parallel else {}
-        # a chunk's text crosses from the parser once, not with every row that retrieves it again;
-        # a sample keeps only some rows, so there each row keeps its own texts
-        for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping, options.max_line_bytes,
-                                                         options.lenient, options.tool, redactor, spec is None,
-                                                         **idle):
-            load.batch(items, fresh_ids, texts)
-            if progress:
-                progress(done_bytes, total)
-        load.finish()
+        with staging.run():
+            # a chunk's text crosses from the parser once, not with every row that retrieves it
+            # again; a sample keeps only some rows, so there each row keeps its own texts
+            for items, done_bytes, fresh_ids, texts in parse(path, fmt, gz, options.mapping,
+                                                             options.max_line_bytes, options.lenient, options.tool,
+                                                             redactor, spec is None, **idle):
+                load.batch(items, fresh_ids, texts)
+                if progress:
+                    progress(done_bytes, total)
+            load.finish()
         if progress:
             progress(total, total)
         _check_found(result, shown, load.chunks)
