@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import labeler
-from labeler.ingest.batches import BATCH
+from labeler.ingest.batches import BATCH, FIRST_BATCH
 
 EMAIL = "maria.rossi@example.com"
 PHONE = "+44 20 7946 0958"
@@ -41,7 +41,7 @@ def pooled_log(path: Path, n: int) -> dict[str, int]:
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_a_repeated_chunk_text_is_redacted_and_counted_every_time(tmp_path, parallel):
-    n = 2 * BATCH + 300  # three batches: the texts are known after the first
+    n = 2 * BATCH + 300  # several batches: the texts are known after the first
     log = tmp_path / "pooled.jsonl"
     seen = pooled_log(log, n)
     db = labeler.connect(tmp_path / "l.db")
@@ -113,14 +113,14 @@ def test_once_a_chunks_text_is_stored_each_retrieval_counts_the_values_of_that_t
                {"query_id": "q1", "question": "second", "retrieved": [{"id": "plain", "text": f"now {EMAIL}"}]}]
     records += [{"query_id": f"q{i}", "question": f"q {i}",
                  "retrieved": [{"id": "plain", "text": f"later {EMAIL}"}, {"id": "mail", "text": f"write {EMAIL}"}]}
-                for i in range(2, 2 * BATCH + 10)]  # two batches more, in which both texts are stored
+                for i in range(2, 2 * BATCH + 10)]  # more batches, in which both texts are stored
     log = tmp_path / "l.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     db = labeler.connect(tmp_path / "l.db")
     result = labeler.ingest_logs(db, log, parallel=parallel)
     docs = dict(db.execute("SELECT doc_id, text FROM documents").fetchall())
     assert docs == {"plain": "nothing here", "mail": "write [EMAIL_1]"}
-    in_first_batch = BATCH - 2  # rows q2.. of the first batch: searched, as the text was not stored yet
+    in_first_batch = FIRST_BATCH - 2  # rows q2.. of the first batch: searched, as the text was not stored yet
     mail_rows = len(records) - 1
     assert result.redactions == {"EMAIL": mail_rows + 1 + in_first_batch}
     data = b"".join(p.read_bytes() for p in tmp_path.glob("l.db*"))
@@ -138,3 +138,20 @@ def test_texts_waiting_for_a_row_are_bounded(tmp_path, monkeypatch):
     assert list(w.pending) == ["c2", "c3", "c4"]
     w.add_texts({"c3": ("another text", None), "c5": (None, "a title")})
     assert w.pending["c3"] == ("text 3", None) and list(w.pending) == ["c3", "c4", "c5"]
+
+
+def test_the_first_batches_are_small_and_grow_to_the_full_size(tmp_path):
+    """The writer waits for the parser's first batch, and with chunk texts the first batches are
+    the slowest to make (most texts are new and searched): they hold 250, 500 and 1,000 records,
+    then BATCH; every line is in one batch, in order."""
+    from labeler.ingest.batches import parsed_batches
+
+    log = tmp_path / "l.jsonl"
+    n = 3 * BATCH + 123
+    log.write_text("".join(json.dumps({"query_id": f"q{i}", "question": f"q {i}", "retrieved": [{"id": f"d{i % 7}"}]})
+                           + "\n" for i in range(n)))
+    batches = list(parsed_batches(log, "jsonl", False, None, 1 << 20, False))
+    sizes = [len(b.items) for b in batches]
+    assert sizes[:4] == [FIRST_BATCH, 2 * FIRST_BATCH, 4 * FIRST_BATCH, BATCH]
+    assert all(size == BATCH for size in sizes[3:-1]) and sum(sizes) == n
+    assert [item[0] for b in batches for item in b.items] == list(range(1, n + 1))

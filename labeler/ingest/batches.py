@@ -29,6 +29,9 @@ from .readers import BadRecord, iter_records
 from .validate import DEFAULT_RETRIEVER, hash_parts, question_columns, validate_log
 
 BATCH = 2000
+# the first batches are smaller (250, 500, 1000, then BATCH records): the writer waits for the
+# first one, and with chunk texts the first batches are the slow ones (most texts new, each searched)
+FIRST_BATCH = 250
 # CSV columns that hold JSON (or a Python list's repr, as pandas writes lists): the chunks and meta
 JSON_COLUMNS = (*LOG_ALIASES["retrieved"], "meta", "retrieved_context_ids", "reference_context_ids",
                 "reference_contexts")
@@ -149,6 +152,7 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
     titled: set[str] = set()  # chunk ids whose title (without a text) went with an earlier row
 
     valid: list[int] = []  # where the batch's valid records wait to be keyed (scores rounded for all at once)
+    size = min(FIRST_BATCH, BATCH)  # records in this batch (doubling up to BATCH)
 
     def done() -> Batch:
         if valid and redactor is not None:
@@ -224,9 +228,10 @@ def parsed_batches(path: Path, fmt: str, gz: bool, mapping: dict[str, str] | Non
                 batch.append((line, rec, None, (redactor.scrub_value(raw) if redactor else raw) if keep_raw else None))
             except _FieldError as e:
                 batch.append(problem(e.field, e.message, raw))
-        if len(batch) >= BATCH:
+        if len(batch) >= size:
             yield done()
             batch = []
+            size = min(BATCH, size * 2)
     yield done()
 
 
