@@ -54,9 +54,9 @@ def insert_columns(conn: sqlite3.Connection, into: str, row: str, columns: list[
     if whole:
         conn.executemany(_statement(into, row, per, len(shared)),
                          (shared + tuple(flat[i:i + step]) for i in range(0, whole * width, step)))
-    # the rest in statements of 128, 64, ..., 1 rows: a few shapes, each prepared once (SQLite
-    # compiling a statement of as many rows as were left, a new size in every transaction, cost
-    # the writer 0.4 s at 100k records)
+    # the rest in statements of 128, 64, ..., 1 rows: a few shapes, each prepared once (a statement
+    # of as many rows as were left, a new size in almost every transaction, was compiled each time:
+    # the leftover query rows of 130 transactions took 0.10 s that way, 0.025 s this way)
     at, left = whole, rows - whole
     while left:
         size = 1 << (left.bit_length() - 1)
