@@ -391,6 +391,35 @@ def test_parsing_in_a_second_process_gives_the_same_database(tmp_path, monkeypat
                                                  if d in {f"d{(i * 7) % 23}" for i in range(0, 90, 6)})
 
 
+@pytest.mark.parametrize("keep_raw", [False, True])
+def test_a_batch_crosses_to_the_writer_as_it_was_made(tmp_path, keep_raw):
+    """``batches.pack``/``unpack``, the way a batch crosses from the parsing process: every item
+    comes back equal, whether its record travels as a flat tuple (the validated shape, nothing
+    kept raw) or whole (a record redaction added counts to, records kept raw for a lenient
+    ingest's rejects, a rejected one, a line that is no retrieval), with the batch's chunk ids
+    and texts."""
+    from labeler import privacy
+    from labeler.ingest.batches import RECORD_KEYS, pack, parsed_batches, unpack
+
+    records = _mixed_log(60)
+    records[5]["question"] = "mail maria.rossi@example.com about it"  # redacted: the record gains counts
+    records[9] = {"question": "", "retrieved": []}  # rejected
+    records[13] = {"kind": "heartbeat"}
+    records[17] = {"question": "a line without an id", "retrieved": [{"id": "d1", "score": 0.5}]}  # keyed by its line
+    path = write_jsonl(tmp_path / "a.jsonl", records)
+    db = labeler.connect(tmp_path / "t.db")
+    redactor = privacy.redactor_for(db, True, None)
+    batches = list(parsed_batches(path, "jsonl", False, None, 1 << 20, keep_raw, None, redactor, True))
+    items = [item for batch in batches for item in batch.items]
+    flat = [item[1] for item in items if item[1] is not None and item[3] is None and tuple(item[1].rec) == RECORD_KEYS]
+    assert bool(flat) is not keep_raw
+    assert not flat or any(row.line_key is not None and row.norm is not None for row in flat)
+    assert any(item[1] is not None and "redactions" in item[1].rec for item in items)
+    assert any(item[2] is not None for item in items)
+    for batch in batches:
+        assert unpack(pack(batch)) == batch
+
+
 def test_strict_error_from_the_second_process_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr("labeler.ingest.batches.BATCH", 5)
     records = _mixed_log(30)

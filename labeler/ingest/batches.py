@@ -4,6 +4,7 @@ that parses while the parent writes (same batches, same order)."""
 from __future__ import annotations
 
 import gc
+import io
 import itertools
 import multiprocessing
 import os
@@ -262,14 +263,47 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+# a validated record's keys, in the order ``validate_log`` and ``FastLines`` give them
+RECORD_KEYS = ("query_id", "question", "ids", "texts", "titles", "scores", "answer", "timestamp", "retriever",
+               "meta", "opaque_id", "content_ids", "made_ids")
+
+
+def pack(batch: Batch) -> bytes:
+    """``batch`` as bytes for the writer's process (``unpack``). A row whose record has exactly
+    ``RECORD_KEYS`` travels as a flat tuple of its values, not as a ``Row`` holding a dict, and the
+    pickler keeps no memo (nothing in a batch refers to itself): 40k pooled records pickle in 0.10 s
+    instead of 0.18 s. The parsing process sets the pace with chunk texts; the writer, which waits
+    for it, unpickles a little longer (0.21 s instead of 0.17 s)."""
+    items = []
+    for item in batch.items:
+        row = item[1]
+        if row is not None and item[2] is None and item[3] is None and tuple(row.rec) == RECORD_KEYS:
+            items.append((row.line, tuple(row.rec.values()), row.query_id, row.content_hash, row.line_key, row.norm))
+        else:
+            items.append(item)
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo (its only loss: a value shared by two records travels twice)
+    pickler.dump((items, batch.bytes_read, batch.fresh_ids, batch.texts))
+    return out.getvalue()
+
+
+def unpack(data: bytes) -> Batch:
+    """The batch ``pack`` made."""
+    items, bytes_read, fresh_ids, texts = pickle.loads(data)
+    keys = RECORD_KEYS
+    return Batch([(item[0], Row(item[0], dict(zip(keys, item[1])), *item[2:]), None, None) if len(item) == 6 else item
+                  for item in items], bytes_read, fresh_ids, texts)
+
+
 def _produce(out: Any, args: tuple, parent: int) -> None:
     _die_with_parent(parent)
     gc.disable()
     try:
         for item in parsed_batches(*args):
-            # pickled here, not by the queue's feeder thread: the two threads of this process
+            # packed here, not by the queue's feeder thread: the two threads of this process
             # took turns at the GIL, 0.3-1.0 s more of this process at 100k pooled records
-            out.put(("batch", pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)))
+            out.put(("batch", pack(item)))
         out.put(("done", None))
     except BaseException as e:  # noqa: BLE001 - everything is handed to the parent to raise
         try:
@@ -305,7 +339,7 @@ def parsed_batches_forked(*args: Any, idle: Callable[[], bool] | None = None) ->
                         from None
                 continue
             if kind == "batch":
-                yield pickle.loads(payload)
+                yield unpack(payload)
             elif kind == "error":
                 raise payload
             else:
