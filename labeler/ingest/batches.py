@@ -292,8 +292,8 @@ def unpack(data: bytes) -> Batch:
     """The batch ``pack`` made."""
     items, bytes_read, fresh_ids, texts = pickle.loads(data)
     keys = RECORD_KEYS
-    return Batch([(item[0], Row(item[0], dict(zip(keys, item[1])), *item[2:]), None, None) if len(item) == 6 else item
-                  for item in items], bytes_read, fresh_ids, texts)
+    return Batch([(item[0], Row(item[0], dict(zip(keys, item[1], strict=True)), *item[2:]), None, None)
+                  if len(item) == 6 else item for item in items], bytes_read, fresh_ids, texts)
 
 
 def _produce(out: Any, args: tuple, parent: int) -> None:
