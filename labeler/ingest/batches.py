@@ -27,7 +27,7 @@ from .common import FieldError as _FieldError
 from .fastlines import FastLines, Valid
 from .mapping import LOG_ALIASES
 from .readers import BadRecord, iter_records
-from .validate import DEFAULT_RETRIEVER, hash_parts, question_columns, validate_log
+from .validate import DEFAULT_RETRIEVER, RECORD_KEYS, hash_parts, question_columns, validate_log
 
 BATCH = 2000
 # the first batches are smaller (250, 500, 1000, then BATCH records): the writer waits for the
@@ -261,11 +261,6 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:
         os._exit(1)
-
-
-# a validated record's keys, in the order ``validate_log`` and ``FastLines`` give them
-RECORD_KEYS = ("query_id", "question", "ids", "texts", "titles", "scores", "answer", "timestamp", "retriever",
-               "meta", "opaque_id", "content_ids", "made_ids")
 
 
 def pack(batch: Batch) -> bytes:

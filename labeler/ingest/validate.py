@@ -15,6 +15,9 @@ from .readers import is_number
 from .times import timestamp
 
 DEFAULT_RETRIEVER = "production"
+# a validated record's keys, in the order ``validate_log`` (and ``fastlines``) give them
+RECORD_KEYS = ("query_id", "question", "ids", "texts", "titles", "scores", "answer", "timestamp", "retriever",
+               "meta", "opaque_id", "content_ids", "made_ids")
 
 # --- validation ---------------------------------------------------------------------------
 
